@@ -1,0 +1,3 @@
+"""cloudopt: find the cheapest or fastest way to run a deep-learning training job within its SLA."""
+
+__version__ = "0.1.0"

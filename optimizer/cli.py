@@ -1,0 +1,57 @@
+"""Command-line entry point: ``python -m optimizer`` and the ``cloudopt`` script.
+
+``python -m optimizer --train-file model.py ...`` optimizes a training script; the subcommands
+named in :data:`COMMANDS` live beside it (``python -m optimizer phases fit ...``). User errors
+(:class:`~optimizer.errors.CloudoptError`) print one line and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Sequence
+
+from optimizer.errors import CloudoptError
+
+PROG = "python -m optimizer"
+OPTIMIZE_MODULE = "optimizer.commands.optimize"
+COMMANDS: dict[str, tuple[str, str]] = {
+    "phases": ("optimizer.commands.phases", "discover workload phases in resource traces (CRBM)"),
+    "autoscale": ("optimizer.commands.autoscale", "evaluate phase-based autoscaling policies"),
+    "analyze": ("optimizer.commands.analyze", "predict resources for a job from training logs"),
+}
+
+
+def available_commands() -> dict[str, str]:
+    """Subcommands whose module is installed, with their one-line help."""
+    return {name: text for name, (module, text) in COMMANDS.items()
+            if importlib.util.find_spec(module) is not None}
+
+
+def commands_epilog() -> str:
+    lines = ["commands (run 'python -m optimizer COMMAND --help'):"]
+    lines += [f"  {name:<10} {text}" for name, text in available_commands().items()]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] in COMMANDS:
+            module = importlib.import_module(COMMANDS[argv[0]][0])
+            args = module.build_parser(f"{PROG} {argv[0]}").parse_args(argv[1:])
+        else:
+            module = importlib.import_module(OPTIMIZE_MODULE)
+            args = module.build_parser(PROG).parse_args(argv)
+        return int(module.run(args) or 0)
+    except CloudoptError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_status
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""NVML access that treats "no GPU" and "no NVML library" as the normal case, not an error."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+_lock = threading.Lock()
+_state: dict[str, object] = {"init": None}
+
+
+def _nvml():
+    """The initialised ``pynvml`` module, or None when NVML is unavailable."""
+    with _lock:
+        if _state["init"] is False:
+            return None
+        try:
+            import pynvml
+
+            if _state["init"] is None:
+                pynvml.nvmlInit()
+                _state["init"] = True
+            return pynvml
+        except Exception:  # no library, no driver, no device: all mean "no GPU here"
+            _state["init"] = False
+            return None
+
+
+def nvml_device_count() -> int:
+    nv = _nvml()
+    if nv is None:
+        return 0
+    try:
+        return int(nv.nvmlDeviceGetCount())
+    except Exception:
+        return 0
+
+
+def visible_device_indices() -> list[int]:
+    """Physical indices of the GPUs this process may use (honours CUDA_VISIBLE_DEVICES)."""
+    count = nvml_device_count()
+    spec = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if spec is None:
+        return list(range(count))
+    out = []
+    for part in spec.split(","):
+        part = part.strip()
+        if part.isdigit() and int(part) < count:
+            out.append(int(part))
+        elif part and not part.isdigit():
+            return []  # UUIDs or garbage: treat as unknown rather than guess
+        else:
+            break  # CUDA stops at the first invalid index
+    return out
+
+
+def gpu_utilization(indices: list[int] | None = None) -> list[float]:
+    """Utilisation (%) of each GPU in ``indices`` (default: visible ones); [] without NVML."""
+    nv = _nvml()
+    if nv is None:
+        return []
+    out = []
+    for i in visible_device_indices() if indices is None else indices:
+        try:
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            out.append(float(nv.nvmlDeviceGetUtilizationRates(h).gpu))
+        except Exception:
+            continue
+    return out
+
+
+def gpu_memory_used_gb(indices: list[int] | None = None) -> list[float]:
+    """Memory in use (GB) on each GPU in ``indices``; [] without NVML."""
+    nv = _nvml()
+    if nv is None:
+        return []
+    out = []
+    for i in visible_device_indices() if indices is None else indices:
+        try:
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            out.append(nv.nvmlDeviceGetMemoryInfo(h).used / 1024**3)
+        except Exception:
+            continue
+    return out

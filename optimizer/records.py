@@ -1,0 +1,180 @@
+"""Run records: atomic file writes and the trial summary schema.
+
+A run lives in ``runs/<run>/``; each measured configuration is a trial in
+``runs/<run>/trials/<trial>/`` with ``config.json`` (the allocation), ``trace.csv`` (the
+monitor's samples), ``metrics.csv`` (what the script reported, if anything), ``stdout.log``,
+``stderr.log`` and ``summary.json`` (a :class:`TrialSummary`). Every file is written to a
+temporary name in the same directory and renamed into place, so a crash never leaves a
+half-written record: a trial folder with a ``summary.json`` is complete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from optimizer.errors import CloudoptError
+
+SUMMARY_FILE = "summary.json"
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the new one, never half."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "item"):  # numpy scalars
+        return obj.item()
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    if dataclasses.is_dataclass(obj):
+        return dataclasses.asdict(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def to_json(obj: Any) -> str:
+    return json.dumps(obj, indent=2, default=_json_default, allow_nan=True) + "\n"
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
+    atomic_write_text(path, to_json(obj))
+
+
+def atomic_write_csv(path: str | os.PathLike, frame: Any) -> None:
+    """Write a pandas DataFrame as CSV atomically (no index)."""
+    atomic_write_text(path, frame.to_csv(index=False))
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    p = Path(path)
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CloudoptError(f"{p}: file not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CloudoptError(f"{p}: not valid JSON ({exc})") from None
+
+
+@dataclass
+class Allocation:
+    """The resources one trial (or one environment step) runs with."""
+
+    gpus: int = 0
+    cpus: int = 1
+    memory_gb: float = 4.0
+    batch_size: int | None = None
+    """None: the script's own default batch size."""
+
+    def key(self) -> str:
+        bs = "default" if self.batch_size is None else str(self.batch_size)
+        return f"g{self.gpus}-c{self.cpus}-m{self.memory_gb:g}-b{bs}"
+
+
+@dataclass
+class TrialSummary:
+    """What one trial measured. Figures are measured unless named ``predicted_*``."""
+
+    trial_id: str
+    status: str
+    """``completed`` (the script ended by itself), ``probe`` (stopped at the time box after a
+    steady measurement) or ``failed``."""
+    allocation: Allocation = field(default_factory=Allocation)
+    reason: str = ""
+    """Why a trial failed: ``crash``, ``oom``, ``timeout``, ``no-progress``..."""
+    exit_code: int | None = None
+    wall_time_s: float = 0.0
+    samples: float | None = None
+    """Training samples processed during the trial."""
+    throughput: float | None = None
+    """Samples per second."""
+    throughput_source: str = "none"
+    """``metrics_csv``, ``stdout`` or ``wall_time``."""
+    hourly_cost: float = 0.0
+    cost: float = 0.0
+    """Cost of the trial itself (hourly cost × wall time)."""
+    total_samples: float | None = None
+    """Work of the whole job, when known (argument, metrics or --total-samples)."""
+    predicted_total_time_s: float | None = None
+    predicted_total_cost: float | None = None
+    cpu_cores_mean: float = 0.0
+    cpu_cores_peak: float = 0.0
+    cpu_util_mean: float = 0.0
+    """Mean CPU use as a percentage of the allocated cores."""
+    mem_gb_mean: float = 0.0
+    mem_gb_peak: float = 0.0
+    gpu_util_mean: float | None = None
+    gpu_mem_gb_peak: float | None = None
+    n_samples_trace: int = 0
+    train_file: str = ""
+    train_args: list[str] = field(default_factory=list)
+    model_info: dict[str, Any] = field(default_factory=dict)
+    """What the script's source or metrics reveal: model family, parameters, dataset..."""
+    stderr_tail: str = ""
+    started_at: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("completed", "probe")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "<dict>") -> TrialSummary:
+        data = dict(data)
+        known = {f.name for f in dataclasses.fields(cls)}
+        extra = sorted(set(data) - known)
+        if extra:
+            warnings.warn(f"{source}: ignoring unknown summary keys {extra}", stacklevel=2)
+        alloc = data.pop("allocation", {}) or {}
+        try:
+            return cls(allocation=Allocation(**alloc),
+                       **{k: v for k, v in data.items() if k in known})
+        except TypeError as exc:
+            raise CloudoptError(f"{source}: not a trial summary ({exc})") from None
+
+    def save(self, trial_dir: str | os.PathLike) -> None:
+        atomic_write_json(Path(trial_dir) / SUMMARY_FILE, self.to_dict())
+
+    @classmethod
+    def load(cls, trial_dir: str | os.PathLike) -> TrialSummary:
+        path = Path(trial_dir) / SUMMARY_FILE
+        return cls.from_dict(read_json(path), source=str(path))
+
+
+def iter_trials(run_dir: str | os.PathLike) -> Iterator[TrialSummary]:
+    """Complete trials of a run, in trial-folder order (folders without a summary are skipped)."""
+    trials = Path(run_dir) / "trials"
+    if not trials.is_dir():
+        return
+    for d in sorted(p for p in trials.iterdir() if p.is_dir()):
+        if (d / SUMMARY_FILE).exists():
+            yield TrialSummary.load(d)

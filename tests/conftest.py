@@ -1,0 +1,24 @@
+import os
+from pathlib import Path
+
+import pytest
+
+# Keep every test's torch/BLAS work on one thread: CI has two cores and runs subprocesses too.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED = REPO_ROOT.parent / "shared"
+SHARED_DATA = SHARED / "data"
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip("../shared/data is not present beside the repository")
+    return SHARED_DATA
