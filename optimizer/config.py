@@ -357,7 +357,7 @@ def validate_preference(vec: Any, key: str) -> tuple[float, float, float]:
     try:
         values = tuple(float(v) for v in vec)
     except (TypeError, ValueError):
-        raise ConfigError(f"{key} must be three numbers (cost, time, resource) (got {vec!r})")
+        raise ConfigError(f"{key} must be three numbers (cost, time, resource) (got {vec!r})") from None
     _check(len(values) == 3, key, "must have three weights (cost, time, resource)", vec)
     _check(all(v >= 0 for v in values), key, "must have non-negative weights", vec)
     _check(abs(sum(values) - 1.0) < 1e-6, key, f"must sum to 1 (sums to {sum(values):.6g})", vec)
