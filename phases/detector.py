@@ -1,0 +1,703 @@
+"""``PhaseDetector``: AI4DL phase discovery (CRBM codes + k-means) as a scikit-learn estimator.
+
+The pipeline of Berral, Wang & Youssef, "AI4DL: Mining behaviors of deep learning workloads for
+resource management" (HotCloud'20): features are standardised (:class:`~phases.traces.
+FeatureScaler`), every window of ``delay + 1`` consecutive samples is encoded by a
+:class:`~phases.crbm.CRBM` (hidden probabilities given the current sample and its history), and
+k-means on the codes gives the phases. The first ``delay`` samples of an execution have no full
+history; they are labelled :data:`WARMUP` (-1) instead of being padded with invented data.
+
+Saved models are directories of plain files (state dict, NPZ, JSON) that load without executing
+code; see :meth:`PhaseDetector.save`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import sklearn
+import torch
+from sklearn.base import BaseEstimator
+from sklearn.cluster import KMeans
+from sklearn.utils.validation import check_is_fitted
+from tqdm.auto import tqdm
+
+from optimizer.errors import ModelFileError
+from optimizer.records import atomic_write_bytes, atomic_write_json
+from phases.crbm import CRBM, Windows, resolve_device, stack_windows
+from phases.traces import FeatureScaler, TraceSet, traces_from_frame
+
+__all__ = ["PhaseDetector", "WARMUP", "DEFAULT_EPOCHS", "Traces"]
+
+WARMUP = -1
+"""Phase id of the first ``delay`` samples of an execution (no full history yet)."""
+
+DEFAULT_EPOCHS = 100
+"""Default training epochs. On ``dl-traces`` (4,850 windows, batch 64, lr 1e-3, momentum 0.9)
+the reconstruction error falls from 0.80 to 0.060 at 50 epochs, 0.043 at 100, 0.038 at 200 and
+0.036 at 400: 100 epochs reach the plateau within 20% (see ``benchmarks/phases_speed.py
+--curve``)."""
+
+FORMAT = "cloudopt-phase-detector"
+FORMAT_VERSION = 1
+PREPROCESS_STEPS = ("exec-norm", "diff")
+
+Traces = TraceSet | pd.DataFrame | Sequence[np.ndarray] | np.ndarray
+
+
+class PhaseDetector(BaseEstimator):
+    """Discover and detect execution phases in resource traces (AI4DL: CRBM + k-means).
+
+    Parameters
+    ----------
+    n_phases : int, default=5
+        Number of k-means clusters (phases).
+    n_hidden : int, default=10
+        CRBM hidden units (code size).
+    delay : int, default=3
+        Previous samples conditioning each window.
+    lr : float, default=1e-3
+        CD learning rate.
+    epochs : int, default=DEFAULT_EPOCHS
+        CRBM training epochs (see :data:`DEFAULT_EPOCHS` for how the default was chosen).
+    batch_size : int, default=64
+        Windows per CD minibatch.
+    k : int, default=1
+        Gibbs steps of contrastive divergence.
+    momentum : float, default=0.9
+        Momentum of the CD updates.
+    preprocess : str, default="none"
+        ``"none"``, or steps joined by ``+`` applied to each execution before scaling:
+        ``"exec-norm"`` (z-score each execution by its own mean and std; uses the whole
+        execution, so it suits offline analysis) and ``"diff"`` (append first differences of
+        the features). Phase statistics always use the original features.
+    device : str, default="auto"
+        ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda"``.
+    random_state : int or None
+        Seed for weights, minibatch order, Gibbs sampling and k-means.
+    verbose : bool, default=False
+        Show a tqdm progress bar over epochs.
+
+    Attributes
+    ----------
+    crbm_ : CRBM
+        The trained encoder.
+    scaler_ : FeatureScaler
+        Standardisation fitted on the training samples (after ``preprocess``).
+    cluster_centers_ : ndarray of shape (n_phases_, n_hidden)
+        Phase centroids in code space; row ``i`` is phase ``i``. Phases found by :meth:`fit` are
+        numbered by the mean of the first feature of their samples, ascending.
+    n_phases_ : int
+        Number of phases (grows with :meth:`expand`).
+    n_features_in_ : int
+        Features per sample.
+    feature_names_in_ : ndarray of str
+        Feature names (``f0, f1...`` when fitted on bare arrays).
+    exec_id_col_, time_col_ : str or None
+        Columns used when fitted on a table; reused to read tables in ``predict``.
+    loss_curve_ : list of float
+        Reconstruction error after each epoch.
+    n_windows_ : int
+        Training windows.
+
+    Notes
+    -----
+    ``traces`` arguments accept a :class:`~phases.traces.TraceSet` (from :func:`read_traces`), a
+    list of ``(n_samples_i, n_features)`` arrays (one per execution, in time order), a single
+    2-D array (one execution), or a DataFrame with one row per sample. For a DataFrame the
+    execution id column is ``exec_id`` (keyword) or, after fitting, ``exec_id_col_``
+    (default ``"exec_id"``); the features are ``features`` or, after fitting, the fitted
+    names; when fitting with ``features=None`` every numeric column other than the id and time
+    columns is a feature. Rows are sorted by ``time`` when given.
+    """
+
+    def __init__(
+        self,
+        *,
+        n_phases: int = 5,
+        n_hidden: int = 10,
+        delay: int = 3,
+        lr: float = 1e-3,
+        epochs: int = DEFAULT_EPOCHS,
+        batch_size: int = 64,
+        k: int = 1,
+        momentum: float = 0.9,
+        preprocess: str = "none",
+        device: str = "auto",
+        random_state: int | None = None,
+        verbose: bool = False,
+    ) -> None:
+        self.n_phases = n_phases
+        self.n_hidden = n_hidden
+        self.delay = delay
+        self.lr = lr
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.k = k
+        self.momentum = momentum
+        self.preprocess = preprocess
+        self.device = device
+        self.random_state = random_state
+        self.verbose = verbose
+
+    # ---- input handling ---------------------------------------------------------------------
+    def _check_params(self) -> None:
+        for name in ("n_phases", "n_hidden", "delay", "epochs", "batch_size", "k"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not (isinstance(self.lr, (int, float)) and self.lr > 0):
+            raise ValueError(f"lr must be a positive number, got {self.lr!r}")
+        if not (isinstance(self.momentum, (int, float)) and 0 <= self.momentum < 1):
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum!r}")
+        self._preprocess_steps()
+        resolve_device(self.device)
+
+    def _preprocess_steps(self) -> list[str]:
+        if self.preprocess in ("none", "", None):
+            return []
+        steps = str(self.preprocess).split("+")
+        bad = [s for s in steps if s not in PREPROCESS_STEPS]
+        if bad:
+            raise ValueError(
+                f"preprocess={self.preprocess!r}: unknown step(s) {bad}; "
+                f"use 'none' or steps from {PREPROCESS_STEPS} joined by '+'"
+            )
+        return steps
+
+    def _as_traces(
+        self,
+        traces: Traces,
+        exec_id: str | None = None,
+        features: Sequence[str] | None = None,
+        time: str | None = None,
+    ) -> TraceSet:
+        fitted = hasattr(self, "n_features_in_")
+        if isinstance(traces, TraceSet):
+            ts = traces
+        elif isinstance(traces, pd.DataFrame):
+            ts = self._frame_traces(traces, exec_id, features, time, fitted)
+        else:
+            arrays = [traces] if isinstance(traces, np.ndarray) and traces.ndim == 2 else traces
+            ts = _array_traces(arrays)
+        if fitted and ts.arrays[0].shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"traces have {ts.arrays[0].shape[1]} features, the model expects "
+                f"{self.n_features_in_} ({', '.join(self.feature_names_in_)})"
+            )
+        if (
+            fitted
+            and isinstance(traces, TraceSet)
+            and list(ts.features) != list(self.feature_names_in_)
+            and not _generic_names(ts.features)
+        ):
+            raise ValueError(
+                f"trace features {list(ts.features)} differ from the model's "
+                f"{list(self.feature_names_in_)}"
+            )
+        return ts
+
+    def _frame_traces(self, frame, exec_id, features, time, fitted) -> TraceSet:
+        exec_id = exec_id or (getattr(self, "exec_id_col_", None) if fitted else None) or "exec_id"
+        if time is None and fitted and getattr(self, "time_col_", None) in frame.columns:
+            time = self.time_col_  # the fitted time column, when this table has it too
+        if features is None and fitted:
+            features = list(self.feature_names_in_)
+        if features is None:
+            skip = {exec_id, time}
+            features = [
+                c
+                for c in frame.columns
+                if c not in skip and pd.api.types.is_numeric_dtype(frame[c])
+            ]
+        return traces_from_frame(frame, exec_id, features, time, source="DataFrame")
+
+    def _prepare(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Apply ``preprocess`` to unscaled executions."""
+        out = [np.asarray(a, dtype=np.float64) for a in arrays]
+        for step in self._preprocess_steps():
+            if step == "exec-norm":
+                out = [(x - x.mean(0)) / np.where(x.std(0) > 0, x.std(0), 1.0) for x in out]
+            elif step == "diff":
+                out = [np.hstack([x, np.diff(x, axis=0, prepend=x[:1])]) for x in out]
+        return out
+
+    def _windows(self, ts: TraceSet) -> Windows:
+        scaled = self.scaler_.transform(self._prepare(ts.arrays))
+        return stack_windows(scaled, self.delay, device=self._device())
+
+    def _device(self) -> torch.device:
+        return resolve_device(self.device)
+
+    # ---- fitting ------------------------------------------------------------------------------
+    def fit(
+        self,
+        traces: Traces,
+        y: None = None,
+        *,
+        exec_id: str | None = None,
+        features: Sequence[str] | None = None,
+        time: str | None = None,
+    ) -> PhaseDetector:
+        """Train the CRBM on all windows of ``traces`` and cluster their codes.
+
+        Parameters
+        ----------
+        traces : TraceSet, list of ndarray of shape (n_samples_i, n_features), or DataFrame
+            Training executions (see the class Notes for tables).
+        y : None
+            Ignored (unsupervised).
+        exec_id, features, time : str, list of str, str, optional
+            Columns, when ``traces`` is a DataFrame.
+
+        Returns
+        -------
+        self
+        """
+        self._check_params()
+        for attr in [a for a in vars(self) if a.endswith("_") and not a.startswith("__")]:
+            delattr(self, attr)
+        ts = self._as_traces(traces, exec_id, features, time)
+        seeds = np.random.default_rng(self.random_state).integers(2**31 - 1, size=3)
+        prepared = self._prepare(ts.arrays)
+        scaler = FeatureScaler(ts.features).fit(prepared)
+        win = stack_windows(scaler.transform(prepared), self.delay, device=self._device())
+        if len(win.v) < self.n_phases:
+            raise ValueError(
+                f"{len(win.v)} windows of {self.delay + 1} samples in the training traces; "
+                f"need at least n_phases={self.n_phases} (executions: {ts.n_samples} samples)"
+            )
+        crbm = CRBM(win.v.shape[1], self.n_hidden, self.delay, random_state=int(seeds[0]))
+        crbm.to(win.v.device)
+        curve = crbm.fit_windows(
+            win.v,
+            win.u,
+            epochs=self.epochs,
+            batch_size=self.batch_size,
+            lr=self.lr,
+            momentum=self.momentum,
+            k=self.k,
+            random_state=int(seeds[1]),
+            callback=self._progress(),
+        )
+        self._close_progress()
+        codes = crbm.codes(win.v, win.u).cpu().numpy().astype(np.float64)
+        km = KMeans(n_clusters=self.n_phases, n_init=10, random_state=int(seeds[2])).fit(codes)
+        first = np.concatenate(ts.arrays)[:, 0]
+        sample_of_window = _flat_positions(ts, win)
+        level = [first[sample_of_window[km.labels_ == c]].mean() for c in range(self.n_phases)]
+        order = np.argsort(level, kind="stable")
+
+        self.crbm_ = crbm
+        self.scaler_ = scaler
+        self.cluster_centers_ = km.cluster_centers_[order]
+        self.n_phases_ = int(self.n_phases)
+        self.n_features_in_ = int(ts.arrays[0].shape[1])
+        self.feature_names_in_ = np.asarray(ts.features, dtype=object)
+        self.exec_id_col_ = ts.exec_id_col
+        self.time_col_ = ts.time_col
+        self.loss_curve_ = [float(x) for x in curve]
+        self.n_windows_ = int(len(win.v))
+        return self
+
+    def _progress(self):
+        self._bar = None
+        if not self.verbose:
+            return None
+        self._bar = tqdm(total=self.epochs, desc="CRBM epochs", unit="epoch")
+
+        def update(epoch: int, loss: float) -> None:
+            self._bar.update(1)
+            self._bar.set_postfix(recon=f"{loss:.4f}")
+
+        return update
+
+    def _close_progress(self) -> None:
+        if getattr(self, "_bar", None) is not None:
+            self._bar.close()
+        self._bar = None
+
+    # ---- inference ----------------------------------------------------------------------------
+    def _codes_and_windows(self, traces, exec_id, time) -> tuple[TraceSet, Windows, torch.Tensor]:
+        check_is_fitted(self, ["crbm_", "cluster_centers_"])
+        ts = self._as_traces(traces, exec_id, None, time)
+        win = self._windows(ts)
+        return ts, win, self.crbm_.codes(win.v, win.u)
+
+    def _assign(self, codes: torch.Tensor) -> np.ndarray:
+        centers = torch.as_tensor(self.cluster_centers_, dtype=codes.dtype, device=codes.device)
+        # argmin ||x - c||^2 = argmin (||c||^2 - 2 x.c): one matmul, no (n, k, d) temporary
+        dist = torch.addmm((centers * centers).sum(1), codes, centers.T, alpha=-2.0)
+        return dist.argmin(1).cpu().numpy()
+
+    def predict(
+        self, traces: Traces, *, exec_id: str | None = None, time: str | None = None
+    ) -> list[np.ndarray]:
+        """Phase of every sample.
+
+        Parameters
+        ----------
+        traces : TraceSet, list of ndarray of shape (n_samples_i, n_features), or DataFrame
+
+        Returns
+        -------
+        list of ndarray of shape (n_samples_i,), int64
+            One sequence per execution, as long as the execution; the first ``delay`` samples
+            (and every sample of an execution shorter than ``delay + 1``) are :data:`WARMUP`.
+        """
+        ts, win, codes = self._codes_and_windows(traces, exec_id, time)
+        labels = self._assign(codes)
+        return _scatter(ts, win, labels)
+
+    def transform(
+        self, traces: Traces, *, exec_id: str | None = None, time: str | None = None
+    ) -> list[np.ndarray]:
+        """CRBM codes (hidden probabilities) of every window.
+
+        Returns
+        -------
+        list of ndarray of shape (max(n_samples_i - delay, 0), n_hidden)
+            Row ``j`` of execution ``i`` is the code of the window ending at sample
+            ``j + delay``.
+        """
+        ts, win, codes = self._codes_and_windows(traces, exec_id, time)
+        codes_np = codes.cpu().numpy().astype(np.float64)
+        bounds = np.searchsorted(win.owner, np.arange(len(ts) + 1))
+        return [codes_np[bounds[i] : bounds[i + 1]] for i in range(len(ts))]
+
+    def score(
+        self,
+        traces: Traces,
+        y: None = None,
+        *,
+        exec_id: str | None = None,
+        time: str | None = None,
+    ) -> float:
+        """Mean squared reconstruction error of the windows (scaled units).
+
+        Sign convention: **lower is better** (unlike scikit-learn's ``score``, which is
+        maximised); in a scikit-learn search use ``scoring=lambda est, X, y=None:
+        -est.score(X)``.
+        """
+        check_is_fitted(self, ["crbm_", "cluster_centers_"])
+        ts = self._as_traces(traces, exec_id, None, time)
+        win = self._windows(ts)
+        if len(win.v) == 0:
+            raise ValueError(f"no window of {self.delay + 1} samples in the traces")
+        return float(self.crbm_.reconstruction_errors(win.v, win.u).mean())
+
+    # ---- expanding phases -----------------------------------------------------------------
+    def expand(
+        self,
+        new_traces: Traces,
+        n_new_phases: int,
+        *,
+        exec_id: str | None = None,
+        time: str | None = None,
+    ) -> PhaseDetector:
+        """Add ``n_new_phases`` phases for behaviour in ``new_traces`` (AI4DL "expanding phases").
+
+        The CRBM and scaler stay frozen, so existing codes and phase centroids keep their
+        meaning and ids; k-means runs on the new codes with the old centroids held fixed and
+        ``n_new_phases`` free centroids, seeded k-means++-style on the codes farthest from the
+        existing phases. New phases get ids ``n_phases_ ...``.
+
+        Returns
+        -------
+        self
+        """
+        check_is_fitted(self, ["crbm_", "cluster_centers_"])
+        if not isinstance(n_new_phases, (int, np.integer)) or n_new_phases < 1:
+            raise ValueError(f"n_new_phases must be a positive integer, got {n_new_phases!r}")
+        _, _, codes = self._codes_and_windows(new_traces, exec_id, time)
+        codes_np = codes.cpu().numpy().astype(np.float64)
+        if len(codes_np) < n_new_phases:
+            raise ValueError(f"{len(codes_np)} windows cannot seed {n_new_phases} new phases")
+        rng = np.random.default_rng(self.random_state)
+        best, best_inertia = None, np.inf
+        for _ in range(10):
+            new, inertia = _constrained_kmeans(codes_np, self.cluster_centers_, n_new_phases, rng)
+            if inertia < best_inertia:
+                best, best_inertia = new, inertia
+        self.cluster_centers_ = np.vstack([self.cluster_centers_, best])
+        self.n_phases_ = int(len(self.cluster_centers_))
+        return self
+
+    # ---- persistence ------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the model to directory ``path``.
+
+        Files: ``crbm.pt`` (the CRBM state dict, ``torch.save``), ``kmeans.npz``
+        (``cluster_centers``), ``scaler.json`` and ``meta.json`` (format, parameters, features,
+        columns, delay, loss curve, library versions). Each file is written atomically.
+        """
+        check_is_fitted(self, ["crbm_", "cluster_centers_"])
+        out = Path(path)
+        out.mkdir(parents=True, exist_ok=True)
+        buf = io.BytesIO()
+        torch.save({k: v.detach().cpu() for k, v in self.crbm_.state_dict().items()}, buf)
+        atomic_write_bytes(out / "crbm.pt", buf.getvalue())
+        buf = io.BytesIO()
+        np.savez(buf, cluster_centers=np.asarray(self.cluster_centers_, dtype=np.float64))
+        atomic_write_bytes(out / "kmeans.npz", buf.getvalue())
+        self.scaler_.to_json(out / "scaler.json")
+        atomic_write_json(out / "meta.json", self._meta())
+        return out
+
+    def _meta(self) -> dict[str, Any]:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            cloudopt = version("cloudopt")
+        except PackageNotFoundError:
+            cloudopt = "unknown"
+        params = self.get_params()
+        return {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "params": params,
+            "features": [str(f) for f in self.feature_names_in_],
+            "exec_id_col": self.exec_id_col_,
+            "time_col": self.time_col_,
+            "delay": int(self.delay),
+            "n_visible": int(self.crbm_.n_visible),
+            "n_hidden": int(self.crbm_.n_hidden),
+            "n_phases": int(self.n_phases_),
+            "n_windows": int(self.n_windows_),
+            "loss_curve": self.loss_curve_,
+            "versions": {
+                "cloudopt": cloudopt,
+                "torch": torch.__version__,
+                "numpy": np.__version__,
+                "scikit-learn": sklearn.__version__,
+            },
+        }
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, *, device: str | None = None) -> PhaseDetector:
+        """Read a model written by :meth:`save` without executing code from its files.
+
+        Parameters
+        ----------
+        path : path-like
+            Model directory.
+        device : str, optional
+            Overrides the saved ``device`` parameter.
+
+        Raises
+        ------
+        ModelFileError
+            A file is missing, corrupted, holds a pickled object, or does not match the others.
+        """
+        root = Path(path)
+        if not root.is_dir():
+            raise ModelFileError(f"{root}: model directory not found")
+        meta = _read_meta(root / "meta.json")
+        params = dict(meta["params"])
+        if device is not None:
+            params["device"] = device
+        try:
+            model = cls(**params)
+            model._check_params()
+        except (TypeError, ValueError) as exc:
+            raise ModelFileError(f"{root / 'meta.json'}: invalid parameters ({exc})") from None
+        n_vis, n_hid, delay = meta["n_visible"], meta["n_hidden"], meta["delay"]
+        if (n_hid, delay) != (model.n_hidden, model.delay):
+            raise ModelFileError(f"{root / 'meta.json'}: n_hidden/delay disagree with params")
+        crbm = CRBM(n_vis, n_hid, delay)
+        crbm.load_state_dict(_read_state(root / "crbm.pt", crbm))
+        centers = _read_centers(root / "kmeans.npz", n_hid, meta["n_phases"])
+        scaler = FeatureScaler.from_json(root / "scaler.json")
+        if scaler.n_features != n_vis:
+            raise ModelFileError(
+                f"{root / 'scaler.json'}: {scaler.n_features} features, the CRBM has {n_vis}"
+            )
+        model.crbm_ = crbm.to(model._device())
+        model.scaler_ = scaler
+        model.cluster_centers_ = centers
+        model.n_phases_ = int(meta["n_phases"])
+        model.feature_names_in_ = np.asarray(meta["features"], dtype=object)
+        model.n_features_in_ = len(model.feature_names_in_)
+        model.exec_id_col_ = meta.get("exec_id_col")
+        model.time_col_ = meta.get("time_col")
+        model.loss_curve_ = [float(x) for x in meta.get("loss_curve", [])]
+        model.n_windows_ = int(meta.get("n_windows", 0))
+        if model._n_visible_expected() != n_vis:
+            raise ModelFileError(
+                f"{root / 'meta.json'}: {model.n_features_in_} features with preprocess="
+                f"{model.preprocess!r} need {model._n_visible_expected()} visible units, "
+                f"the CRBM has {n_vis}"
+            )
+        return model
+
+    def _n_visible_expected(self) -> int:
+        """CRBM visible units implied by the features and ``preprocess``."""
+        n = int(self.n_features_in_)
+        return 2 * n if "diff" in self._preprocess_steps() else n
+
+
+# ---- helpers ------------------------------------------------------------------------------------
+def _generic_names(names: Sequence[str]) -> bool:
+    return all(str(n) == f"f{i}" for i, n in enumerate(names))
+
+
+def _array_traces(arrays: Sequence[np.ndarray]) -> TraceSet:
+    if isinstance(arrays, (str, bytes)) or not hasattr(arrays, "__len__") or len(arrays) == 0:
+        raise ValueError("traces must be a non-empty list of 2-D arrays, a TraceSet or a DataFrame")
+    out = []
+    for i, a in enumerate(arrays):
+        x = np.asarray(a, dtype=np.float64)
+        if x.ndim != 2 or x.shape[1] == 0:
+            raise ValueError(f"execution {i}: expected a 2-D (time, features) array, got {x.shape}")
+        if not np.isfinite(x).all():
+            raise ValueError(
+                f"execution {i}: contains NaN or infinite values; read files with "
+                "phases.read_traces, which fills them"
+            )
+        out.append(x)
+    widths = {x.shape[1] for x in out}
+    if len(widths) > 1:
+        raise ValueError(f"executions have different feature counts: {sorted(widths)}")
+    n_feat = out[0].shape[1]
+    return TraceSet(
+        arrays=out,
+        exec_ids=[str(i) for i in range(len(out))],
+        times=[np.arange(len(x), dtype=np.float64) for x in out],
+        rows=[np.arange(len(x), dtype=np.int64) for x in out],
+        features=[f"f{i}" for i in range(n_feat)],
+        n_rows=int(sum(len(x) for x in out)),
+    )
+
+
+def _flat_positions(ts: TraceSet, win: Windows) -> np.ndarray:
+    """Index of each window's current sample in the concatenation of ``ts.arrays``."""
+    offsets = np.concatenate([[0], np.cumsum([len(a) for a in ts.arrays])[:-1]]).astype(np.int64)
+    return offsets[win.owner] + win.position
+
+
+def _scatter(ts: TraceSet, win: Windows, labels: np.ndarray) -> list[np.ndarray]:
+    """Per-execution label arrays, :data:`WARMUP` where no window ends."""
+    flat = np.full(ts.n_samples, WARMUP, dtype=np.int64)
+    flat[_flat_positions(ts, win)] = labels
+    return np.split(flat, np.cumsum([len(a) for a in ts.arrays])[:-1])
+
+
+def _constrained_kmeans(
+    x: np.ndarray, fixed: np.ndarray, n_new: int, rng: np.random.Generator, max_iter: int = 100
+) -> tuple[np.ndarray, float]:
+    """Lloyd's k-means where the centroids ``fixed`` never move; returns the new centroids."""
+    d2 = ((x[:, None, :] - fixed[None]) ** 2).sum(-1).min(1)
+    new = []
+    for _ in range(n_new):  # k-means++ seeding against everything chosen so far
+        p = d2 / d2.sum() if d2.sum() > 0 else np.full(len(x), 1 / len(x))
+        c = x[rng.choice(len(x), p=p)]
+        new.append(c)
+        d2 = np.minimum(d2, ((x - c) ** 2).sum(1))
+    new = np.array(new)
+    labels = None
+    for _ in range(max_iter):
+        centers = np.vstack([fixed, new])
+        dist = ((x[:, None, :] - centers[None]) ** 2).sum(-1)
+        next_labels = dist.argmin(1)
+        if labels is not None and np.array_equal(labels, next_labels):
+            break
+        labels = next_labels
+        for j in range(n_new):
+            members = x[labels == len(fixed) + j]
+            if len(members):
+                new[j] = members.mean(0)
+    centers = np.vstack([fixed, new])
+    inertia = float(((x[:, None, :] - centers[None]) ** 2).sum(-1).min(1).sum())
+    return new, inertia
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelFileError(f"{path}: file not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ModelFileError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ModelFileError(
+            f"{path}: not a {FORMAT} model (format={meta.get('format')!r})"
+            if isinstance(meta, dict)
+            else f"{path}: expected a JSON object"
+        )
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ModelFileError(
+            f"{path}: format_version {meta.get('format_version')!r}, this code reads "
+            f"{FORMAT_VERSION}"
+        )
+    need = ("params", "features", "delay", "n_visible", "n_hidden", "n_phases")
+    missing = [k for k in need if k not in meta]
+    if missing or not isinstance(meta["params"], dict):
+        raise ModelFileError(f"{path}: missing or malformed keys {missing or ['params']}")
+    for key in ("delay", "n_visible", "n_hidden", "n_phases"):
+        if not isinstance(meta[key], int) or meta[key] < 1:
+            raise ModelFileError(f"{path}: {key} must be a positive integer, got {meta[key]!r}")
+    return meta
+
+
+def _read_state(path: Path, crbm: CRBM) -> dict[str, torch.Tensor]:
+    if not path.is_file():
+        raise ModelFileError(f"{path}: file not found")
+    try:
+        # weights_only=True: the unpickler accepts tensors and plain containers only and
+        # refuses any other object, so a crafted file cannot run code.
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (
+        pickle.UnpicklingError,
+        RuntimeError,
+        EOFError,
+        ValueError,
+        zipfile.BadZipFile,
+        AttributeError,
+        ImportError,
+        TypeError,
+        OSError,
+    ) as exc:
+        raise ModelFileError(
+            f"{path}: not a plain tensor state dict (refused or corrupted: "
+            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+        ) from None
+    expected = crbm.state_dict()
+    if not isinstance(state, dict) or set(state) != set(expected):
+        keys = sorted(state) if isinstance(state, dict) else type(state).__name__
+        raise ModelFileError(f"{path}: expected tensors {sorted(expected)}, found {keys}")
+    for name, ref in expected.items():
+        value = state[name]
+        if not isinstance(value, torch.Tensor) or value.shape != ref.shape:
+            shape = getattr(value, "shape", type(value).__name__)
+            raise ModelFileError(
+                f"{path}: {name} has shape {tuple(shape) if hasattr(shape, '__len__') else shape}, "
+                f"meta.json implies {tuple(ref.shape)}"
+            )
+        if not torch.isfinite(value).all():
+            raise ModelFileError(f"{path}: {name} contains NaN or infinite values")
+    return {k: v.to(torch.float32) for k, v in state.items()}
+
+
+def _read_centers(path: Path, n_hidden: int, n_phases: int) -> np.ndarray:
+    if not path.is_file():
+        raise ModelFileError(f"{path}: file not found")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            centers = np.asarray(data["cluster_centers"], dtype=np.float64)
+    except (ValueError, KeyError, OSError, zipfile.BadZipFile, EOFError) as exc:
+        raise ModelFileError(f"{path}: unreadable or contains objects ({exc})") from None
+    if centers.shape != (n_phases, n_hidden) or not np.isfinite(centers).all():
+        raise ModelFileError(
+            f"{path}: cluster_centers has shape {centers.shape}, meta.json implies "
+            f"({n_phases}, {n_hidden})"
+        )
+    return centers
