@@ -1,0 +1,355 @@
+"""Multi-objective actor-critic: one soft actor-critic pair per preference vector.
+
+Multi-objective RL by linear scalarisation (Roijers et al., 2013, "A Survey of Multi-Objective
+Sequential Decision-Making"): each preference vector ``w`` over (cost, time, resource) gets its
+own policy trained on the scalar reward ``w . r``; together the policies approximate the Pareto
+front (:mod:`agents.pareto`). Each pair is a discrete-action soft actor-critic (Haarnoja et al.,
+2018; discrete form: Christodoulou, 2019, "Soft Actor-Critic for Discrete Action Settings"):
+
+    critic target  y = r + gamma * (1 - done) * sum_a' pi'(a'|s') [Q'(s', a') - alpha log pi'(a'|s')]
+    critic loss    (Q(s, a) - y)^2
+    actor loss     sum_a pi(a|s) [alpha log pi(a|s) - Q(s, a)]
+
+where ``pi'`` and ``Q'`` are the target actor and target critic, moved towards the online
+networks by Polyak averaging ``theta' <- tau theta + (1 - tau) theta'`` after each update, and
+``alpha`` is ``RLConfig.entropy_coef``. Exploration while collecting adds epsilon-random actions
+(``RLConfig.exploration_noise``); the update is off-policy, so that is harmless.
+
+Decisions carry an uncertainty from Monte Carlo dropout over the actor (Gal & Ghahramani, 2016);
+``select_policy`` switches to the time-focused policy when the time SLA is at risk and to the
+cost-focused one when the cost SLA is; ``check_adaptive_reset`` re-initialises a critic after a
+streak of SLA violations (the "adaptive reset" of the design, after Nikishin et al., 2022,
+"The Primacy Bias in Deep Reinforcement Learning").
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from agents.buffer import ReplayBuffer
+from agents.networks import Actor, Critic, mc_dropout_probs
+from agents.persist import load_state, save_state
+from optimizer.config import OBJECTIVES, MultiObjectiveConfig, RLConfig
+from optimizer.errors import ConfigError, ModelFileError
+
+
+@torch.no_grad()
+def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
+    """Polyak averaging: ``target <- tau * source + (1 - tau) * target``, parameter by parameter."""
+    for t_param, s_param in zip(target.parameters(), source.parameters(), strict=True):
+        t_param.lerp_(s_param, tau)
+
+
+class Decision(NamedTuple):
+    """What :meth:`MultiObjectiveRLAgent.select_action` chose and how sure it was."""
+
+    action: int | np.ndarray
+    """Action index, or ``(n,)`` indices for a batch of states."""
+    policy: int
+    """Index of the policy that decided."""
+    probs: np.ndarray
+    """Mean action probabilities, ``(action_dim,)`` or ``(n, action_dim)``."""
+    uncertainty: float | np.ndarray
+    """Monte Carlo dropout standard deviation of the chosen action's probability (0 without)."""
+
+
+class _PolicyPair:
+    """Actor, critic, their targets, optimizers and replay buffer for one preference vector."""
+
+    def __init__(
+        self, state_dim: int, action_dim: int, cfg: RLConfig, device: torch.device, seed: int
+    ) -> None:
+        h, p = cfg.hidden_dim, cfg.dropout_rate
+        self.actor = Actor(state_dim, action_dim, h, p).to(device)
+        self.critic = Critic(state_dim, action_dim, h, p).to(device)
+        self.target_actor = copy.deepcopy(self.actor).eval()  # targets never use dropout
+        self.target_critic = copy.deepcopy(self.critic).eval()
+        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.lr_actor)
+        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=cfg.lr_critic)
+        self.buffer = ReplayBuffer(cfg.buffer_size, state_dim, device, seed=seed)
+
+    def reinitialize_critic(self) -> None:
+        for layer in self.critic.modules():
+            if isinstance(layer, nn.Linear):
+                layer.reset_parameters()
+        self.target_critic.load_state_dict(self.critic.state_dict())
+        lr = self.critic_optimizer.param_groups[0]["lr"]
+        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=lr)
+
+    def modules(self) -> dict[str, Any]:
+        return {
+            "actor": self.actor,
+            "critic": self.critic,
+            "target_actor": self.target_actor,
+            "target_critic": self.target_critic,
+            "actor_optimizer": self.actor_optimizer,
+            "critic_optimizer": self.critic_optimizer,
+        }
+
+
+class MultiObjectiveRLAgent:
+    """Actor-critic pairs, one per preference vector, with SLA-aware policy switching.
+
+    Parameters
+    ----------
+    state_dim, action_dim : int
+        Observation length and number of discrete actions.
+    rl_config : RLConfig
+        Network sizes, learning rates, ``gamma``, ``tau``, ``batch_size``, ``buffer_size``,
+        ``exploration_noise`` (epsilon), ``entropy_coef`` (alpha), ``dropout_rate``,
+        ``reset_interval``, ``reset_probability``, ``seed``.
+    multi_objective_config : MultiObjectiveConfig
+        The named preference vectors; policy ``i`` belongs to the ``i``-th name.
+    device : str
+        Torch device.
+    mc_samples : int
+        Dropout passes per decision when uncertainty is requested.
+
+    Attributes
+    ----------
+    actors, critics, target_actors, target_critics : list of nn.Module
+    actor_optimizers, critic_optimizers : list of torch.optim.Optimizer
+    replay_buffers : list of ReplayBuffer
+    train_steps : list of int
+        Gradient updates per policy.
+    reset_counters : list of int
+        Adaptive critic resets per policy.
+    """
+
+    def __init__(
+        self,
+        state_dim: int,
+        action_dim: int,
+        rl_config: RLConfig | None = None,
+        multi_objective_config: MultiObjectiveConfig | None = None,
+        device: str = "cpu",
+        mc_samples: int = 10,
+    ) -> None:
+        self.rl_config = rl_config if rl_config is not None else RLConfig()
+        self.multi_objective_config = multi_objective_config or MultiObjectiveConfig()
+        self.state_dim, self.action_dim = int(state_dim), int(action_dim)
+        self.device = torch.device(device)
+        self.mc_samples = int(mc_samples)
+        self.policy_names = list(self.multi_objective_config.names)
+        self.preferences = np.array(
+            [self.multi_objective_config.preference_vectors[n] for n in self.policy_names]
+        )
+        seed = self.rl_config.seed
+        self.rng = np.random.default_rng(seed)
+        torch.manual_seed(seed)
+        self.pairs = [
+            _PolicyPair(self.state_dim, self.action_dim, self.rl_config, self.device, seed + i)
+            for i in range(len(self.policy_names))
+        ]
+        self.train_steps = [0] * len(self.pairs)
+        self.reset_counters = [0] * len(self.pairs)
+        self.violation_streaks = [0] * len(self.pairs)
+        self.active_policy = 0
+
+    # Design-named views of the per-policy parts.
+    actors = property(lambda self: [p.actor for p in self.pairs])
+    critics = property(lambda self: [p.critic for p in self.pairs])
+    target_actors = property(lambda self: [p.target_actor for p in self.pairs])
+    target_critics = property(lambda self: [p.target_critic for p in self.pairs])
+    actor_optimizers = property(lambda self: [p.actor_optimizer for p in self.pairs])
+    critic_optimizers = property(lambda self: [p.critic_optimizer for p in self.pairs])
+    replay_buffers = property(lambda self: [p.buffer for p in self.pairs])
+
+    # ------------------------------------------------------------ policies
+    def policy_index(self, preference: str | int | Sequence[float]) -> int:
+        """The policy of a named preference, an index, or the nearest one to a weight vector."""
+        if isinstance(preference, (int, np.integer)):
+            if not 0 <= preference < len(self.pairs):
+                raise ConfigError(
+                    f"policy index {preference} out of range 0..{len(self.pairs) - 1}"
+                )
+            return int(preference)
+        if isinstance(preference, str):
+            if preference not in self.policy_names:
+                raise ConfigError(
+                    f"unknown preference {preference!r}; this agent has {', '.join(self.policy_names)}"
+                )
+            return self.policy_names.index(preference)
+        w = self.multi_objective_config.vector(preference)
+        return int(np.argmin(np.linalg.norm(self.preferences - w, axis=1)))
+
+    def _focused_on(self, objective: str) -> int:
+        return int(np.argmax(self.preferences[:, OBJECTIVES.index(objective)]))
+
+    def select_policy(
+        self,
+        preference: str | int | Sequence[float],
+        sla_status: Mapping[str, bool] | None = None,
+    ) -> int:
+        """Pick the policy for the user's preference, overridden when an SLA is at risk.
+
+        ``sla_status`` maps an SLA name (``"time"``, ``"cost"``, ...) to ``True`` when it is met
+        and on track, ``False`` when it is violated or about to be. A time SLA at risk switches to
+        the most time-focused policy (an unfinished job is worth nothing), otherwise a cost SLA
+        at risk switches to the most cost-focused one. The choice is kept in ``active_policy``.
+        """
+        index = self.policy_index(preference)
+        status = dict(sla_status or {})
+        if "time" in status and not status["time"]:
+            index = self._focused_on("time")
+        elif "cost" in status and not status["cost"]:
+            index = self._focused_on("cost")
+        self.active_policy = index
+        return index
+
+    # -------------------------------------------------------------- acting
+    def select_action(
+        self,
+        state: np.ndarray,
+        policy: str | int | None = None,
+        evaluate: bool = False,
+        uncertainty: bool = True,
+    ) -> Decision:
+        """Choose an action for one state ``(state_dim,)`` or a batch ``(n, state_dim)``.
+
+        ``evaluate=True`` takes the most probable action of the mean (MC dropout) probabilities;
+        otherwise an action is sampled, uniformly at random with probability epsilon. With
+        ``uncertainty``, ``mc_samples`` dropout passes give the spread; without, one
+        deterministic pass (faster, zero uncertainty).
+        """
+        index = self.active_policy if policy is None else self.policy_index(policy)
+        actor = self.pairs[index].actor
+        x = torch.as_tensor(np.asarray(state, dtype=np.float32), device=self.device)
+        single = x.ndim == 1
+        x = x.view(-1, self.state_dim)
+        actor.enable_dropout = uncertainty and actor.dropout_rate > 0
+        try:
+            mc = mc_dropout_probs(actor, x, self.mc_samples if actor.enable_dropout else 1)
+        finally:
+            actor.enable_dropout = False
+        probs = mc.mean_probs.cpu().numpy().astype(np.float64)
+        if evaluate:
+            actions = probs.argmax(axis=1)
+        else:
+            cdf = np.cumsum(probs, axis=1)
+            u = self.rng.random((len(probs), 1)) * cdf[:, -1:]
+            actions = np.minimum((u > cdf).sum(axis=1), self.action_dim - 1)
+            explore = self.rng.random(len(probs)) < self.rl_config.exploration_noise
+            actions[explore] = self.rng.integers(0, self.action_dim, size=int(explore.sum()))
+        spread = mc.std_probs.cpu().numpy()[np.arange(len(actions)), actions]
+        if single:
+            return Decision(int(actions[0]), index, probs[0], float(spread[0]))
+        return Decision(actions.astype(np.int64), index, probs, spread)
+
+    def add_experience(
+        self,
+        policy: str | int,
+        state: np.ndarray,
+        action: int | np.ndarray,
+        reward: float | np.ndarray,
+        next_state: np.ndarray,
+        done: bool | np.ndarray,
+    ) -> None:
+        """Store transitions (one, or a batch with a leading axis) in ``policy``'s buffer.
+
+        ``reward`` is the scalar reward under that policy's preference; ``done`` must be
+        ``terminated`` only (a time-limit truncation still bootstraps).
+        """
+        self.pairs[self.policy_index(policy)].buffer.add(state, action, reward, next_state, done)
+
+    # ------------------------------------------------------------ learning
+    def train(self, policy: str | int, batch_size: int | None = None) -> dict[str, float] | None:
+        """One soft actor-critic update of ``policy`` from its replay buffer.
+
+        Returns the diagnostics, or ``None`` while the buffer holds fewer than a batch.
+        """
+        cfg = self.rl_config
+        index = self.policy_index(policy)
+        pair = self.pairs[index]
+        batch_size = batch_size or cfg.batch_size
+        if len(pair.buffer) < batch_size:
+            return None
+        data = pair.buffer.sample(batch_size)
+        alpha = cfg.entropy_coef
+
+        with torch.no_grad():
+            next_probs = pair.target_actor(data.next_states)
+            next_log_probs = torch.log(next_probs.clamp_min(1e-8))
+            next_q = pair.target_critic(data.next_states)
+            next_v = (next_probs * (next_q - alpha * next_log_probs)).sum(dim=1)
+            td_target = data.rewards + cfg.gamma * (1.0 - data.dones) * next_v
+        q_taken = pair.critic(data.states).gather(1, data.actions.view(-1, 1)).squeeze(1)
+        critic_loss = F.mse_loss(q_taken, td_target)
+        pair.critic_optimizer.zero_grad()
+        critic_loss.backward()
+        nn.utils.clip_grad_norm_(pair.critic.parameters(), 10.0)
+        pair.critic_optimizer.step()
+
+        logits = pair.actor.logits(data.states)
+        probs = torch.softmax(logits, dim=1)
+        log_probs = torch.log_softmax(logits, dim=1)
+        with torch.no_grad():
+            q_all = pair.critic(data.states)
+        actor_loss = (probs * (alpha * log_probs - q_all)).sum(dim=1).mean()
+        pair.actor_optimizer.zero_grad()
+        actor_loss.backward()
+        nn.utils.clip_grad_norm_(pair.actor.parameters(), 10.0)
+        pair.actor_optimizer.step()
+
+        soft_update(pair.target_critic, pair.critic, cfg.tau)
+        soft_update(pair.target_actor, pair.actor, cfg.tau)
+        self.train_steps[index] += 1
+        return {
+            "critic_loss": critic_loss.item(),
+            "actor_loss": actor_loss.item(),
+            "q_mean": q_taken.mean().item(),
+            "entropy": -(probs * log_probs).sum(dim=1).mean().item(),
+        }
+
+    def check_adaptive_reset(self, policy: str | int, sla_violated: bool) -> bool:
+        """Count consecutive SLA-violating steps; maybe re-initialise the critic after a streak.
+
+        Once ``reset_interval`` violating steps in a row are seen, the critic (and its target and
+        optimizer) is re-initialised with probability ``reset_probability`` and the streak
+        restarts. Returns whether a reset happened.
+        """
+        index = self.policy_index(policy)
+        self.violation_streaks[index] = self.violation_streaks[index] + 1 if sla_violated else 0
+        if self.violation_streaks[index] < self.rl_config.reset_interval:
+            return False
+        self.violation_streaks[index] = 0
+        if self.rng.random() >= self.rl_config.reset_probability:
+            return False
+        self.pairs[index].reinitialize_critic()
+        self.reset_counters[index] += 1
+        return True
+
+    # --------------------------------------------------------- persistence
+    def save(self, path: str | os.PathLike) -> None:
+        """Save every policy's networks and optimizers to one file (tensors only, atomically)."""
+        state: dict[str, Any] = {
+            "shape": torch.tensor([self.state_dim, self.action_dim, len(self.pairs)]),
+            "preferences": torch.as_tensor(self.preferences),
+            "train_steps": torch.tensor(self.train_steps),
+            "reset_counters": torch.tensor(self.reset_counters),
+        }
+        for name, pair in zip(self.policy_names, self.pairs, strict=True):
+            state[name] = {k: m.state_dict() for k, m in pair.modules().items()}
+        save_state(path, state)
+
+    def load(self, path: str | os.PathLike) -> None:
+        """Load what :meth:`save` wrote; the preference names and vectors must match."""
+        state = load_state(path, (self.state_dim, self.action_dim, len(self.pairs)))
+        if not np.allclose(state["preferences"].numpy(), self.preferences):
+            raise ModelFileError(f"{path}: saved for other preference vectors")
+        missing = [n for n in self.policy_names if n not in state]
+        if missing:
+            raise ModelFileError(f"{path}: no policy named {missing[0]!r}")
+        for name, pair in zip(self.policy_names, self.pairs, strict=True):
+            for key, module in pair.modules().items():
+                module.load_state_dict(state[name][key])
+        self.train_steps = [int(v) for v in state["train_steps"]]
+        self.reset_counters = [int(v) for v in state["reset_counters"]]

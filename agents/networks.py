@@ -1,0 +1,146 @@
+"""Actor and critic networks of the multi-objective agent, with Monte Carlo dropout.
+
+Both are two-hidden-layer MLPs with ReLU and dropout after each hidden layer, as in the design.
+Dropout doubles as a cheap Bayesian approximation (Gal & Ghahramani, 2016, "Dropout as a
+Bayesian Approximation"): keeping it on at inference and averaging ``K`` stochastic passes gives
+mean action probabilities and their spread, which the agent reports as decision uncertainty
+(:func:`mc_dropout_probs`).
+
+Difference from the design: the design's critic scores one state-action pair
+(``Q(concat(s, a))``). For a discrete action set it is cheaper and exactly as expressive to output
+``Q(s, ·)`` for every action in one pass (the DQN / discrete-SAC form, Christodoulou 2019), which
+the actor-critic update needs anyway to take the expectation of Q under the policy.
+:meth:`Critic.q_value` gives the design's per-pair view.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+
+def _mlp(in_dim: int, out_dim: int, hidden_dim: int, dropout_rate: float) -> nn.Sequential:
+    return nn.Sequential(
+        nn.Linear(in_dim, hidden_dim),
+        nn.ReLU(),
+        nn.Dropout(dropout_rate),
+        nn.Linear(hidden_dim, hidden_dim),
+        nn.ReLU(),
+        nn.Dropout(dropout_rate),
+        nn.Linear(hidden_dim, out_dim),
+    )
+
+
+def _set_dropout(module: nn.Module, active: bool) -> None:
+    # Only the dropout layers change mode, so MC dropout never touches other layers' behaviour.
+    for layer in module.modules():
+        if isinstance(layer, nn.Dropout):
+            layer.train(active)
+
+
+class Actor(nn.Module):
+    """Policy network: state -> probabilities over discrete actions.
+
+    Parameters
+    ----------
+    state_dim, action_dim : int
+        Sizes of the observation vector and of the discrete action set.
+    hidden_dim : int
+        Width of both hidden layers.
+    dropout_rate : float
+        Dropout probability after each hidden layer.
+    enable_dropout : bool
+        Keep dropout active even in ``eval()`` mode (Monte Carlo dropout at inference).
+    """
+
+    def __init__(
+        self,
+        state_dim: int,
+        action_dim: int,
+        hidden_dim: int = 128,
+        dropout_rate: float = 0.1,
+        enable_dropout: bool = False,
+    ) -> None:
+        super().__init__()
+        self.dropout_rate = dropout_rate
+        self.enable_dropout = enable_dropout
+        self.net = _mlp(state_dim, action_dim, hidden_dim, dropout_rate)
+
+    def logits(self, state: torch.Tensor) -> torch.Tensor:
+        """Unnormalised log-probabilities, shape ``(batch, action_dim)``."""
+        if self.enable_dropout:
+            _set_dropout(self, True)
+        return self.net(state)
+
+    def forward(self, state: torch.Tensor) -> torch.Tensor:
+        """Action probabilities, shape ``(batch, action_dim)``, rows summing to one."""
+        return torch.softmax(self.logits(state), dim=-1)
+
+
+class Critic(nn.Module):
+    """Action-value network: state -> ``Q(s, a)`` for every discrete action.
+
+    Parameters are as for :class:`Actor`. Layer names follow the design (``l1``, ``l2``, ``l3``,
+    ``drop1``, ``drop2``).
+    """
+
+    def __init__(
+        self,
+        state_dim: int,
+        action_dim: int,
+        hidden_dim: int = 128,
+        dropout_rate: float = 0.1,
+        enable_dropout: bool = False,
+    ) -> None:
+        super().__init__()
+        self.dropout_rate = dropout_rate
+        self.enable_dropout = enable_dropout
+        self.l1 = nn.Linear(state_dim, hidden_dim)
+        self.drop1 = nn.Dropout(dropout_rate)
+        self.l2 = nn.Linear(hidden_dim, hidden_dim)
+        self.drop2 = nn.Dropout(dropout_rate)
+        self.l3 = nn.Linear(hidden_dim, action_dim)
+
+    def forward(self, state: torch.Tensor) -> torch.Tensor:
+        """Q-values, shape ``(batch, action_dim)``."""
+        if self.enable_dropout:
+            _set_dropout(self, True)
+        x = self.drop1(torch.relu(self.l1(state)))
+        x = self.drop2(torch.relu(self.l2(x)))
+        return self.l3(x)
+
+    def q_value(self, state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """Q of given state-action pairs, shape ``(batch,)``; ``action`` holds indices ``(batch,)``."""
+        return self(state).gather(1, action.long().view(-1, 1)).squeeze(1)
+
+
+class MCDropoutResult(NamedTuple):
+    mean_probs: torch.Tensor
+    """Mean action probabilities over the passes, shape ``(batch, action_dim)``."""
+    std_probs: torch.Tensor
+    """Standard deviation of each action probability over the passes, ``(batch, action_dim)``."""
+
+
+@torch.no_grad()
+def mc_dropout_probs(actor: Actor, state: torch.Tensor, n_samples: int = 10) -> MCDropoutResult:
+    """Monte Carlo dropout: ``n_samples`` stochastic passes of ``actor`` on ``state``.
+
+    Dropout is switched on for the passes only when ``actor.enable_dropout`` is set; otherwise the
+    passes are deterministic and the spread is exactly zero. The actor's modes are restored.
+
+    Parameters
+    ----------
+    state : Tensor, shape ``(batch, state_dim)``
+    """
+    if n_samples < 1:
+        raise ValueError(f"n_samples must be >= 1 (got {n_samples})")
+    was_training = actor.training
+    actor.eval()  # deterministic unless enable_dropout turns the dropout layers back on
+    try:
+        probs = torch.stack([actor(state) for _ in range(n_samples)])
+    finally:
+        actor.train(was_training)
+    std = probs.std(dim=0, unbiased=False)
+    return MCDropoutResult(mean_probs=probs.mean(dim=0), std_probs=std)

@@ -1,0 +1,249 @@
+"""Training and evaluation loops for the agents, on any Gymnasium env with discrete actions.
+
+- :func:`train_reinforce`: batches of ``n_envs`` episodes run in lockstep, one REINFORCE update
+  per batch (on-policy Monte Carlo).
+- :func:`train_morl`: ``n_envs`` copies stepped together, every transition stored in the chosen
+  policy's replay buffer, ``updates_per_step`` soft actor-critic updates per vector step.
+- :func:`evaluate`: run a policy (any ``(obs batch, envs) -> actions`` function) greedily on
+  seeds the agent never trained on; the same seeds give the baselines the same episodes.
+
+Training seeds are ``seed * 1_000_003 + k`` for the ``k``-th episode; evaluation uses its own
+seed list (:func:`heldout_seeds`), disjoint from training by construction. Learning curves
+(one row per update with the mean episode return and the losses) are written to CSV atomically.
+The env loops are plain Python over a list of envs rather than a Gymnasium vector env, so that
+finished episodes in a batch are simply masked (no autoreset semantics to reconcile across
+Gymnasium versions); the networks still see one batched forward pass per step.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from agents.morl import MultiObjectiveRLAgent
+from agents.reinforce import SimplePolicy
+from optimizer.config import MultiObjectiveConfig, RLConfig
+from optimizer.records import atomic_write_csv
+
+EnvFn = Callable[[], gym.Env]
+ActFn = Callable[[np.ndarray, Sequence[gym.Env]], np.ndarray]
+"""A policy for evaluation: ``(observations (n, obs_dim), the n envs) -> actions (n,)``."""
+
+TRAIN_SEED_STRIDE = 1_000_003
+HELDOUT_SEED_BASE = 2_000_000_000
+
+
+def heldout_seeds(n: int, offset: int = 0) -> list[int]:
+    """Evaluation seeds: far above every training seed ``seed * 1_000_003 + k`` used here."""
+    return [HELDOUT_SEED_BASE + offset + i for i in range(n)]
+
+
+def _dims(env: gym.Env) -> tuple[int, int]:
+    if not isinstance(env.action_space, gym.spaces.Discrete):
+        raise ValueError(f"agents need a Discrete action space, got {env.action_space}")
+    return int(np.prod(env.observation_space.shape)), int(env.action_space.n)
+
+
+@dataclass
+class TrainResult:
+    """A trained agent with its learning curve and the wall time training took."""
+
+    agent: Any
+    curve: pd.DataFrame
+    train_seconds: float
+    episodes: int
+
+    def save_curve(self, path: str | os.PathLike) -> None:
+        atomic_write_csv(path, self.curve)
+
+
+def train_reinforce(
+    env_fn: EnvFn,
+    config: RLConfig | None = None,
+    episodes: int | None = None,
+    n_envs: int = 16,
+    time_budget_s: float | None = None,
+    quiet: bool = True,
+    device: str = "cpu",
+) -> TrainResult:
+    """Train a :class:`SimplePolicy` for ``episodes`` (default ``config.episodes``) episodes.
+
+    Stops early once ``time_budget_s`` of wall time is spent. ``n_envs`` episodes run in
+    lockstep and form one update's batch.
+    """
+    config = config or RLConfig()
+    episodes = episodes or config.episodes
+    envs = [env_fn() for _ in range(n_envs)]
+    agent = SimplePolicy(*_dims(envs[0]), config, device=device)
+    rows: list[dict[str, float]] = []
+    start = time.perf_counter()
+    done_episodes = 0
+    with tqdm(total=episodes, desc="reinforce", unit="ep", disable=quiet) as bar:
+        while done_episodes < episodes:
+            n = min(n_envs, episodes - done_episodes)
+            seeds = [config.seed * TRAIN_SEED_STRIDE + done_episodes + i for i in range(n)]
+            _run_batch(envs[:n], seeds, agent)
+            stats = agent.train() or {}
+            done_episodes += n
+            rows.append({"episode": done_episodes, "wall_s": time.perf_counter() - start, **stats})
+            bar.update(n)
+            bar.set_postfix(ret=f"{stats.get('episode_return', float('nan')):.3g}")
+            if time_budget_s is not None and time.perf_counter() - start > time_budget_s:
+                break
+    return TrainResult(agent, pd.DataFrame(rows), time.perf_counter() - start, done_episodes)
+
+
+def _run_batch(envs: Sequence[gym.Env], seeds: Sequence[int], agent: SimplePolicy) -> None:
+    obs = np.stack([env.reset(seed=s)[0] for env, s in zip(envs, seeds, strict=True)])
+    alive = np.ones(len(envs), dtype=bool)
+    while alive.any():
+        idx = np.flatnonzero(alive)
+        actions = agent.select_action(obs[idx])
+        for j, i in enumerate(idx):
+            next_obs, reward, terminated, truncated, _ = envs[i].step(int(actions[j]))
+            done = terminated or truncated
+            agent.add_experience(obs[i], actions[j], reward, done, env_id=int(i))
+            obs[i] = next_obs
+            alive[i] = not done
+
+
+def train_morl(
+    env_fn: EnvFn,
+    policy: str | int,
+    config: RLConfig | None = None,
+    multi_objective_config: MultiObjectiveConfig | None = None,
+    agent: MultiObjectiveRLAgent | None = None,
+    episodes: int | None = None,
+    n_envs: int = 8,
+    updates_per_step: int = 2,
+    learning_starts: int = 256,
+    time_budget_s: float | None = None,
+    quiet: bool = True,
+    device: str = "cpu",
+) -> TrainResult:
+    """Train one policy of a :class:`MultiObjectiveRLAgent` on ``env_fn``'s scalar reward.
+
+    ``env_fn`` must build the environment whose reward is scalarised with ``policy``'s
+    preference vector. Pass ``agent`` to train another policy of an existing agent.
+    """
+    config = config or (agent.rl_config if agent else RLConfig())
+    episodes = episodes or config.episodes
+    envs = [env_fn() for _ in range(n_envs)]
+    if agent is None:
+        agent = MultiObjectiveRLAgent(
+            *_dims(envs[0]), config, multi_objective_config, device=device
+        )
+    index = agent.policy_index(policy)
+    started = [config.seed * TRAIN_SEED_STRIDE + i for i in range(n_envs)]
+    obs = np.stack([env.reset(seed=s)[0] for env, s in zip(envs, started, strict=True)])
+    next_seed = config.seed * TRAIN_SEED_STRIDE + n_envs
+    running = np.zeros(n_envs)
+    rows: list[dict[str, float]] = []
+    finished: list[float] = []
+    stats: dict[str, float] = {}
+    start = time.perf_counter()
+    steps = 0
+    with tqdm(
+        total=episodes, desc=f"morl[{agent.policy_names[index]}]", unit="ep", disable=quiet
+    ) as bar:
+        while len(finished) < episodes:
+            actions = agent.select_action(obs, index, uncertainty=False).action
+            next_obs = np.empty_like(obs)  # the true next states, stored in the buffer
+            rewards = np.empty(n_envs)
+            terminated = np.zeros(n_envs, dtype=bool)
+            restart_obs = {}
+            for i, env in enumerate(envs):
+                next_obs[i], rewards[i], terminated[i], truncated, _ = env.step(int(actions[i]))
+                running[i] += rewards[i]
+                if terminated[i] or truncated:
+                    finished.append(float(running[i]))
+                    running[i] = 0.0
+                    restart_obs[i] = env.reset(seed=next_seed)[0]
+                    next_seed += 1
+                    bar.update(1)
+            # Truncated episodes are stored with done=False: the time limit is not a terminal state.
+            agent.add_experience(index, obs, actions, rewards, next_obs, terminated)
+            obs = next_obs
+            for i, o in restart_obs.items():
+                obs[i] = o
+            steps += n_envs
+            if steps >= learning_starts:
+                for _ in range(updates_per_step):
+                    stats = agent.train(index) or stats
+            if len(finished) and (not rows or len(finished) - rows[-1]["episode"] >= n_envs):
+                rows.append(
+                    {
+                        "episode": len(finished),
+                        "step": steps,
+                        "wall_s": time.perf_counter() - start,
+                        "episode_return": float(np.mean(finished[-n_envs:])),
+                        **stats,
+                    }
+                )
+            if time_budget_s is not None and time.perf_counter() - start > time_budget_s:
+                break
+    return TrainResult(agent, pd.DataFrame(rows), time.perf_counter() - start, len(finished))
+
+
+# ------------------------------------------------------------------ evaluation
+@dataclass
+class EvalResult:
+    """Returns and last ``info`` of each evaluated episode, in seed order."""
+
+    returns: np.ndarray
+    """``(n_episodes,)`` undiscounted episode returns."""
+    final_infos: list[dict[str, Any]]
+    lengths: np.ndarray
+
+    @property
+    def mean_return(self) -> float:
+        return float(np.mean(self.returns))
+
+
+def evaluate(act_fn: ActFn, env_fn: EnvFn, seeds: Sequence[int], n_envs: int = 16) -> EvalResult:
+    """Run ``act_fn`` for one episode per seed; episodes run ``n_envs`` at a time in lockstep."""
+    envs = [env_fn() for _ in range(min(n_envs, len(seeds)))]
+    returns = np.zeros(len(seeds))
+    lengths = np.zeros(len(seeds), dtype=np.int64)
+    infos: list[dict[str, Any]] = [{} for _ in seeds]
+    for lo in range(0, len(seeds), len(envs)):
+        batch = list(range(lo, min(lo + len(envs), len(seeds))))
+        obs = np.stack([envs[j].reset(seed=seeds[k])[0] for j, k in enumerate(batch)])
+        alive = np.ones(len(batch), dtype=bool)
+        while alive.any():
+            idx = np.flatnonzero(alive)
+            actions = np.asarray(act_fn(obs[idx], [envs[j] for j in idx])).reshape(-1)
+            for a, j in zip(actions, idx, strict=True):
+                obs[j], reward, terminated, truncated, info = envs[j].step(int(a))
+                returns[batch[j]] += reward
+                lengths[batch[j]] += 1
+                if terminated or truncated:
+                    alive[j] = False
+                    infos[batch[j]] = info
+    return EvalResult(returns, infos, lengths)
+
+
+def reinforce_act(agent: SimplePolicy) -> ActFn:
+    """Greedy evaluation policy of a trained :class:`SimplePolicy`."""
+    return lambda obs, envs: agent.select_action(obs, evaluate=True)
+
+
+def morl_act(agent: MultiObjectiveRLAgent, policy: str | int) -> ActFn:
+    """Greedy evaluation policy of one of a :class:`MultiObjectiveRLAgent`'s policies."""
+    return lambda obs, envs: (
+        agent.select_action(obs, policy, evaluate=True, uncertainty=False).action
+    )
+
+
+def random_act(seed: int = 0) -> ActFn:
+    """Uniformly random actions (from each env's action space size)."""
+    rng = np.random.default_rng(seed)
+    return lambda obs, envs: np.array([rng.integers(env.action_space.n) for env in envs])

@@ -1,0 +1,144 @@
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from agents.morl import MultiObjectiveRLAgent, soft_update
+from agents.toy_envs import ChainMDP
+from agents.train import evaluate, heldout_seeds, morl_act, train_morl
+from optimizer.config import MultiObjectiveConfig, RLConfig
+from optimizer.errors import ConfigError, ModelFileError
+
+torch.set_num_threads(1)
+FAST = dict(
+    hidden_dim=32,
+    lr_actor=1e-3,
+    lr_critic=1e-3,
+    gamma=1.0,
+    tau=0.05,
+    batch_size=64,
+    buffer_size=5000,
+)
+
+
+def _agent(**kw) -> MultiObjectiveRLAgent:
+    return MultiObjectiveRLAgent(4, 3, RLConfig(**{**FAST, **kw}), MultiObjectiveConfig())
+
+
+def test_soft_update_arithmetic():
+    target, source = nn.Linear(2, 2), nn.Linear(2, 2)
+    with torch.no_grad():
+        for p in target.parameters():
+            p.fill_(1.0)
+        for p in source.parameters():
+            p.fill_(3.0)
+    soft_update(target, source, 0.25)
+    for p in target.parameters():
+        torch.testing.assert_close(p, torch.full_like(p, 0.25 * 3 + 0.75 * 1))
+    soft_update(target, source, 1.0)
+    for p in target.parameters():
+        torch.testing.assert_close(p, torch.full_like(p, 3.0))
+
+
+def test_one_pair_per_preference_with_targets():
+    agent = _agent()
+    assert agent.policy_names == ["cost", "time", "resource", "balanced"]
+    assert len(agent.actors) == len(agent.critics) == len(agent.replay_buffers) == 4
+    assert agent.replay_buffers[0] is not agent.replay_buffers[1]
+    for actor, target in zip(agent.actors, agent.target_actors, strict=True):
+        for a, b in zip(actor.parameters(), target.parameters(), strict=True):
+            assert torch.equal(a, b) and a is not b
+    # a train step moves the online critic and pulls the target by tau only
+    rng = np.random.default_rng(0)
+    agent.add_experience(
+        "time",
+        rng.random((100, 4)),
+        rng.integers(0, 3, 100),
+        rng.random(100),
+        rng.random((100, 4)),
+        np.zeros(100, bool),
+    )
+    t_before = [p.clone() for p in agent.target_critics[1].parameters()]
+    c_before = [p.clone() for p in agent.critics[1].parameters()]
+    assert agent.train("time") is not None
+    assert agent.train("cost") is None  # its own buffer is still empty
+    for tb, cb, t, c in zip(
+        t_before,
+        c_before,
+        agent.target_critics[1].parameters(),
+        agent.critics[1].parameters(),
+        strict=True,
+    ):
+        torch.testing.assert_close(t, 0.95 * tb + 0.05 * c.detach())
+        assert not torch.equal(c, cb) or cb.numel() == 0
+
+
+def test_select_policy_switches_when_sla_at_risk():
+    agent = _agent()
+    assert agent.select_policy("cost") == 0
+    assert agent.select_policy("cost", {"time": True, "cost": True}) == 0
+    # a cost-focused run about to miss its time limit switches to the time-focused policy
+    assert agent.select_policy("cost", {"time": False, "cost": True}) == 1
+    assert agent.active_policy == 1
+    assert agent.select_policy("balanced", {"time": True, "cost": False}) == 0
+    assert agent.select_policy([0.3, 0.3, 0.4]) == 3  # nearest vector is "balanced"
+    with pytest.raises(ConfigError, match="unknown preference"):
+        agent.select_policy("speed")
+
+
+def test_uncertainty_reported_with_each_decision():
+    agent = _agent(dropout_rate=0.3)
+    state = np.random.default_rng(0).random((5, 4))
+    dec = agent.select_action(state, "cost", evaluate=True)
+    assert dec.action.shape == (5,) and dec.probs.shape == (5, 3)
+    assert (dec.uncertainty > 0).all()
+    assert (
+        agent.select_action(state, "cost", evaluate=True, uncertainty=False).uncertainty.max() == 0
+    )
+    one = agent.select_action(state[0], "cost", evaluate=True)
+    assert isinstance(one.action, int) and isinstance(one.uncertainty, float)
+    no_dropout = _agent(dropout_rate=0.0).select_action(state, "cost", evaluate=True)
+    assert no_dropout.uncertainty.max() == 0
+
+
+def test_adaptive_reset_reinitialises_critic():
+    agent = _agent(reset_interval=3, reset_probability=1.0)
+    before = [p.clone() for p in agent.critics[2].parameters()]
+    assert agent.check_adaptive_reset("resource", True) is False
+    assert (
+        agent.check_adaptive_reset("resource", False) is False
+    )  # a compliant step breaks the streak
+    assert [agent.check_adaptive_reset("resource", True) for _ in range(3)] == [False, False, True]
+    after = list(agent.critics[2].parameters())
+    assert all(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
+    for a, b in zip(
+        agent.critics[2].parameters(), agent.target_critics[2].parameters(), strict=True
+    ):
+        assert torch.equal(a, b)
+    assert agent.reset_counters == [0, 0, 1, 0]
+    never = _agent(reset_interval=2, reset_probability=0.0)
+    assert not any(never.check_adaptive_reset(0, True) for _ in range(10))
+
+
+def test_save_load_round_trip_gives_identical_actions(tmp_path):
+    agent = _agent(seed=1)
+    other = _agent(seed=2)
+    state = np.random.default_rng(1).random((20, 4))
+    path = tmp_path / "morl.pt"
+    agent.save(path)
+    other.load(path)
+    for name in agent.policy_names:
+        a = agent.select_action(state, name, evaluate=True, uncertainty=False)
+        b = other.select_action(state, name, evaluate=True, uncertainty=False)
+        np.testing.assert_array_equal(a.action, b.action)
+        np.testing.assert_array_equal(a.probs, b.probs)
+    with pytest.raises(ModelFileError):
+        MultiObjectiveRLAgent(5, 3, RLConfig(**FAST)).load(path)
+
+
+def test_learns_chain_mdp():
+    env = ChainMDP()
+    cfg = RLConfig(**FAST, exploration_noise=0.2, entropy_coef=0.01, seed=0)
+    result = train_morl(ChainMDP, "balanced", cfg, episodes=600, n_envs=8)
+    ev = evaluate(morl_act(result.agent, "balanced"), ChainMDP, heldout_seeds(2))
+    assert ev.mean_return == pytest.approx(env.optimal_return)

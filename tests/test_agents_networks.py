@@ -1,0 +1,40 @@
+import torch
+
+from agents.networks import Actor, Critic, mc_dropout_probs
+
+
+def test_actor_outputs_probabilities():
+    torch.manual_seed(0)
+    actor = Actor(4, 6, hidden_dim=16, dropout_rate=0.2)
+    probs = actor(torch.randn(5, 4))
+    assert probs.shape == (5, 6)
+    torch.testing.assert_close(probs.sum(dim=1), torch.ones(5))
+    assert (probs > 0).all()
+
+
+def test_mc_dropout_spread_zero_off_positive_on():
+    torch.manual_seed(0)
+    actor = Actor(4, 6, hidden_dim=32, dropout_rate=0.3)
+    x = torch.randn(3, 4)
+    off = mc_dropout_probs(actor, x, n_samples=8)
+    assert torch.count_nonzero(off.std_probs) == 0
+    actor.enable_dropout = True
+    on = mc_dropout_probs(actor, x, n_samples=8)
+    assert (on.std_probs.sum(dim=1) > 1e-4).all()
+    assert on.mean_probs.shape == (3, 6)
+    # the helper leaves the module's own mode as it found it
+    assert actor.training
+    # with a dropout rate of 0 there is nothing to sample even when enabled
+    still = Actor(4, 6, hidden_dim=32, dropout_rate=0.0, enable_dropout=True)
+    assert torch.count_nonzero(mc_dropout_probs(still, x, 5).std_probs) == 0
+
+
+def test_critic_all_actions_and_pairs():
+    torch.manual_seed(0)
+    critic = Critic(3, 5, hidden_dim=8, dropout_rate=0.1).eval()
+    s = torch.randn(4, 3)
+    q = critic(s)
+    assert q.shape == (4, 5)
+    a = torch.tensor([0, 4, 2, 2])
+    torch.testing.assert_close(critic.q_value(s, a), q[torch.arange(4), a])
+    assert set(dict(critic.named_children())) == {"l1", "drop1", "l2", "drop2", "l3"}

@@ -1,0 +1,82 @@
+import numpy as np
+import pytest
+import torch
+
+from agents.reinforce import SimplePolicy, discounted_returns
+from agents.toy_envs import ChainMDP, TwoArmedBandit
+from agents.train import evaluate, heldout_seeds, random_act, reinforce_act, train_reinforce
+from optimizer.config import RLConfig
+from optimizer.errors import ModelFileError
+
+torch.set_num_threads(1)
+FAST = dict(hidden_dim=32, lr_actor=3e-3, lr_critic=3e-3, exploration_noise=0.05, gamma=1.0)
+
+
+def test_discounted_returns():
+    np.testing.assert_allclose(
+        discounted_returns(np.array([1.0, 0.0, 2.0]), 0.5), [1 + 0.25 * 2, 0.5 * 2, 2.0]
+    )
+    assert discounted_returns(np.array([]), 0.9).shape == (0,)
+
+
+def test_learns_two_armed_bandit():
+    # arm 0 pays 0.2, arm 1 pays 1.0, both with noise 0.5: the policy must settle on arm 1
+    result = train_reinforce(TwoArmedBandit, RLConfig(**FAST, seed=3), episodes=400, n_envs=8)
+    probs = result.agent.action_probabilities(np.ones((1, 1), dtype=np.float32))[0]
+    assert probs[1] > 0.9
+    curve = result.curve["episode_return"]
+    assert curve.tail(10).mean() > curve.head(5).mean()
+
+
+def test_learns_chain_mdp_past_the_trap():
+    # stepping left at the start pays 0.2 at once; walking right pays 1 - 4 * 0.02 = 0.92
+    env = ChainMDP()
+    result = train_reinforce(ChainMDP, RLConfig(**FAST, seed=1), episodes=1600, n_envs=16)
+    ev = evaluate(reinforce_act(result.agent), ChainMDP, heldout_seeds(4))
+    assert ev.mean_return == pytest.approx(env.optimal_return)
+    rnd = evaluate(random_act(0), ChainMDP, heldout_seeds(4))
+    assert ev.mean_return > rnd.mean_return
+
+
+def test_save_load_round_trip_gives_identical_actions(tmp_path):
+    result = train_reinforce(ChainMDP, RLConfig(**FAST, seed=2), episodes=80, n_envs=8)
+    path = tmp_path / "reinforce.pt"
+    result.agent.save(path)
+    fresh = SimplePolicy(5, 2, RLConfig(**FAST, seed=99))
+    states = np.eye(5, dtype=np.float32)
+    fresh.load(path)
+    np.testing.assert_array_equal(
+        fresh.action_probabilities(states), result.agent.action_probabilities(states)
+    )
+    np.testing.assert_array_equal(
+        fresh.select_action(states, evaluate=True),
+        result.agent.select_action(states, evaluate=True),
+    )
+    assert fresh.train_steps == result.agent.train_steps
+    with pytest.raises(ModelFileError, match="saved for"):
+        SimplePolicy(4, 2, RLConfig(**FAST)).load(path)
+    with pytest.raises(ModelFileError, match="not found"):
+        fresh.load(tmp_path / "missing.pt")
+
+
+def test_reset_clears_buffers_and_can_reinitialise():
+    agent = SimplePolicy(2, 3, RLConfig(**FAST, seed=0))
+    agent.add_experience(np.zeros((2, 2)), [0, 1], [1.0, 2.0], [True, False], env_id=[0, 1])
+    assert agent.n_complete_episodes == 1 and len(agent.trajectories) == 1
+    before = [p.clone() for p in agent.policy_network.parameters()]
+    agent.reset()
+    assert agent.n_complete_episodes == 0 and not agent.trajectories
+    assert agent.train() is None
+    agent.reset(reinitialize=True)
+    after = list(agent.policy_network.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
+
+
+def test_parallel_episodes_kept_apart():
+    agent = SimplePolicy(1, 2, RLConfig(**FAST))
+    for t in range(3):
+        agent.add_experience(np.zeros((2, 1)), [0, 1], [1.0, 10.0], [t == 2, t == 1], env_id=[0, 1])
+    # env 1 finished after two steps, env 0 after three
+    lengths = sorted(len(ep.rewards) for ep in agent.episodes)
+    assert lengths == [2, 3]
+    assert sorted(sum(ep.rewards) for ep in agent.episodes) == [3.0, 20.0]
