@@ -272,6 +272,8 @@ class TransitionGraph:
             seqs = [s[s != WARMUP] for s in seqs]
         seen = sorted({int(p) for s in seqs for p in np.unique(s)})
         nodes = sorted(set(phases)) if phases is not None else seen
+        if phases is not None and include_warmup:
+            nodes = sorted(set(nodes) | {WARMUP})
         if phases is not None and not set(seen) <= set(nodes):
             raise ValueError(
                 f"sequences hold phases {sorted(set(seen) - set(nodes))} not in phases"
