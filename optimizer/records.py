@@ -15,7 +15,7 @@ import json
 import os
 import tempfile
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -178,3 +178,48 @@ def iter_trials(run_dir: str | os.PathLike) -> Iterator[TrialSummary]:
     for d in sorted(p for p in trials.iterdir() if p.is_dir()):
         if (d / SUMMARY_FILE).exists():
             yield TrialSummary.load(d)
+
+
+MODEL_INFO_COLUMNS = ("model_name", "model_family", "params", "layers", "dataset")
+TRIALS_CSV = "trials.csv"
+
+
+def summaries_to_frame(summaries: Iterable[TrialSummary | dict[str, Any]]) -> Any:
+    """One row per trial: the summary's scalar fields, the allocation as ``gpus, cpus,
+    memory_gb, batch_size`` and ``model_info`` as ``model_name, model_family, params, layers,
+    dataset``; ``train_args`` is joined into one string and ``stderr_tail`` left out.
+
+    Returns a pandas DataFrame of shape (n_trials, n_columns), columns in a fixed order.
+    """
+    import pandas as pd
+
+    fields = [f.name for f in dataclasses.fields(TrialSummary)]
+    alloc_fields = [f.name for f in dataclasses.fields(Allocation)]
+    rows = []
+    for s in summaries:
+        d = s.to_dict() if isinstance(s, TrialSummary) else TrialSummary.from_dict(s).to_dict()
+        alloc = d.pop("allocation") or {}
+        info = d.pop("model_info") or {}
+        d.pop("stderr_tail", None)
+        d["train_args"] = " ".join(str(a) for a in d.get("train_args") or [])
+        row = {"trial_id": d.pop("trial_id"), "status": d.pop("status")}
+        row.update({k: alloc.get(k) for k in alloc_fields})
+        row.update(d)
+        row.update({k: info.get(k) for k in MODEL_INFO_COLUMNS})
+        rows.append(row)
+    columns = ["trial_id", "status", *alloc_fields,
+               *[f for f in fields if f not in ("trial_id", "status", "allocation",
+                                                "model_info", "stderr_tail")],
+               *MODEL_INFO_COLUMNS]
+    frame = pd.DataFrame(rows, columns=columns)
+    # Integer columns with gaps stay integers (batch size 64, not 64.0).
+    for col in ("gpus", "cpus", "batch_size", "exit_code", "n_samples_trace", "params", "layers"):
+        frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("Int64")
+    return frame
+
+
+def write_trials_csv(run_dir: str | os.PathLike) -> Path:
+    """Rewrite ``runs/<run>/trials.csv`` (atomically) from the run's complete trials."""
+    path = Path(run_dir) / TRIALS_CSV
+    atomic_write_csv(path, summaries_to_frame(iter_trials(run_dir)))
+    return path
