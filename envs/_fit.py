@@ -1,0 +1,312 @@
+"""Least-squares calibration of :class:`envs.workload.WorkloadParams` from trial summaries.
+
+Step time is fitted on a log scale (relative errors count the same at every size, as in Pollux's
+``fit_perf_params``) with bounded trust-region least squares. Parameters the trials say nothing
+about are either fixed with the reason recorded (Pollux does the same for the network terms
+without multi-GPU data) or, when the model would need them, the fit is refused. A final check
+of the Jacobian's conditioning at the solution catches the remaining unidentifiable cases.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+import scipy.optimize
+
+from optimizer.errors import CloudoptError
+from optimizer.records import TrialSummary
+
+_HINTS = {
+    "alpha_c": "trials at two or more batch sizes",
+    "beta_c": "trials at two or more batch sizes",
+    "parallel_fraction": "trials at two or more CPU counts",
+    "delta": "trials at two or more CPU counts where data loading matters",
+    "alpha_r": "trials on one and on two or more GPUs",
+    "beta_r": "trials on three or more GPUs",
+    "gamma": "multi-GPU trials at two or more batch sizes",
+}
+_BOUNDS = {
+    "alpha_c": (0.0, np.inf),
+    "beta_c": (1e-12, np.inf),
+    "parallel_fraction": (0.0, 1.0),
+    "delta": (0.0, np.inf),
+    "alpha_r": (0.0, np.inf),
+    "beta_r": (0.0, np.inf),
+    "gamma": (1.0, 10.0),
+}
+
+
+@dataclasses.dataclass
+class _Data:
+    ids: list[str]
+    g: np.ndarray
+    c: np.ndarray
+    b: np.ndarray
+    thr: np.ndarray
+    mem: np.ndarray
+    cpu_util: np.ndarray
+    gpu_util: np.ndarray
+
+
+def _usable(trials: Sequence[TrialSummary]) -> _Data:
+    rows = [
+        t for t in trials if t.ok and t.throughput and t.throughput > 0 and t.allocation.batch_size
+    ]
+    if len(rows) < 3:
+        raise CloudoptError(
+            f"cannot fit the workload model: {len(rows)} usable trial(s) of {len(trials)} "
+            "(need at least 3 completed or probe trials with a throughput and a batch size)"
+        )
+
+    def arr(fn) -> np.ndarray:
+        return np.array([fn(t) for t in rows], dtype=float)
+
+    return _Data(
+        ids=[t.trial_id for t in rows],
+        g=arr(lambda t: t.allocation.gpus),
+        c=arr(lambda t: t.allocation.cpus),
+        b=arr(lambda t: t.allocation.batch_size),
+        thr=arr(lambda t: t.throughput),
+        mem=arr(lambda t: t.mem_gb_peak),
+        cpu_util=arr(lambda t: t.cpu_util_mean),
+        gpu_util=arr(lambda t: np.nan if t.gpu_util_mean is None else t.gpu_util_mean),
+    )
+
+
+def _refuse(what: str, data: _Data) -> None:
+    raise CloudoptError(
+        f"cannot fit the workload model: {what} (trials: "
+        + ", ".join(
+            f"{i} g{g:g}/c{c:g}/b{b:g}"
+            for i, g, c, b in zip(data.ids, data.g, data.c, data.b, strict=False)
+        )
+        + ")"
+    )
+
+
+def _choose_free(d: _Data, device: str) -> tuple[list[str], dict[str, str], dict[str, float]]:
+    """Free parameters, fixed ones with reasons, and fixed values."""
+    local = d.b / np.maximum(d.g, 1)
+    if len(np.unique(local)) < 2:
+        _refuse(
+            f"every trial uses the same per-device batch size {local[0]:g}; "
+            f"{_HINTS['beta_c']} are needed to separate fixed from per-sample time",
+            d,
+        )
+    if len(np.unique(d.c)) < 2:
+        _refuse(
+            f"every trial uses {d.c[0]:g} CPU(s); {_HINTS['parallel_fraction']} are needed "
+            "to learn how CPU threads speed the job up",
+            d,
+        )
+    free = ["alpha_c", "beta_c", "parallel_fraction"]
+    fixed: dict[str, str] = {}
+    values: dict[str, float] = {"alpha_r": 0.0, "beta_r": 0.0, "gamma": 1.0, "delta": 0.0}
+    if device == "cpu":
+        return free, fixed, values
+    free.append("delta")
+    multi = d.g > 1
+    if not multi.any():
+        fixed.update(
+            alpha_r="no multi-GPU trial; the model is limited to the measured GPU count",
+            beta_r="no multi-GPU trial",
+            gamma="no multi-GPU trial",
+        )
+        return free, fixed, values
+    free.append("alpha_r")
+    if len(np.unique(d.g[multi])) >= 2 and (d.g > 2).any():
+        free.append("beta_r")
+    else:
+        fixed["beta_r"] = "fewer than two multi-GPU counts: no retrogression (Pollux's default)"
+    if len(np.unique(local[multi])) >= 2:
+        free.append("gamma")
+    else:
+        fixed["gamma"] = "multi-GPU trials at one batch size: no overlap assumed (gamma = 1)"
+    return free, fixed, values
+
+
+def _params_from(x: np.ndarray, free: list[str], base: dict[str, float]) -> dict[str, float]:
+    out = dict(base)
+    out.update({k: float(v) for k, v in zip(free, x, strict=False)})
+    return out
+
+
+def _log_step(values: dict[str, float], proto, d: _Data) -> np.ndarray:
+    from envs.workload import WorkloadModel
+
+    params = dataclasses.replace(proto, **values)
+    pred = WorkloadModel(params=params).predict(d.g, d.c, np.full_like(d.b, np.inf), d.b)
+    return np.log(pred["step_time"])
+
+
+def _initial_guess(d: _Data, free: list[str]) -> np.ndarray:
+    t = d.b / d.thr
+    local = d.b / np.maximum(d.g, 1)
+    slope, icpt = np.polyfit(local, t, 1)
+    guess = {
+        "alpha_c": max(icpt, 1e-4 * t.mean()),
+        "beta_c": max(slope, 1e-3 * t.mean() / local.mean()),
+        "parallel_fraction": 0.5,
+        "delta": 0.1 * t.mean() / d.b.mean(),
+        "alpha_r": 0.05 * t.mean(),
+        "beta_r": 0.01 * t.mean(),
+        "gamma": 1.5,
+    }
+    return np.array([guess[k] for k in free])
+
+
+def _check_identified(jac: np.ndarray, x: np.ndarray, free: list[str], d: _Data) -> None:
+    """Refuse when the Jacobian (relative sensitivities) is singular among interior params."""
+    lo = np.array([_BOUNDS[k][0] for k in free])
+    hi = np.array([_BOUNDS[k][1] for k in free])
+    interior = (x > lo + 1e-9 * np.maximum(1, np.abs(lo))) & (x < hi - 1e-9)
+    if interior.sum() == 0:
+        return
+    rel = jac[:, interior] * np.maximum(np.abs(x[interior]), 1e-12)
+    norms = np.linalg.norm(rel, axis=0)
+    names = [k for k, ok in zip(free, interior, strict=False) if ok]
+    dead = [k for k, n in zip(names, norms, strict=False) if n < 1e-8]
+    if dead:
+        _refuse(f"the trials do not inform {dead[0]}; {_HINTS[dead[0]]} are needed", d)
+    _, s, vt = np.linalg.svd(rel / norms, full_matrices=False)
+    if len(s) > len(d.ids) or s[-1] < 1e-6 * s[0]:
+        worst = names[int(np.argmax(np.abs(vt[-1])))]
+        _refuse(
+            f"{len(d.ids)} trial(s) cannot identify {len(names)} parameters "
+            f"({', '.join(names)}); {worst} is not determined: {_HINTS[worst]} are needed",
+            d,
+        )
+
+
+def _r2(y: np.ndarray, pred: np.ndarray) -> float:
+    ss = float(np.sum((y - y.mean()) ** 2))
+    return 1.0 - float(np.sum((y - pred) ** 2)) / ss if ss > 0 else float("nan")
+
+
+def fit_workload(trials, proto, *, noise_scale=None, ref_batch=None, gpu_mem_gb=None):
+    """Fit parameters; returns ``(WorkloadParams, FitReport)``. See ``WorkloadModel.fit``."""
+
+    d = _usable(trials)
+    device = "gpu" if (d.g > 0).any() else "cpu"
+    if device == "gpu" and (d.g == 0).any():
+        _refuse("trials mix CPU-only and GPU runs; fit them as separate workloads", d)
+    free, fixed, base = _choose_free(d, device)
+    if len(d.ids) < len(free):
+        _refuse(f"{len(d.ids)} trial(s) for {len(free)} parameters ({', '.join(free)})", d)
+    proto = dataclasses.replace(
+        proto, device=device, mem_base_gb=0.0, mem_per_sample_gb=0.0, gpu_mem_gb=0.0
+    )
+    y = np.log(d.b / d.thr)
+    try:
+        values = _solve(d, free, base, proto, y)
+    except CloudoptError as exc:
+        # A GPU job whose input pipeline never limited the trials says nothing about it; a
+        # model without one explains the trials as well, so use that and say so.
+        if device != "gpu" or not any(k in str(exc) for k in ("delta", "parallel_fraction")):
+            raise
+        free = [k for k in free if k not in ("delta", "parallel_fraction")]
+        fixed["delta"] = fixed["parallel_fraction"] = (
+            "the input pipeline never limited the measured trials (CPU threads do not matter "
+            "in the measured range)"
+        )
+        values = _solve(d, free, base, proto, y)
+    if device == "gpu" and values["delta"] < 1e-12 and "parallel_fraction" in free:
+        fixed["parallel_fraction"] = "the input pipeline never limited the measured trials"
+    params = dataclasses.replace(proto, **values)
+    params = _fit_secondary(params, d, fixed, gpu_mem_gb)
+    params.ref_batch = int(ref_batch or d.b.min())
+    params.noise_scale = float(noise_scale if noise_scale is not None else _noise_from_info(trials))
+    if params.noise_scale == 0:
+        fixed["noise_scale"] = "no gradient noise scale given: statistical efficiency is off"
+    return params, _report(params, d, free, fixed)
+
+
+def _solve(d: _Data, free: list[str], base: dict[str, float], proto, y: np.ndarray):
+    """Bounded least squares on log step time; refuses unidentified parameters."""
+
+    def resid(x: np.ndarray) -> np.ndarray:
+        return _log_step(_params_from(x, free, base), proto, d) - y
+
+    lo = [_BOUNDS[k][0] for k in free]
+    hi = [_BOUNDS[k][1] for k in free]
+    x0 = np.clip(_initial_guess(d, free), np.array(lo) + 1e-12, np.array(hi) - 1e-9)
+    sol = scipy.optimize.least_squares(
+        resid, x0, bounds=(lo, hi), x_scale="jac", xtol=1e-12, ftol=1e-12, max_nfev=5000
+    )
+    _check_identified(sol.jac, sol.x, free, d)
+    return _params_from(sol.x, free, base)
+
+
+def _noise_from_info(trials: Sequence[TrialSummary]) -> float:
+    for t in trials:
+        v = (t.model_info or {}).get("grad_noise_scale")
+        if isinstance(v, (int, float)) and v > 0:
+            return float(v)
+    return 0.0
+
+
+def _fit_secondary(params, d: _Data, fixed: dict[str, str], gpu_mem_gb):
+    """Memory line, host cores per GPU and the GPU utilisation ceiling."""
+    from envs.workload import WorkloadModel
+
+    has_mem = d.mem > 0
+    if has_mem.sum() >= 2 and len(np.unique(d.b[has_mem])) >= 2:
+        slope, icpt = np.polyfit(d.b[has_mem], d.mem[has_mem], 1)
+        if slope < 0:  # noise around a flat line: keep it flat
+            slope, icpt = 0.0, float(d.mem[has_mem].mean())
+        params.mem_per_sample_gb, params.mem_base_gb = float(slope), float(max(icpt, 0.0))
+    elif has_mem.any():
+        params.mem_base_gb, params.mem_per_sample_gb = float(d.mem[has_mem].max()), 0.0
+        fixed["mem_per_sample_gb"] = "memory measured at one batch size only"
+    else:
+        params.mem_base_gb, params.mem_per_sample_gb = 0.0, 0.0
+        fixed["mem_base_gb"] = "no memory measurements (mem_gb_peak): out of memory never predicted"
+    if gpu_mem_gb:
+        params.gpu_mem_gb = float(gpu_mem_gb)
+    if params.device == "gpu":
+        pred = WorkloadModel(params=params).predict(d.g, d.c, np.inf, d.b)
+        step, work = pred["step_time"], params.delta * d.b
+        ok = d.cpu_util > 0
+        if ok.any():
+            h = (d.cpu_util[ok] / 100 * d.c[ok] * step[ok] - work[ok]) / (d.g[ok] * step[ok])
+            params.host_cores_per_gpu = float(max(np.median(h), 0.0))
+        ok = np.isfinite(d.gpu_util) & (d.gpu_util > 0)
+        if ok.any():
+            ratio = d.gpu_util[ok] / 100 / (pred["t_compute"][ok] / step[ok])
+            params.gpu_util_max = float(np.clip(np.median(ratio), 0.05, 1.0))
+    return params
+
+
+def _report(params, d: _Data, free: list[str], fixed: dict[str, str]):
+    from envs.workload import FitReport, WorkloadModel
+
+    pred = WorkloadModel(params=params).predict(d.g, d.c, np.inf, d.b)
+    rel = pred["throughput"] / d.thr - 1.0
+    has_mem = d.mem > 0
+    r2_mem = _r2(d.mem[has_mem], pred["mem_gb"][has_mem]) if has_mem.sum() >= 2 else float("nan")
+    rows = [
+        {
+            "trial_id": i,
+            "gpus": float(g),
+            "cpus": float(c),
+            "batch_size": float(b),
+            "measured": float(m),
+            "predicted": float(p),
+            "rel_error": float(r),
+        }
+        for i, g, c, b, m, p, r in zip(
+            d.ids, d.g, d.c, d.b, d.thr, pred["throughput"], rel, strict=False
+        )
+    ]
+    return FitReport(
+        n_trials=len(d.ids),
+        free=list(free),
+        fixed=dict(fixed),
+        r2_throughput=_r2(d.thr, pred["throughput"]),
+        r2_memory=r2_mem,
+        per_point=rows,
+        max_rel_error=float(np.max(np.abs(rel))),
+        dof=len(d.ids) - len(free),
+    )

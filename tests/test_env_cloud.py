@@ -1,0 +1,216 @@
+"""CloudEnvironment: Gymnasium contract, registration, vector env, determinism, rewards."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import envs
+from envs import CloudEnvironment
+from envs.state import SLA_NAMES
+
+
+def test_check_env_passes():
+    check_env(CloudEnvironment(), skip_render_check=True)
+    check_env(CloudEnvironment(noise=0.1, workload="vgg16-p100"), skip_render_check=True)
+
+
+def test_gymnasium_make_and_spaces():
+    env = gym.make(envs.ENV_ID, workload="resnet50-v100", preference="cost")
+    obs, info = env.reset(seed=0)
+    assert env.observation_space.shape == (22,) and env.observation_space.dtype == np.float32
+    assert env.action_space.n == 81
+    assert env.observation_space.contains(obs)
+    obs, r, term, trunc, info = env.step(40)
+    assert info["reward_vector"].shape == (4,)
+    assert env.unwrapped.reward_space.shape == (4,)
+    assert env.unwrapped.reward_space.contains(info["reward_vector"])
+    env.close()
+    small = gym.make(envs.ENV_ID, batch_actions=False)
+    assert small.action_space.n == 27
+
+
+def test_sync_vector_env_of_eight():
+    venv = gym.vector.SyncVectorEnv([lambda: gym.make(envs.ENV_ID) for _ in range(8)])
+    obs, _ = venv.reset(seed=3)
+    assert obs.shape == (8, 22)
+    total = np.zeros(8)
+    for _ in range(25):
+        obs, r, term, trunc, info = venv.step(venv.action_space.sample())
+        total += r
+    assert obs.shape == (8, 22) and np.isfinite(total).all()
+    venv.close()
+
+
+def _episode(env, seed, actions):
+    obs, _ = env.reset(seed=seed)
+    out = [obs]
+    for a in actions:
+        obs, r, term, _, info = env.step(a)
+        out.append(np.append(obs, [r, info["step_time_s"]]))
+        if term:
+            break
+    return out
+
+
+def test_seed_determinism_with_noise():
+    env = CloudEnvironment(noise=0.2)
+    acts = np.random.default_rng(0).integers(0, 81, 20).tolist()
+    a, b = _episode(env, 7, acts), _episode(env, 7, acts)
+    c = _episode(env, 8, acts)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=False))
+    assert any(not np.array_equal(x, y) for x, y in zip(a[1:], c[1:], strict=False))
+
+
+def test_episode_ends_after_n_steps_and_progress_is_exact():
+    env = CloudEnvironment(n_steps=5)
+    obs, _ = env.reset(seed=0)
+    i = env.state.index["progress"]
+    for k in range(5):
+        obs, r, term, trunc, info = env.step(env.actions.noop)
+        assert obs[i] == pytest.approx((k + 1) / 5)
+        assert term == (k == 4) and not trunc
+    with pytest.raises(RuntimeError):
+        env.step(0)
+
+
+def test_reward_is_preference_weighted_sum_of_components():
+    env = CloudEnvironment(preference=[0.5, 0.3, 0.2], sla_weight=0.7, change_penalty=0.05)
+    env.reset(seed=0)
+    for a in (40, 67, 40, 13):
+        _, r, _, _, info = env.step(a)
+        v = info["reward_vector"]
+        expect = 0.5 * v[0] + 0.3 * v[1] + 0.2 * v[2] + 0.7 * v[3] - 0.05 * info["changed"]
+        assert r == pytest.approx(expect, abs=1e-5)
+        assert env._calculate_reward() == pytest.approx(r, abs=1e-5)
+        assert set(env._get_reward_components()) == {"cost", "time", "efficiency", "sla"}
+
+
+def test_time_component_sums_to_budget_share():
+    """Summed over a job without changes, the time component is n_steps * (1 - T / time_max)."""
+    env = CloudEnvironment(workload="resnet50-v100", preference="time")
+    env.reset(seed=0)
+    times, total = 0.0, 0.0
+    for _ in range(env.model.n_steps):
+        _, _, term, _, info = env.step(env.actions.noop)
+        times += info["step_time_s"]
+        total += info["reward_vector"][1]
+    sla = env.resolved.sla
+    assert total == pytest.approx(env.model.n_steps * (1 - times / sla.time_max), rel=1e-5)
+    assert info["time_limit_violated"] == (times > sla.time_max)
+
+
+def test_out_of_memory_ends_episode_with_penalty():
+    # batch 512 on one V100 exceeds the GPU memory: doubling twice from 128 runs out of memory
+    env = CloudEnvironment(workload="resnet50-v100", oom_penalty=1.0, sla_weight=1.0)
+    env.reset(seed=0)
+    double = env.actions.noop + 1
+    _, r1, term1, _, info1 = env.step(double)  # 256 on one GPU: out of GPU memory
+    assert term1 and info1["oom"]
+    assert r1 == pytest.approx(-env.model.n_steps - env.config.change_penalty)
+
+
+def test_observation_fields_and_sla_helpers():
+    env = CloudEnvironment()
+    obs, _ = env.reset(seed=0)
+    assert len(env.state.fields) == env.state_dim == obs.shape[0]
+    status = env.state.get_sla_status()
+    assert list(status) == list(SLA_NAMES)
+    assert 0.0 <= env.state.get_overall_sla_compliance() <= 1.0
+    phase = obs[env.state.index["phase_0"] : env.state.index["phase_0"] + 4]
+    assert phase.sum() == 1.0
+
+
+def test_update_metrics_from_measurements():
+    env = CloudEnvironment()
+    env.reset(seed=0)
+    vec = env.update_metrics(
+        {
+            "gpus": 2,
+            "cpus": 16,
+            "memory_gb": 24,
+            "batch_size": 256,
+            "gpu_util": 0.9,
+            "cpu_util": 0.5,
+            "mem_util": 0.6,
+            "throughput": 600.0,
+            "progress": 0.5,
+            "elapsed_s": 3600,
+            "cost": 5.0,
+            "phase": 1,
+            "step_time_s": 10.0,
+            "step_cost": 0.1,
+            "mem_gb": 12.0,
+        }
+    )
+    idx = env.state.index
+    assert vec[idx["gpus"]] == pytest.approx(0.5)
+    assert vec[idx["phase_1"]] == 1.0 and vec[idx["sla_time"]] == 1.0
+    assert env.metrics_history[-1]["throughput"] == 600.0
+
+
+def test_estimate_optimal_resources_and_log():
+    env = CloudEnvironment()
+    fast = env.estimate_optimal_resources("time")
+    cheap = env.estimate_optimal_resources("cost")
+    assert fast["time_s"] < cheap["time_s"]
+    assert fast["allocation"].gpus >= cheap["allocation"].gpus
+    env.log_adjustments = True
+    env.reset(seed=0)
+    env.step(67)
+    entry = env.adjustment_log[-1]
+    assert entry["description"].startswith("Increase GPUs by 1")
+    assert entry["old"] != entry["new"]
+
+
+def test_phase_prototype_from_detector():
+    env = CloudEnvironment(
+        phase_sequence=[(3, 0.5), (1, 0.5)], phase_scales={3: (2.0, 1.5)}, n_steps=4
+    )
+    assert [p.phase_id for p in env.model.phases] == [3, 1]
+    assert env.model.step_phase.tolist() == [0, 0, 1, 1]
+    assert env.model.phases[0].mem_scale == 1.5
+
+
+def test_bad_config_is_reported():
+    from optimizer.errors import CloudoptError
+
+    with pytest.raises(CloudoptError, match="not found"):
+        CloudEnvironment(workload="no-such-preset")
+    with pytest.raises(CloudoptError, match="preference"):
+        CloudEnvironment(preference="fastest")
+    with pytest.raises(CloudoptError, match="max_phases"):
+        CloudEnvironment(phase_sequence=[(i, 0.2) for i in range(5)])
+
+
+def test_noise_path_with_unit_noise_reproduces_the_tables():
+    env = CloudEnvironment(workload="vgg16-p100", sla=None)
+    m = env.model
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        p, a, ch = rng.integers(len(m.phases)), rng.integers(m.n_alloc), rng.integers(2)
+        obs, vec, reward, t, c = env._outcome(int(p), int(a), int(ch), 1.0)
+        np.testing.assert_allclose(obs, m.obs[p, a, ch], atol=1e-6)
+        np.testing.assert_allclose(vec, m.reward_vector[p, a, ch], atol=1e-6)
+        assert reward == pytest.approx(m.reward[p, a, ch], abs=1e-9)
+        assert (t, c) == pytest.approx((m.step_time[p, a, ch], m.step_cost[p, a, ch]))
+
+
+def test_noise_path_with_every_sla_checked():
+    from optimizer.config import SLAConfig
+
+    sla = SLAConfig(
+        time_max=30000,
+        cost_max=40,
+        throughput_min=500,
+        memory_max=20,
+        gpu_util_min=50,
+        cpu_util_min=30,
+    )
+    env = CloudEnvironment(sla=sla)
+    m = env.model
+    assert m.state.checked.all()
+    for p, a, ch in [(0, 5, 0), (1, 300, 1), (2, 700, 0), (1, 959, 1)]:
+        obs, vec, reward, _, _ = env._outcome(p, a, ch, 1.0)
+        np.testing.assert_allclose(obs, m.obs[p, a, ch], atol=1e-6)
+        assert reward == pytest.approx(m.reward[p, a, ch], abs=1e-9)

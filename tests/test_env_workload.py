@@ -1,0 +1,158 @@
+"""WorkloadModel: presets against published figures, fit recovery, refusal."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from envs.workload import (
+    PhaseSpec,
+    WorkloadModel,
+    WorkloadParams,
+    list_presets,
+    phase_sequence,
+)
+from optimizer.errors import CloudoptError
+from optimizer.records import Allocation, TrialSummary
+
+# dl-platforms lecture: Table 4 (VGG-16/Caffe, batch 75) and Table 6 (ResNet-50/TF, batch 128)
+PUBLISHED = [
+    ("vgg16-v100", 75, [2, 4, 8, 16, 28], [106.46, 106.5, 107.24, 107.45, 107.47]),
+    ("vgg16-p100", 75, [2, 4, 8], [65.96, 66.14, 65.67]),
+    ("resnet50-v100", 128, [16, 28], [345.3, 345.8]),
+]
+
+
+@pytest.mark.parametrize("name,batch,threads,published", PUBLISHED)
+def test_presets_reproduce_published_throughput(name, batch, threads, published):
+    model = WorkloadModel.from_preset(name)
+    pred = model.predict(1, np.array(threads), np.inf, batch)["throughput"]
+    np.testing.assert_allclose(pred, published, rtol=0.01)
+
+
+def test_resnet_gpu_utilisation_matches_table6():
+    pred = WorkloadModel.from_preset("resnet50-v100").predict(1, [16, 28], np.inf, 128)
+    np.testing.assert_allclose(pred["gpu_util"], [0.933, 0.927], atol=0.01)
+
+
+def test_all_presets_load_and_behave():
+    assert {"resnet50-v100", "resnet50-p100", "vgg16-v100", "vgg16-p100"} <= set(list_presets())
+    for name in list_presets():
+        m = WorkloadModel.from_preset(name)
+        g = 0 if m.params.device == "cpu" else 1
+        p = m.predict(g, [1, 2, 4], 1e9, 64)
+        assert np.all(np.diff(p["throughput"]) >= -1e-9)  # more threads never slow it down
+        assert np.all(p["efficiency"] > 0) and not p["oom"].any()
+
+
+def test_pollux_form_properties():
+    m = WorkloadModel.from_preset("resnet50-v100")
+    one, four = (m.predict(g, 32, 1e9, 128 * g)["throughput"] for g in (1, 4))
+    assert 3.0 * one < four < 4.0 * one  # sub-linear scaling from the sync term
+    assert m.efficiency(64) > 1.0 > m.efficiency(512)
+    assert float(m.efficiency(128)) == pytest.approx(1.0)
+    assert m.predict(1, 8, 8.0, 128)["oom"]  # host memory: 6 + 0.03 * 128 GB > 8 GB
+    assert m.predict(1, 8, 64.0, 256)["oom"]  # GPU memory: local batch 256 on 16 GB
+
+
+def test_phase_sequence_midpoints():
+    phases = [PhaseSpec(0, 0.1), PhaseSpec(1, 0.75), PhaseSpec(2, 0.15)]
+    assert phase_sequence(phases, 20).tolist() == [0, 0] + [1] * 15 + [2] * 3
+
+
+def synthetic_trials(params, grid, noise=0.0, seed=0):
+    model = WorkloadModel(params=params)
+    rng = np.random.default_rng(seed)
+    trials = []
+    for i, (g, c, b) in enumerate(grid):
+        p = model.predict(g, c, np.inf, b)
+        thr = float(p["throughput"]) * float(np.exp(noise * rng.standard_normal()))
+        trials.append(
+            TrialSummary(
+                trial_id=f"t{i}",
+                status="completed",
+                allocation=Allocation(g, c, 8.0, b),
+                throughput=thr,
+                mem_gb_peak=float(p["mem_gb"]),
+                cpu_util_mean=100 * float(p["cpu_util"]),
+                gpu_util_mean=100 * float(p["gpu_util"]) if g else None,
+            )
+        )
+    return trials
+
+
+def test_fit_recovers_cpu_parameters():
+    true = WorkloadParams(
+        device="cpu",
+        alpha_c=0.004,
+        beta_c=0.0002,
+        parallel_fraction=0.8,
+        mem_base_gb=0.6,
+        mem_per_sample_gb=0.002,
+    )
+    grid = [(0, c, b) for c in (1, 2, 4) for b in (32, 128, 512)]
+    model = WorkloadModel().fit(synthetic_trials(true, grid))
+    p = model.params
+    assert p.device == "cpu"
+    for name in ("alpha_c", "beta_c", "parallel_fraction", "mem_base_gb", "mem_per_sample_gb"):
+        assert getattr(p, name) == pytest.approx(getattr(true, name), rel=1e-3), name
+    rep = model.fit_report_
+    assert rep.r2_throughput > 0.9999 and rep.max_rel_error < 1e-4 and rep.dof == 6
+    assert len(rep.per_point) == 9
+
+
+def test_fit_recovers_gpu_parameters():
+    true = dataclasses.replace(
+        WorkloadModel.from_preset("resnet50-v100").params, noise_scale=0.0, gpu_mem_gb=0.0
+    )
+    grid = [(g, c, 64 * g * k) for g in (1, 2, 4) for c in (2, 8, 24) for k in (1, 2)]
+    model = WorkloadModel().fit(synthetic_trials(true, grid), ref_batch=128)
+    p = model.params
+    for name in (
+        "alpha_c",
+        "beta_c",
+        "alpha_r",
+        "beta_r",
+        "gamma",
+        "delta",
+        "parallel_fraction",
+        "host_cores_per_gpu",
+        "gpu_util_max",
+    ):
+        assert getattr(p, name) == pytest.approx(getattr(true, name), rel=0.02, abs=1e-4), name
+    assert model.fit_report_.r2_throughput > 0.9999
+
+
+def test_fit_with_noise_reports_error():
+    true = WorkloadParams(device="cpu", alpha_c=0.004, beta_c=0.0002, parallel_fraction=0.8)
+    grid = [(0, c, b) for c in (1, 2, 4) for b in (32, 128, 512)]
+    model = WorkloadModel().fit(synthetic_trials(true, grid, noise=0.05, seed=1))
+    rep = model.fit_report_
+    assert 0.0 < rep.max_rel_error < 0.2 and 0.8 < rep.r2_throughput < 1.0
+    assert model.params.parallel_fraction == pytest.approx(0.8, abs=0.15)
+
+
+def test_fit_refuses_unidentifiable_trials():
+    true = WorkloadParams(device="cpu", alpha_c=0.004, beta_c=0.0002, parallel_fraction=0.8)
+    with pytest.raises(CloudoptError, match="same per-device batch size"):
+        WorkloadModel().fit(synthetic_trials(true, [(0, c, 64) for c in (1, 2, 4)]))
+    with pytest.raises(CloudoptError, match="CPU"):
+        WorkloadModel().fit(synthetic_trials(true, [(0, 2, b) for b in (32, 64, 128)]))
+    with pytest.raises(CloudoptError, match="usable trial"):
+        WorkloadModel().fit(synthetic_trials(true, [(0, 1, 32), (0, 2, 64)]))
+    failed = synthetic_trials(true, [(0, 1, 32), (0, 2, 64), (0, 2, 32)])
+    failed[0].status = "failed"
+    with pytest.raises(CloudoptError, match="2 usable trial"):
+        WorkloadModel().fit(failed)
+    mixed = synthetic_trials(true, [(0, 1, 32), (0, 2, 64), (0, 2, 32)])
+    mixed[0].allocation.gpus = 1
+    with pytest.raises(CloudoptError, match="mix CPU-only and GPU"):
+        WorkloadModel().fit(mixed)
+
+
+def test_single_gpu_fit_is_limited_to_the_measured_gpu_count():
+    true = dataclasses.replace(WorkloadModel.from_preset("vgg16-v100").params, noise_scale=0.0)
+    grid = [(1, c, b) for c in (2, 8) for b in (32, 64)]
+    model = WorkloadModel().fit(synthetic_trials(true, grid))
+    assert "alpha_r" in model.fit_report_.fixed
+    assert model.meta["fitted_gpu_range"] == [1, 1]
