@@ -1,0 +1,105 @@
+"""The main command: argument and input errors exit 2; a small real run prints its table."""
+
+import subprocess
+import sys
+import textwrap
+
+import pandas as pd
+import pytest
+
+from optimizer.baseline import plan_baseline, rank_trials
+from optimizer.config import OptimizerConfig, ResourceConfig
+from optimizer.records import Allocation, TrialSummary
+
+QUICK = textwrap.dedent("""
+    import os, time
+    bs = int(os.environ.get("OPTIMIZER_BATCH_SIZE", "32"))
+    print(f"total_samples={20 * bs}", flush=True)
+    for i in range(4):
+        time.sleep(0.05)
+        print(f"step {i} {bs / 0.05:.1f} samples/s", flush=True)
+""")
+
+
+def cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "optimizer", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=120)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--train-file", "nope.py"], "nope.py: training script not found"),
+    (["--train-file", "examples/train_mlp.py", "--preference", "cheap"], "unknown preference 'cheap'"),
+    (["--train-file", "examples/train_mlp.py", "--preference", "0.5,0.5,0.5"], "must sum to 1"),
+    (["--train-file", "examples/train_mlp.py", "--resume", "/nonexistent/run"], "no such run folder"),
+])
+def test_user_errors_exit_2_without_traceback(repo_root, args, needle):
+    proc = cli(*args, cwd=repo_root)
+    assert proc.returncode == 2, proc.stderr
+    assert needle in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_syntax_error_names_file_and_line(tmp_path, repo_root):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import os\nfor x in\n")
+    proc = cli("--train-file", str(bad), cwd=repo_root)
+    assert proc.returncode == 2 and f"{bad}:2: syntax error" in proc.stderr
+
+
+def test_help_lists_options_and_commands(repo_root):
+    proc = cli("--help", cwd=repo_root)
+    assert proc.returncode == 0
+    for opt in ("--train-file", "--probe-seconds", "--dataset-path", "--offline-logs",
+                "--phase-model", "--batch-size-arg"):
+        assert opt in proc.stdout
+
+
+def test_small_real_run_then_resume(tmp_path, repo_root):
+    script = tmp_path / "quick.py"
+    script.write_text(QUICK)
+    out = tmp_path / "run"
+    args = ["--train-file", str(script), "--preference", "time", "--baseline-samples", "3",
+            "--probe-seconds", "0", "--output", str(out), "--quiet"]
+    proc = cli(*args, cwd=repo_root)
+    assert proc.returncode == 0, proc.stderr
+    assert "samples/s" in proc.stdout and "best for preference 'time'" in proc.stdout
+    assert "SLA: time met" in proc.stdout
+    trials = pd.read_csv(out / "trials.csv")
+    assert len(trials) == 3 and set(trials["status"]) == {"completed"}
+    assert set(trials["throughput_source"]) == {"stdout"}
+    assert (out / "config.json").exists() and (out / "run.json").exists()
+    logs = sorted(out.glob("trials/*/stdout.log"))
+    mtimes = [p.stat().st_mtime_ns for p in logs]
+    again = cli(*args[:-3], "--resume", str(out), "--quiet", cwd=repo_root)
+    assert again.returncode == 0, again.stderr
+    assert [p.stat().st_mtime_ns for p in logs] == mtimes  # recorded trials were not re-run
+
+
+def test_plan_varies_threads_and_batch_within_bounds():
+    rc = ResourceConfig(gpu_count_max=0, cpu_count_max=4, memory_max=32.0)
+    plan = plan_baseline(rc, 4)
+    assert plan[0] == Allocation(gpus=0, cpus=4, memory_gb=16.0, batch_size=None)
+    assert len({a.cpus for a in plan}) >= 2 and len({a.batch_size for a in plan}) >= 2
+    assert len(plan) == len(set(map(Allocation.key, plan))) == 4
+    gpu = plan_baseline(ResourceConfig(gpu_count_max=2, cpu_count_max=4, memory_max=32.0), 4,
+                        uses_gpu=True)
+    assert {a.gpus for a in gpu} == {0, 1, 2}
+    one = plan_baseline(ResourceConfig(gpu_count_max=0, cpu_count_max=1, memory_max=2.0), 10)
+    assert all(a.cpus == 1 and a.memory_gb <= 2.0 for a in one)
+
+
+def test_rank_prefers_sla_then_weighted_score():
+    cfg = OptimizerConfig(resources=ResourceConfig(gpu_count_max=0, cpu_count_max=2,
+                                                   memory_max=8.0))
+    cfg.sla.time_max = 100.0
+
+    def s(tid, cpus, t, c, status="probe"):
+        return TrialSummary(tid, status, Allocation(cpus=cpus, memory_gb=4.0 * cpus),
+                            predicted_total_time_s=t, predicted_total_cost=c, throughput=1.0)
+    trials = [s("fast", 2, 50.0, 2.0), s("cheap", 1, 90.0, 1.0), s("slow", 1, 150.0, 0.5),
+              s("bad", 1, None, None, "failed")]
+    cost = rank_trials(trials, cfg, "cost")
+    assert list(cost["trial_id"]) == ["cheap", "fast", "slow", "bad"]  # slow violates time
+    assert list(rank_trials(trials, cfg, "time")["trial_id"][:2]) == ["fast", "cheap"]
+    # Each objective over its best among usable trials: cost 1.0/0.5 (slow is cheapest), time
+    # 90/50, resource share 0.5/0.5 -> 0.7*2 + 0.2*1.8 + 0.1*1 = 1.86.
+    assert cost.loc[0, "score"] == pytest.approx(0.7 * 2 + 0.2 * 1.8 + 0.1 * 1)
