@@ -36,19 +36,21 @@ class Example:
     name: str
     script: str
     sizes: tuple[str, ...]
-    """``--width``-style arguments, one per model size."""
+    """``--width``-style arguments and the samples per epoch, one per model size (larger
+    models get fewer samples so that no run is long)."""
     job: str
-    """Arguments fixing the job's size (samples, epochs)."""
+    """Arguments common to every run (epochs)."""
     batches: tuple[int, int]
 
 
 EXAMPLES = (
-    Example("mlp", "examples/train_mlp.py", ("--hidden 256", "--hidden 1024"),
-            "--samples 8000 --epochs 2", (64, 256)),
-    Example("cnn", "examples/train_cnn.py", ("--width 8", "--width 16"),
-            "--samples 2048 --epochs 2", (32, 128)),
-    Example("transformer", "examples/train_transformer.py", ("--width 32", "--width 64"),
-            "--samples 512 --epochs 2", (16, 64)),
+    Example("mlp", "examples/train_mlp.py",
+            ("--hidden 256 --samples 8000", "--hidden 1024 --samples 3000"), "--epochs 2",
+            (64, 256)),
+    Example("cnn", "examples/train_cnn.py",
+            ("--width 8 --samples 2048", "--width 16 --samples 1024"), "--epochs 2", (32, 128)),
+    Example("transformer", "examples/train_transformer.py",
+            ("--width 32 --samples 512", "--width 64 --samples 256"), "--epochs 2", (16, 64)),
 )
 
 
@@ -73,7 +75,7 @@ def run_all(out_dir: Path, run_dir: Path, quick: bool, timeout_s: float,
         manager = TrainingModuleManager(REPO / ex.script, train_args=f"{size} {ex.job}")
         alloc = Allocation(gpus=0, cpus=min(threads, resources.cpu_count_max or 1),
                            memory_gb=4.0, batch_size=batch)
-        trial_id = f"{i:03d}-{ex.name}-{size.split()[-1]}-{alloc.key()}"
+        trial_id = f"{i:03d}-{ex.name}-{size.split()[1]}-{alloc.key()}"
         summary = manager.run_training(alloc, run_dir / "trials" / trial_id,
                                        resource_config=resources, timeout_s=timeout_s,
                                        trial_id=trial_id)
@@ -103,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run-dir", type=Path, default=REPO / "runs" / "example-logs",
                    help="folder of the trial records")
     p.add_argument("--quick", action="store_true", help="one size and batch per model")
-    p.add_argument("--timeout", type=float, default=120.0, help="limit per run, seconds")
+    p.add_argument("--timeout", type=float, default=150.0, help="limit per run, seconds")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
     by_model = run_all(args.out, args.run_dir, args.quick, args.timeout, args.quiet)

@@ -252,8 +252,8 @@ def normalise_frame(raw: pd.DataFrame, source: str) -> tuple[pd.DataFrame, LogRe
         out[name] = _to_number(raw[found[name]]) if name in found else np.nan
     for name in TEXT:
         if name in found:
-            col = raw[found[name]].astype("string").str.strip()
-            out[name] = col.where(col.notna() & (col != ""), None).astype(object)
+            out[name] = pd.Series([_text(v) for v in raw[found[name]]], index=raw.index,
+                                  dtype=object)
         else:
             out[name] = None
     out["model_name"] = out["model_name"].map(_clean_model_name)
@@ -267,11 +267,19 @@ def normalise_frame(raw: pd.DataFrame, source: str) -> tuple[pd.DataFrame, LogRe
     return out.reset_index(drop=True), report
 
 
+def _text(value: Any) -> str | None:
+    """A stripped string, or None for missing and empty cells."""
+    if value is None or (not isinstance(value, str) and pd.isna(value)):
+        return None
+    text = str(value).strip()
+    return text or None
+
+
 def _clean_model_name(value: Any) -> Any:
     # A script path (train_file) names the model by its stem: examples/train_cnn.py -> train_cnn.
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    text = _text(value)
+    if text is None:
         return None
-    text = str(value)
     if text.endswith(".py") or "/" in text:
         text = Path(text).stem
     return text or None
@@ -525,7 +533,8 @@ class _Neighbours:
     def __init__(self, data: pd.DataFrame, x: np.ndarray, k: int) -> None:
         from sklearn.neighbors import NearestNeighbors
 
-        self.categories = {c: sorted({str(v) for v in data[c].dropna()})
+        # Names compare case-insensitively: "MLP" from a source scan is the logs' "mlp".
+        self.categories = {c: sorted({str(v).lower() for v in data[c].dropna()})
                            for c in ("model_name", "model_family", "dataset")}
         self.char_cols = [c for c in CHAR_FEATURES if data[c].notna().any()]
         char = np.column_stack([_log(data[c]) for c in self.char_cols]) if self.char_cols \
@@ -551,7 +560,8 @@ class _Neighbours:
             values = data[col].astype(object).where(data[col].notna(), None).to_numpy()
             # A name mismatch costs sqrt(2) * 1.5: more than two standard deviations of size.
             weight = 1.5 if col == "model_name" else 1.0
-            onehots.append(np.array([[weight * (str(v) == c) for c in cats] for v in values],
+            onehots.append(np.array([[weight * (str(v).lower() == c) for c in cats]
+                                     for v in values],
                                     dtype=float).reshape(len(data), len(cats)))
         return np.column_stack([z, *onehots])
 
