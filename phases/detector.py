@@ -20,7 +20,7 @@ import pickle
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 
 from optimizer.errors import ModelFileError
 from optimizer.records import atomic_write_bytes, atomic_write_json
-from phases.crbm import CRBM, Windows, resolve_device, stack_windows
+from phases.crbm import CRBM, Windows, _affine, resolve_device, window_index, windows_from_flat
 from phases.traces import FeatureScaler, TraceSet, traces_from_frame
 
 __all__ = ["PhaseDetector", "WARMUP", "DEFAULT_EPOCHS", "Traces"]
@@ -174,37 +174,38 @@ class PhaseDetector(BaseEstimator):
             )
         return steps
 
-    def _as_traces(
+    def _as_batch(
         self,
         traces: Traces,
         exec_id: str | None = None,
         features: Sequence[str] | None = None,
         time: str | None = None,
-    ) -> TraceSet:
+    ) -> _Batch:
+        """All executions concatenated, whatever form ``traces`` came in."""
         fitted = hasattr(self, "n_features_in_")
+        if isinstance(traces, pd.DataFrame):
+            traces = self._frame_traces(traces, exec_id, features, time, fitted)
         if isinstance(traces, TraceSet):
-            ts = traces
-        elif isinstance(traces, pd.DataFrame):
-            ts = self._frame_traces(traces, exec_id, features, time, fitted)
+            if fitted and list(traces.features) != list(self.feature_names_in_):
+                if not _generic_names(traces.features) and not _generic_names(
+                    self.feature_names_in_
+                ):
+                    raise ValueError(
+                        f"trace features {list(traces.features)} differ from the model's "
+                        f"{list(self.feature_names_in_)}"
+                    )
+            batch = _batch_of_arrays(traces.arrays, list(traces.features))
+            batch = batch._replace(exec_id_col=traces.exec_id_col, time_col=traces.time_col)
         else:
-            arrays = [traces] if isinstance(traces, np.ndarray) and traces.ndim == 2 else traces
-            ts = _array_traces(arrays)
-        if fitted and ts.arrays[0].shape[1] != self.n_features_in_:
+            if isinstance(traces, np.ndarray) and traces.ndim == 2:
+                traces = [traces]  # one execution
+            batch = _batch_of_arrays(traces, None)
+        if fitted and batch.flat.shape[1] != self.n_features_in_:
             raise ValueError(
-                f"traces have {ts.arrays[0].shape[1]} features, the model expects "
-                f"{self.n_features_in_} ({', '.join(self.feature_names_in_)})"
+                f"traces have {batch.flat.shape[1]} features, the model expects "
+                f"{self.n_features_in_} ({', '.join(map(str, self.feature_names_in_))})"
             )
-        if (
-            fitted
-            and isinstance(traces, TraceSet)
-            and list(ts.features) != list(self.feature_names_in_)
-            and not _generic_names(ts.features)
-        ):
-            raise ValueError(
-                f"trace features {list(ts.features)} differ from the model's "
-                f"{list(self.feature_names_in_)}"
-            )
-        return ts
+        return batch
 
     def _frame_traces(self, frame, exec_id, features, time, fitted) -> TraceSet:
         exec_id = exec_id or (getattr(self, "exec_id_col_", None) if fitted else None) or "exec_id"
@@ -221,19 +222,28 @@ class PhaseDetector(BaseEstimator):
             ]
         return traces_from_frame(frame, exec_id, features, time, source="DataFrame")
 
-    def _prepare(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Apply ``preprocess`` to unscaled executions."""
-        out = [np.asarray(a, dtype=np.float64) for a in arrays]
+    def _prepare(self, flat: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """Apply ``preprocess`` to the concatenated, unscaled executions (vectorised)."""
+        out = flat
+        owner = np.repeat(np.arange(len(lengths)), lengths)
+        starts = (np.cumsum(lengths) - lengths)[lengths > 0]
         for step in self._preprocess_steps():
             if step == "exec-norm":
-                out = [(x - x.mean(0)) / np.where(x.std(0) > 0, x.std(0), 1.0) for x in out]
+                n = np.maximum(lengths, 1)[:, None]
+                mean = np.stack([np.bincount(owner, c, len(lengths)) for c in out.T], 1) / n
+                centred = out - mean[owner]
+                var = np.stack([np.bincount(owner, c * c, len(lengths)) for c in centred.T], 1)
+                std = np.sqrt(var / n)
+                out = centred / np.where(std > 0, std, 1.0)[owner]
             elif step == "diff":
-                out = [np.hstack([x, np.diff(x, axis=0, prepend=x[:1])]) for x in out]
+                d = np.diff(out, axis=0, prepend=out[:1])
+                d[starts] = 0.0  # no difference across execution boundaries
+                out = np.hstack([out, d])
         return out
 
-    def _windows(self, ts: TraceSet) -> Windows:
-        scaled = self.scaler_.transform(self._prepare(ts.arrays))
-        return stack_windows(scaled, self.delay, device=self._device())
+    def _windows(self, batch: _Batch) -> Windows:
+        scaled = self.scaler_.scaler.transform(self._prepare(batch.flat, batch.lengths))
+        return windows_from_flat(scaled, batch.lengths, self.delay, device=self._device())
 
     def _device(self) -> torch.device:
         return resolve_device(self.device)
@@ -266,15 +276,17 @@ class PhaseDetector(BaseEstimator):
         self._check_params()
         for attr in [a for a in vars(self) if a.endswith("_") and not a.startswith("__")]:
             delattr(self, attr)
-        ts = self._as_traces(traces, exec_id, features, time)
+        batch = self._as_batch(traces, exec_id, features, time)
         seeds = np.random.default_rng(self.random_state).integers(2**31 - 1, size=3)
-        prepared = self._prepare(ts.arrays)
-        scaler = FeatureScaler(ts.features).fit(prepared)
-        win = stack_windows(scaler.transform(prepared), self.delay, device=self._device())
+        prepared = self._prepare(batch.flat, batch.lengths)
+        scaler = FeatureScaler(batch.features).fit([prepared])
+        win = windows_from_flat(
+            scaler.scaler.transform(prepared), batch.lengths, self.delay, device=self._device()
+        )
         if len(win.v) < self.n_phases:
             raise ValueError(
                 f"{len(win.v)} windows of {self.delay + 1} samples in the training traces; "
-                f"need at least n_phases={self.n_phases} (executions: {ts.n_samples} samples)"
+                f"need at least n_phases={self.n_phases} ({len(batch.flat)} samples)"
             )
         crbm = CRBM(win.v.shape[1], self.n_hidden, self.delay, random_state=int(seeds[0]))
         crbm.to(win.v.device)
@@ -292,19 +304,18 @@ class PhaseDetector(BaseEstimator):
         self._close_progress()
         codes = crbm.codes(win.v, win.u).cpu().numpy().astype(np.float64)
         km = KMeans(n_clusters=self.n_phases, n_init=10, random_state=int(seeds[2])).fit(codes)
-        first = np.concatenate(ts.arrays)[:, 0]
-        sample_of_window = _flat_positions(ts, win)
-        level = [first[sample_of_window[km.labels_ == c]].mean() for c in range(self.n_phases)]
+        first = batch.flat[_flat_positions(batch.lengths, win), 0]
+        level = [first[km.labels_ == c].mean() for c in range(self.n_phases)]
         order = np.argsort(level, kind="stable")
 
         self.crbm_ = crbm
         self.scaler_ = scaler
         self.cluster_centers_ = km.cluster_centers_[order]
         self.n_phases_ = int(self.n_phases)
-        self.n_features_in_ = int(ts.arrays[0].shape[1])
-        self.feature_names_in_ = np.asarray(ts.features, dtype=object)
-        self.exec_id_col_ = ts.exec_id_col
-        self.time_col_ = ts.time_col
+        self.n_features_in_ = int(batch.flat.shape[1])
+        self.feature_names_in_ = np.asarray(batch.features, dtype=object)
+        self.exec_id_col_ = batch.exec_id_col
+        self.time_col_ = batch.time_col
         self.loss_curve_ = [float(x) for x in curve]
         self.n_windows_ = int(len(win.v))
         return self
@@ -327,16 +338,26 @@ class PhaseDetector(BaseEstimator):
         self._bar = None
 
     # ---- inference ----------------------------------------------------------------------------
-    def _codes_and_windows(self, traces, exec_id, time) -> tuple[TraceSet, Windows, torch.Tensor]:
+    def _all_codes(self, traces, exec_id, time) -> tuple[_Batch, torch.Tensor, np.ndarray]:
+        """Codes of every window of consecutive samples (the inference fast path, see
+        ``CRBM.window_codes``) and which of them lie inside one execution.
+
+        Returns
+        -------
+        batch, codes of shape (n_samples - delay, n_hidden), valid of shape (n_samples - delay,)
+        """
         check_is_fitted(self, ["crbm_", "cluster_centers_"])
-        ts = self._as_traces(traces, exec_id, None, time)
-        win = self._windows(ts)
-        return ts, win, self.crbm_.codes(win.v, win.u)
+        batch = self._as_batch(traces, exec_id, None, time)
+        scaled = self.scaler_.transform_flat(self._prepare(batch.flat, batch.lengths))
+        flat = torch.as_tensor(scaled, device=self._device())
+        codes = self.crbm_.window_codes(flat)
+        return batch, codes, window_index(batch.lengths, self.delay)[2]
 
     def _assign(self, codes: torch.Tensor) -> np.ndarray:
+        """Nearest phase centroid of each code: argmin ||c||^2 - 2 x.c (one product)."""
         centers = torch.as_tensor(self.cluster_centers_, dtype=codes.dtype, device=codes.device)
-        # argmin ||x - c||^2 = argmin (||c||^2 - 2 x.c): one matmul, no (n, k, d) temporary
-        dist = torch.addmm((centers * centers).sum(1), codes, centers.T, alpha=-2.0)
+        dist = codes.new_empty((len(codes), len(centers)))
+        _affine(codes, -2.0 * centers.T.contiguous(), (centers * centers).sum(1), dist)
         return dist.argmin(1).cpu().numpy()
 
     def predict(
@@ -354,9 +375,10 @@ class PhaseDetector(BaseEstimator):
             One sequence per execution, as long as the execution; the first ``delay`` samples
             (and every sample of an execution shorter than ``delay + 1``) are :data:`WARMUP`.
         """
-        ts, win, codes = self._codes_and_windows(traces, exec_id, time)
-        labels = self._assign(codes)
-        return _scatter(ts, win, labels)
+        batch, codes, valid = self._all_codes(traces, exec_id, time)
+        labels = np.full(len(batch.flat), WARMUP, dtype=np.int64)
+        labels[self.delay :][valid] = self._assign(codes)[valid]
+        return _split(labels, batch.lengths)
 
     def transform(
         self, traces: Traces, *, exec_id: str | None = None, time: str | None = None
@@ -369,10 +391,10 @@ class PhaseDetector(BaseEstimator):
             Row ``j`` of execution ``i`` is the code of the window ending at sample
             ``j + delay``.
         """
-        ts, win, codes = self._codes_and_windows(traces, exec_id, time)
-        codes_np = codes.cpu().numpy().astype(np.float64)
-        bounds = np.searchsorted(win.owner, np.arange(len(ts) + 1))
-        return [codes_np[bounds[i] : bounds[i + 1]] for i in range(len(ts))]
+        batch, codes, valid = self._all_codes(traces, exec_id, time)
+        counts = np.maximum(batch.lengths - self.delay, 0)
+        kept = codes.cpu().numpy()[valid].astype(np.float64)
+        return _split(kept, counts)
 
     def score(
         self,
@@ -389,8 +411,7 @@ class PhaseDetector(BaseEstimator):
         -est.score(X)``.
         """
         check_is_fitted(self, ["crbm_", "cluster_centers_"])
-        ts = self._as_traces(traces, exec_id, None, time)
-        win = self._windows(ts)
+        win = self._windows(self._as_batch(traces, exec_id, None, time))
         if len(win.v) == 0:
             raise ValueError(f"no window of {self.delay + 1} samples in the traces")
         return float(self.crbm_.reconstruction_errors(win.v, win.u).mean())
@@ -418,8 +439,8 @@ class PhaseDetector(BaseEstimator):
         check_is_fitted(self, ["crbm_", "cluster_centers_"])
         if not isinstance(n_new_phases, (int, np.integer)) or n_new_phases < 1:
             raise ValueError(f"n_new_phases must be a positive integer, got {n_new_phases!r}")
-        _, _, codes = self._codes_and_windows(new_traces, exec_id, time)
-        codes_np = codes.cpu().numpy().astype(np.float64)
+        _, codes, valid = self._all_codes(new_traces, exec_id, time)
+        codes_np = codes.cpu().numpy()[valid].astype(np.float64)
         if len(codes_np) < n_new_phases:
             raise ValueError(f"{len(codes_np)} windows cannot seed {n_new_phases} new phases")
         rng = np.random.default_rng(self.random_state)
@@ -550,45 +571,53 @@ def _generic_names(names: Sequence[str]) -> bool:
     return all(str(n) == f"f{i}" for i, n in enumerate(names))
 
 
-def _array_traces(arrays: Sequence[np.ndarray]) -> TraceSet:
+class _Batch(NamedTuple):
+    """Executions concatenated: ``flat`` is ``(sum(lengths), n_features)`` float64."""
+
+    flat: np.ndarray
+    lengths: np.ndarray
+    features: list[str]
+    exec_id_col: str | None = None
+    time_col: str | None = None
+
+
+def _batch_of_arrays(arrays: Sequence[np.ndarray], features: list[str] | None) -> _Batch:
     if isinstance(arrays, (str, bytes)) or not hasattr(arrays, "__len__") or len(arrays) == 0:
         raise ValueError("traces must be a non-empty list of 2-D arrays, a TraceSet or a DataFrame")
-    out = []
-    for i, a in enumerate(arrays):
-        x = np.asarray(a, dtype=np.float64)
-        if x.ndim != 2 or x.shape[1] == 0:
-            raise ValueError(f"execution {i}: expected a 2-D (time, features) array, got {x.shape}")
-        if not np.isfinite(x).all():
-            raise ValueError(
-                f"execution {i}: contains NaN or infinite values; read files with "
-                "phases.read_traces, which fills them"
-            )
-        out.append(x)
-    widths = {x.shape[1] for x in out}
-    if len(widths) > 1:
-        raise ValueError(f"executions have different feature counts: {sorted(widths)}")
-    n_feat = out[0].shape[1]
-    return TraceSet(
-        arrays=out,
-        exec_ids=[str(i) for i in range(len(out))],
-        times=[np.arange(len(x), dtype=np.float64) for x in out],
-        rows=[np.arange(len(x), dtype=np.int64) for x in out],
-        features=[f"f{i}" for i in range(n_feat)],
-        n_rows=int(sum(len(x) for x in out)),
-    )
+    arrays = [a if isinstance(a, np.ndarray) else np.asarray(a, dtype=np.float64) for a in arrays]
+    bad = next((i for i, a in enumerate(arrays) if a.ndim != 2 or a.shape[1] == 0), None)
+    if bad is not None:
+        raise ValueError(
+            f"execution {bad}: expected a 2-D (time, features) array, got shape {arrays[bad].shape}"
+        )
+    try:
+        flat = np.concatenate(arrays).astype(np.float64, copy=False)
+    except ValueError:
+        widths = sorted({a.shape[1] for a in arrays})
+        raise ValueError(f"executions have different feature counts: {widths}") from None
+    lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
+    finite = np.isfinite(flat).all(1)
+    if not finite.all():
+        first = int(np.searchsorted(np.cumsum(lengths), np.argmin(finite), side="right"))
+        raise ValueError(
+            f"execution {first}: contains NaN or infinite values; read files with "
+            "phases.read_traces, which fills them"
+        )
+    names = features if features is not None else [f"f{i}" for i in range(flat.shape[1])]
+    return _Batch(flat, lengths, names)
 
 
-def _flat_positions(ts: TraceSet, win: Windows) -> np.ndarray:
-    """Index of each window's current sample in the concatenation of ``ts.arrays``."""
-    offsets = np.concatenate([[0], np.cumsum([len(a) for a in ts.arrays])[:-1]]).astype(np.int64)
-    return offsets[win.owner] + win.position
+def _flat_positions(lengths: np.ndarray, win: Windows) -> np.ndarray:
+    """Index of each window's current sample in the concatenated executions."""
+    return (np.cumsum(lengths) - lengths)[win.owner] + win.position
 
 
-def _scatter(ts: TraceSet, win: Windows, labels: np.ndarray) -> list[np.ndarray]:
-    """Per-execution label arrays, :data:`WARMUP` where no window ends."""
-    flat = np.full(ts.n_samples, WARMUP, dtype=np.int64)
-    flat[_flat_positions(ts, win)] = labels
-    return np.split(flat, np.cumsum([len(a) for a in ts.arrays])[:-1])
+def _split(values: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
+    """Cut concatenated per-execution values back into one array per execution (slices are
+    views; cheaper than ``np.split`` for many short executions)."""
+    ends = np.cumsum(lengths).tolist()
+    starts = [0, *ends[:-1]]
+    return [values[a:b] for a, b in zip(starts, ends, strict=True)]
 
 
 def _constrained_kmeans(

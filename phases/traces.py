@@ -300,6 +300,12 @@ class FeatureScaler:
         """Scale each array with the training mean and standard deviation."""
         return [self.scaler.transform(np.asarray(a, dtype=np.float64)) for a in arrays]
 
+    def transform_flat(self, x: np.ndarray, dtype: type = np.float32) -> np.ndarray:
+        """Scale one ``(n_samples, n_features)`` array straight to ``dtype`` (the inference
+        path: no per-call validation, one pass)."""
+        s = self.scaler
+        return ((x - s.mean_) / s.scale_).astype(dtype, copy=False)
+
     def inverse_transform(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         return [self.scaler.inverse_transform(np.asarray(a, dtype=np.float64)) for a in arrays]
 
