@@ -557,8 +557,14 @@ class TrainingModuleManager:
 
     @staticmethod
     def _add_metric_rows(run: _Run, rows: pd.DataFrame, elapsed: float) -> None:
-        if rows.empty or "samples" not in rows:
+        if rows.empty:
             return
+        if "samples" not in rows:
+            if "step" not in rows or not run.batch_size:
+                return
+            # Steps without a sample count: samples = steps × the batch size in use.
+            rows = rows.assign(samples=pd.to_numeric(rows["step"], errors="coerce")
+                               * run.batch_size)
         for _, row in rows.iterrows():
             samples = _to_number(row.get("samples"))
             if samples is None:

@@ -204,3 +204,27 @@ def test_static_analysis_of_source():
     assert info["layers"] == 2
     assert analyze_source(ast.parse("import torchvision\nm = torchvision.models.resnet50()\n")
                           )["model_family"] == "ResNet"
+
+
+def test_gpu_allocation_without_a_gpu_uses_fake_nvml(tmp_path, monkeypatch):
+    # No GPU here: NVML is faked so the GPU path (device choice, trace columns) still runs.
+    from optimizer import gpu
+
+    monkeypatch.setattr(gpu, "gpu_utilization", lambda idx=None: [40.0 + i for i in idx])
+    monkeypatch.setattr(gpu, "gpu_memory_used_gb", lambda idx=None: [1.5 for _ in idx])
+    p = script(tmp_path, """
+        import os, time
+        print("visible", os.environ["CUDA_VISIBLE_DEVICES"], flush=True)
+        time.sleep(0.6)
+    """)
+    s = run(p, tmp_path, alloc=Allocation(gpus=2, cpus=1, memory_gb=1.0), monitor_interval=0.1,
+            visible_devices=[3, 5, 6])
+    d = tmp_path / "run" / "trials" / "00-t"
+    assert "visible 3,5" in (d / "stdout.log").read_text()
+    trace = pd.read_csv(d / "trace.csv")
+    assert list(trace.columns) == ["exec_id", "time_s", "cpu_cores", "mem_gb", "gpu_util",
+                                   "gpu_mem_gb"]
+    assert (trace["gpu_util"] == 44.0).all() and (trace["gpu_mem_gb"] == 3.0).all()
+    assert s.gpu_util_mean == pytest.approx(44.0) and s.gpu_mem_gb_peak == pytest.approx(3.0)
+    assert s.hourly_cost == pytest.approx(2 * PRICES.cost_per_gpu_hour + PRICES.cost_per_cpu_hour
+                                          + 1.0 * PRICES.cost_per_gb_hour)

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from optimizer.baseline import (
     best_trial,
     format_trials_table,
@@ -125,12 +127,12 @@ def optimize_file(manager: TrainingModuleManager, run_dir: Path, config: Optimiz
         ranked.loc[[0], ["job_time_s", "job_cost", "throughput", "mem_gb_peak"]].rename(
             columns={"job_time_s": "predicted_total_time_s", "job_cost": "predicted_total_cost"}),
         config.sla)
-    bs = "default" if best["batch_size"] is None or best["batch_size"] != best["batch_size"] \
-        else int(best["batch_size"])
+    bs = "default" if pd.isna(best["batch_size"]) else int(best["batch_size"])
+    rate = ("throughput unmeasured" if pd.isna(best["throughput"])
+            else f"{best['throughput']:.1f} samples/s")
     print(f"best for preference {args.preference!r}: {best['trial_id']} "
           f"({int(best['gpus'])} GPU, {int(best['cpus'])} CPU, {best['memory_gb']:g} GB, "
-          f"batch {bs}): job {best['job_time_s']:.1f} s, ${best['job_cost']:.6f}, "
-          f"{best['throughput']:.1f} samples/s")
+          f"batch {bs}): job {best['job_time_s']:.1f} s, ${best['job_cost']:.6f}, {rate}")
     print("SLA: " + ", ".join(f"{k} {'met' if v else 'VIOLATED'}" for k, v in sla.items()))
     return {"run_dir": str(run_dir), "best": best, "sla": sla}
 
