@@ -1,5 +1,6 @@
 """The main command: argument and input errors exit 2; a small real run prints its table."""
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -58,7 +59,7 @@ def test_small_real_run_then_resume(tmp_path, repo_root):
     script.write_text(QUICK)
     out = tmp_path / "run"
     args = ["--train-file", str(script), "--preference", "time", "--baseline-samples", "3",
-            "--probe-seconds", "0", "--output", str(out), "--quiet"]
+            "--probe-seconds", "0", "--train-args", "--foo 1", "--output", str(out), "--quiet"]
     proc = cli(*args, cwd=repo_root)
     assert proc.returncode == 0, proc.stderr
     assert "samples/s" in proc.stdout and "best for preference 'time'" in proc.stdout
@@ -66,7 +67,8 @@ def test_small_real_run_then_resume(tmp_path, repo_root):
     trials = pd.read_csv(out / "trials.csv")
     assert len(trials) == 3 and set(trials["status"]) == {"completed"}
     assert set(trials["throughput_source"]) == {"stdout"}
-    assert (out / "config.json").exists() and (out / "run.json").exists()
+    assert (out / "config.json").exists()
+    assert json.loads((out / "run.json").read_text())["train_args"] == ["--foo", "1"]
     logs = sorted(out.glob("trials/*/stdout.log"))
     mtimes = [p.stat().st_mtime_ns for p in logs]
     again = cli(*args[:-3], "--resume", str(out), "--quiet", cwd=repo_root)
