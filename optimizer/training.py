@@ -48,6 +48,7 @@ from optimizer.cost import ResourceCostCalculator
 from optimizer.errors import TrainingScriptError
 from optimizer.monitor import CSVMonitor, ProcessMonitor, kill_tree
 from optimizer.records import (
+    SUMMARY_FILE,
     Allocation,
     TrialSummary,
     atomic_write_json,
@@ -436,6 +437,8 @@ class TrainingModuleManager:
         work = trial_dir / ".work"
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
+        # A summary left by an earlier attempt would mark this folder complete while it runs.
+        (trial_dir / SUMMARY_FILE).unlink(missing_ok=True)
         env = ResourceManager.apply_configuration(allocation, resource_config=resource_config,
                                                   visible_devices=visible_devices)
         metrics_part = work / "metrics.csv"
