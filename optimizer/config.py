@@ -390,11 +390,16 @@ class RunConfig:
     """Seconds between samples of the process tree."""
     output_dir: str = "runs"
     seed: int = 0
+    agent_seconds: float = 25.0
+    """Training budget of each agent in the main job, seconds."""
+    sla_from_baseline: bool = True
+    """Set the time and cost limits not given on the command line from the baseline trials
+    (their forecast + 25%), so the reward weighs allocations against this job's own scale."""
 
     def __post_init__(self) -> None:
         _check(isinstance(self.baseline_samples, int) and self.baseline_samples >= 1,
                "[run].baseline_samples", "must be a positive integer", self.baseline_samples)
-        for name in ("probe_seconds", "trial_timeout_s", "monitor_interval"):
+        for name in ("probe_seconds", "trial_timeout_s", "monitor_interval", "agent_seconds"):
             v = getattr(self, name)
             _check(isinstance(v, (int, float)) and v > 0, f"[run].{name}", "must be > 0", v)
 

@@ -1,0 +1,471 @@
+"""``CloudResourceOptimizer``: the main job, from a training script to a measured recommendation.
+
+:meth:`CloudResourceOptimizer.optimize_training` runs six stages, each recorded in the run
+folder so that ``--resume`` continues where an interrupted run stopped:
+
+1. load and scan the script; check that CUDA, ``CUDA_VISIBLE_DEVICES`` and NVML agree;
+2. baseline trials: real, monitored, time-boxed runs under a few allocations
+   (``trials/NN-*``; a trial with a ``summary.json`` is never rerun);
+3. phases of the baseline trace (shipped default phase model or ``--phase-model``) and the
+   workload model fitted to the trials;
+4. agents trained on a ``CloudEnvironment`` over that model, graded against the DP optimum
+   (``rl/``, reused on resume);
+5. the recommended allocation run for real (``trials/optimized-*``) and compared with the
+   baseline;
+6. metric CSVs, ``recommendation.json``, ``k8s-resources.yaml`` and the report.
+
+If the trials cannot identify the workload model, the best measured trial is recommended and
+the report says why.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from optimizer.baseline import plan_baseline, rank_trials, run_baseline
+from optimizer.config import OptimizerConfig, load_config, validate_preference
+from optimizer.cost import ResourceCostCalculator
+from optimizer.errors import CloudoptError, ConfigError
+from optimizer.gpu import nvml_device_count, visible_device_indices
+from optimizer.metrics import RLMetricsTracker
+from optimizer.records import (
+    Allocation,
+    TrialSummary,
+    atomic_write_json,
+    atomic_write_text,
+    read_json,
+)
+from optimizer.training import TrainingModuleManager
+
+ENV_STEPS = 10
+"""Adjustment intervals of the simulated job (one tenth of its work each)."""
+
+
+@dataclass
+class JobOptions:
+    """What the command line says about one optimization besides the configuration."""
+
+    train_args: str | Sequence[str] = ""
+    batch_size_arg: str | None = None
+    probe_seconds: float | None = None
+    """None: the configuration's; 0: every trial runs to its end."""
+    total_samples: float | None = None
+    dataset_path: str | None = None
+    offline_logs: str | None = None
+    phase_model: str | None = None
+    sla_given: frozenset[str] = frozenset()
+    """SLA limits the user set explicitly; the others may be derived from the baseline."""
+    agent_seconds: float | None = None
+    """Training budget of each agent (default: the configuration's)."""
+
+
+@dataclass
+class OptimizationResult:
+    run_dir: Path
+    preference: Any
+    baseline: list[TrialSummary]
+    optimized: TrialSummary | None
+    recommendation: dict[str, Any]
+    comparison: dict[str, Any] = field(default_factory=dict)
+    report_paths: dict[str, Path] = field(default_factory=dict)
+
+
+def _effective_batch(t: TrialSummary, trial_dir: Path | None = None) -> int | None:
+    """The batch size a trial ran with: the allocation's, or what the script reported (its
+    metrics/model info, else a ``batch_size=N`` line of its output)."""
+    if t.allocation.batch_size is not None:
+        return int(t.allocation.batch_size)
+    value = (t.model_info or {}).get("batch_size")
+    if value is None and trial_dir is not None and (trial_dir / "stdout.log").exists():
+        from optimizer.training import _BATCH
+
+        with open(trial_dir / "stdout.log", encoding="utf-8", errors="replace") as fh:
+            m = _BATCH.search(fh.read(20_000))
+        value = m.group(1) if m else None
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _with_batch(t: TrialSummary, trial_dir: Path | None = None) -> TrialSummary:
+    b = _effective_batch(t, trial_dir)
+    if b is None or t.allocation.batch_size == b:
+        return t
+    copy = TrialSummary.from_dict(t.to_dict())
+    copy.allocation.batch_size = b
+    return copy
+
+
+def job_time(t: TrialSummary) -> float | None:
+    """Whole-job time of a trial: measured when it completed, predicted for a probe."""
+    if t.status == "completed":
+        return t.wall_time_s
+    return t.predicted_total_time_s
+
+
+def job_cost(t: TrialSummary) -> float | None:
+    if t.status == "completed":
+        return t.cost
+    return t.predicted_total_cost
+
+
+class CloudResourceOptimizer:
+    """Optimizes the resources of training scripts (see the module docstring for the stages).
+
+    Parameters
+    ----------
+    config : OptimizerConfig, optional
+        Resolved configuration (default: ``configs/default.toml``).
+    quiet : bool
+        No progress bars or stage messages.
+    """
+
+    def __init__(self, config: OptimizerConfig | None = None, *, quiet: bool = False) -> None:
+        self.config = config or load_config()
+        self.quiet = quiet
+        self.offline_analyzer: Any = None
+        self.training_manager: TrainingModuleManager | None = None
+        self.cloud_env: Any = None
+        self.agent: Any = None
+        self.user_preference: str | tuple[float, float, float] = "balanced"
+        self.rl_metrics = pd.DataFrame()
+        self.metrics_tracker: RLMetricsTracker | None = None
+
+    # ------------------------------------------------------------------ settings and checks
+    def set_user_preference(self, preference: str | Sequence[float]) -> None:
+        """``cost``, ``time``, ``balanced``, ``resource`` or three weights summing to 1."""
+        if isinstance(preference, str) and "," in preference:
+            preference = preference.split(",")
+        if isinstance(preference, str):
+            self.config.multi_objective.vector(preference)
+            self.user_preference = preference
+        else:
+            self.user_preference = validate_preference(preference, "preference")
+
+    def validate_gpu_configuration(self) -> dict[str, Any]:
+        """Whether CUDA, ``CUDA_VISIBLE_DEVICES`` and NVML agree on the GPUs this job can use."""
+        try:
+            import torch
+
+            cuda = bool(torch.cuda.is_available())
+            torch_count = torch.cuda.device_count() if cuda else 0
+        except Exception:  # a broken CUDA install must not stop a CPU-only optimization
+            cuda, torch_count = False, 0
+        nvml = nvml_device_count()
+        visible = visible_device_indices()
+        issues = []
+        if nvml and not cuda:
+            issues.append(f"NVML sees {nvml} GPU(s) but torch.cuda is not available "
+                          "(CPU-only torch build or driver mismatch)")
+        if cuda and torch_count != len(visible):
+            issues.append(f"torch sees {torch_count} GPU(s) but CUDA_VISIBLE_DEVICES/NVML give "
+                          f"{len(visible)}")
+        return {"cuda_available": cuda, "torch_device_count": torch_count,
+                "nvml_device_count": nvml, "visible_devices": visible,
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                "consistent": not issues, "issues": issues}
+
+    @staticmethod
+    def monitor_cost_time_efficiency(baseline: dict[str, Any], current: dict[str, Any],
+                                     tolerance: float = 0.05) -> dict[str, Any]:
+        """Flag a cost or time increase (beyond ``tolerance``) or an efficiency drop.
+
+        Both arguments hold ``time_s``, ``cost`` and optionally ``throughput``/``cpu_util``.
+        """
+        flags: dict[str, Any] = {"warnings": []}
+        for key, label in (("cost", "cost"), ("time_s", "time")):
+            b, c = baseline.get(key), current.get(key)
+            if b and c is not None and b > 0:
+                change = (c - b) / b
+                flags[f"{label}_change_pct"] = 100 * change
+                flags[f"{label}_increase"] = change > tolerance
+                if change > tolerance:
+                    flags["warnings"].append(f"{label} rose {100 * change:.1f}% over the "
+                                             "baseline")
+        b, c = baseline.get("throughput"), current.get("throughput")
+        if b and c and b > 0:
+            per_cost_b = b / max(baseline.get("hourly_cost") or 1e-12, 1e-12)
+            per_cost_c = c / max(current.get("hourly_cost") or 1e-12, 1e-12)
+            flags["samples_per_dollar_change_pct"] = 100 * (per_cost_c / per_cost_b - 1)
+            flags["efficiency_drop"] = per_cost_c < per_cost_b * (1 - tolerance)
+            if flags["efficiency_drop"]:
+                flags["warnings"].append("fewer samples per dollar than the baseline")
+        return flags
+
+    # ------------------------------------------------------------------ the pipeline
+    def _say(self, text: str) -> None:
+        if not self.quiet:
+            print(text, flush=True)
+
+    def optimize_training(self, train_file: str | os.PathLike, run_dir: str | os.PathLike,
+                          options: JobOptions | None = None) -> OptimizationResult:
+        """Run the six stages for one script into ``run_dir`` (resuming what is recorded)."""
+        opts = options or JobOptions()
+        run_dir = Path(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        manager = TrainingModuleManager(train_file, opts.train_args, opts.batch_size_arg)
+        self.training_manager = manager
+        manager.load_module()
+        analysis = manager.analyze_module()
+        gpu_check = self.validate_gpu_configuration()
+        self.config.save(run_dir / "config.json")
+        baseline = self._baseline(manager, analysis, run_dir, opts)
+        usable = [t for t in baseline if t.ok and t.throughput]
+        if not usable:
+            raise CloudoptError(f"{train_file}: no baseline trial produced a throughput; see "
+                                f"stderr.log in {run_dir / 'trials'}")
+        reference = usable[0]
+        total = next((t.total_samples for t in usable if t.total_samples), None)
+        total = opts.total_samples or total
+        sla_source = self._set_sla(usable, opts)
+        profile, phase_note = self._phases(reference, run_dir, opts)
+        rec = self._recommend(usable, reference, total, profile, run_dir, opts)
+        rec["sla_source"] = sla_source
+        if phase_note:
+            rec.setdefault("notes", []).append(phase_note)
+        optimized = self._run_optimized(manager, rec, run_dir, opts, total)
+        result = self._finish(run_dir, baseline, reference, optimized, rec, profile,
+                              analysis, gpu_check, opts)
+        return result
+
+    def _baseline(self, manager: TrainingModuleManager, analysis: dict[str, Any],
+                  run_dir: Path, opts: JobOptions) -> list[TrialSummary]:
+        cfg = self.config
+        allocations = plan_baseline(cfg.resources, cfg.run.baseline_samples,
+                                    uses_gpu=bool(analysis.get("uses_gpu")))
+        if opts.offline_logs:
+            from optimizer.offline import predict_start_allocation
+
+            start = predict_start_allocation(opts.offline_logs, analysis, self.user_preference,
+                                             resources=cfg.resources)
+            allocations = [start, *[a for a in allocations if a != start]]
+            allocations = allocations[: cfg.run.baseline_samples]
+            self._say(f"offline logs suggest starting from {start.key()}")
+        probe = None if opts.probe_seconds == 0 else (opts.probe_seconds or cfg.run.probe_seconds)
+        self._say(f"{manager.module_path}: {len(allocations)} baseline trial(s), "
+                  f"{'probes of ' + format(probe, 'g') + ' s' if probe else 'full runs'}")
+        trials = run_baseline(manager, allocations, run_dir, cfg, probe_seconds=probe,
+                              total_samples=opts.total_samples, quiet=self.quiet)
+        return [_with_batch(t, run_dir / "trials" / self._trial_folder(run_dir, t))
+                for t in trials]
+
+    def _set_sla(self, trials: list[TrialSummary], opts: JobOptions) -> str:
+        """Limits not given explicitly come from the baseline (forecast + 25%) when enabled."""
+        sla = self.config.sla
+        if not self.config.run.sla_from_baseline:
+            return "configuration"
+        saved = {k: getattr(sla, k) for k in opts.sla_given}
+        history = [{"time": job_time(t), "cost": job_cost(t), "throughput": t.throughput}
+                   for t in trials]
+        sla.update_from_baseline_history(history, margin=0.25)
+        sla.throughput_min = saved.get("throughput_min", 0.0)
+        for k, v in saved.items():
+            setattr(sla, k, v)
+        given = ", ".join(sorted(opts.sla_given)) or "none"
+        return f"baseline forecast + 25% (explicit: {given})"
+
+    def _phases(self, reference: TrialSummary, run_dir: Path, opts: JobOptions):
+        from optimizer.phase_profile import load_detector, profile_trace
+
+        trace_path = run_dir / "trials" / self._trial_folder(run_dir, reference) / "trace.csv"
+        try:
+            detector = load_detector(opts.phase_model)
+            profile = profile_trace(pd.read_csv(trace_path), detector)
+        except (CloudoptError, ValueError, OSError, KeyError) as exc:
+            if opts.phase_model:  # a model the user named must work
+                raise
+            return None, f"phases not used: {exc}"
+        self._say("phases of the baseline trace: " + ", ".join(
+            f"{p} ({f:.0%})" for p, f in profile.sequence))
+        return profile, None
+
+    @staticmethod
+    def _trial_folder(run_dir: Path, trial: TrialSummary) -> str:
+        for d in sorted((run_dir / "trials").iterdir()):
+            if (d / "summary.json").exists() and TrialSummary.load(d).trial_id == trial.trial_id:
+                return d.name
+        return trial.trial_id
+
+    def _recommend(self, usable: list[TrialSummary], reference: TrialSummary,
+                   total: float | None, profile: Any, run_dir: Path,
+                   opts: JobOptions) -> dict[str, Any]:
+        """Stage 4, cached in ``rl/recommendation.json`` for resume."""
+        cache = run_dir / "rl" / "recommendation.json"
+        if cache.exists():
+            self._say("agents: reusing the recorded recommendation")
+            return read_json(cache)
+        from optimizer.recommend import recommend
+
+        fitted, reason = self._fit(usable)
+        if fitted is None:
+            rec = self._fallback(usable, reason)
+        else:
+            env_config = self._env_config(fitted, reference, total, profile, usable)
+            budget = opts.agent_seconds or self.config.run.agent_seconds
+            self._say(f"training agents ({budget:g} s each) on the fitted workload model")
+            r = recommend(env_config, self.config, time_budget_s=budget, quiet=self.quiet)
+            rec = self._rec_dict(r, fitted)
+            self._save_rl(run_dir / "rl", r)
+        atomic_write_json(cache, rec)
+        return rec
+
+    def _fit(self, usable: list[TrialSummary]):
+        from envs.workload import WorkloadModel
+
+        trials = [t for t in usable if t.allocation.batch_size is not None]
+        try:
+            return WorkloadModel().fit(trials), ""
+        except CloudoptError as exc:
+            return None, str(exc)
+
+    def _env_config(self, fitted: Any, reference: TrialSummary, total: float | None,
+                    profile: Any, usable: list[TrialSummary]) -> Any:
+        from envs import EnvConfig
+        from envs.actions import powers_of_two
+
+        batches = sorted({int(t.allocation.batch_size) for t in usable})
+        grid_batches = powers_of_two(min(batches), max(batches))
+        seq = profile.sequence if profile is not None else None
+        init = reference.allocation
+        return EnvConfig(
+            workload=fitted, preference=self.user_preference, sla=self.config.sla,
+            resources=self.config.resources, n_steps=ENV_STEPS,
+            total_samples=float(total or reference.samples or 1.0),
+            batch_sizes=grid_batches or batches, initial=init, phase_sequence=seq,
+            phase_scales=profile.scales if profile is not None else None,
+            max_phases=max(4, len(profile.scales) if profile is not None else 0),
+            preferences=self.config.multi_objective, restart_s=0.0, noise=0.05,
+        )
+
+    def _fallback(self, usable: list[TrialSummary], reason: str) -> dict[str, Any]:
+        ranked = rank_trials(usable, self.config, self.user_preference)
+        best = ranked.iloc[0]
+        alloc = Allocation(int(best["gpus"]), int(best["cpus"]), float(best["memory_gb"]),
+                           None if pd.isna(best["batch_size"]) else int(best["batch_size"]))
+        self._say(f"workload model not fitted ({reason}); recommending the best measured trial")
+        return {"agent": "best-measured-trial", "allocation": alloc, "initial": alloc,
+                "outcomes": [], "predicted": {}, "sla_feasible": None,
+                "notes": [f"the workload model could not be fitted: {reason}; the best measured "
+                          "baseline trial is recommended and no agent was trained"],
+                "fit": None}
+
+    @staticmethod
+    def _rec_dict(r: Any, fitted: Any) -> dict[str, Any]:
+        pred = fitted.predict_trial(r.allocation)
+        fit = fitted.fit_report_.to_dict() if fitted.fit_report_ is not None else None
+        return {"agent": r.agent, "allocation": r.allocation, "initial": r.initial,
+                "outcomes": [o.summary() for o in r.outcomes],
+                "predicted": {**r.predicted, "throughput": pred["throughput"],
+                              "mem_gb": pred["mem_gb"]},
+                "sla_feasible": r.sla_feasible, "notes": list(r.notes), "fit": fit,
+                "planned_adjustments": r.decisions.loc[r.decisions["changed"], [
+                    "step", "description", "gpus", "cpus", "memory_gb", "batch_size"]
+                ].to_dict("records")}
+
+    @staticmethod
+    def _save_rl(out: Path, r: Any) -> None:
+        from optimizer.records import atomic_write_csv
+
+        atomic_write_csv(out / "decisions.csv", r.decisions)
+        atomic_write_csv(out / "pareto_sweep.csv", r.pareto)
+        for name, curve in r.curves.items():
+            atomic_write_csv(out / f"curve_{name}.csv", curve)
+
+    def _run_optimized(self, manager: TrainingModuleManager, rec: dict[str, Any],
+                       run_dir: Path, opts: JobOptions, total: float | None) -> TrialSummary:
+        alloc = rec["allocation"]
+        if isinstance(alloc, dict):
+            alloc = Allocation(**alloc)
+        trial_dir = run_dir / "trials" / f"optimized-{alloc.key()}"
+        if (trial_dir / "summary.json").exists():
+            return TrialSummary.load(trial_dir)
+        probe = None if opts.probe_seconds == 0 else (opts.probe_seconds or
+                                                       self.config.run.probe_seconds)
+        self._say(f"running the recommendation for real: {alloc.key()}")
+        summary = manager.run_training(
+            alloc, trial_dir, resource_config=self.config.resources, probe_seconds=probe,
+            timeout_s=self.config.run.trial_timeout_s,
+            monitor_interval=self.config.run.monitor_interval, total_samples=total, quiet=True)
+        return summary
+
+    # ------------------------------------------------------------------ outputs
+    def _finish(self, run_dir: Path, baseline: list[TrialSummary], reference: TrialSummary,
+                optimized: TrialSummary, rec: dict[str, Any], profile: Any,
+                analysis: dict[str, Any], gpu_check: dict[str, Any],
+                opts: JobOptions) -> OptimizationResult:
+        from optimizer.run_report import write_outputs
+
+        calc = ResourceCostCalculator.from_config(self.config.resources)
+        comparison = calc.compare_configurations(
+            reference, optimized, baseline_time_s=job_time(reference),
+            optimized_time_s=job_time(optimized), preference=self.user_preference,
+            preferences=self.config.multi_objective) if optimized.ok else {}
+        flags = self.monitor_cost_time_efficiency(_figures(reference), _figures(optimized))
+        comparison["monitor"] = flags
+        self.metrics_tracker = RLMetricsTracker(run_dir / "metrics")
+        result = OptimizationResult(run_dir, self.user_preference, baseline, optimized, rec,
+                                    comparison)
+        result.report_paths = write_outputs(self, result, reference, profile, analysis,
+                                            gpu_check, opts)
+        return result
+
+    def save_all_metrics(self) -> dict[str, Path]:
+        """Write the tracker's CSVs (allocation history, rewards, SLA, Pareto, performance)."""
+        if self.metrics_tracker is None:
+            raise CloudoptError("no optimization has run yet: nothing to save")
+        return self.metrics_tracker.save_all_metrics()
+
+    def save_optimization_metrics(self, result: OptimizationResult) -> Path:
+        """One CSV row per run (baseline reference, optimized) for plotting across runs."""
+        from optimizer.records import atomic_write_csv
+
+        rows = []
+        for role, t in (("baseline", result.baseline[0]), ("optimized", result.optimized)):
+            if t is None:
+                continue
+            rows.append({"role": role, "preference": str(result.preference), **_figures(t),
+                         "gpus": t.allocation.gpus, "cpus": t.allocation.cpus,
+                         "memory_gb": t.allocation.memory_gb,
+                         "batch_size": t.allocation.batch_size, "status": t.status})
+        path = result.run_dir / "optimization_metrics.csv"
+        atomic_write_csv(path, pd.DataFrame(rows))
+        return path
+
+    def generate_report(self, result: OptimizationResult) -> dict[str, Path]:
+        """The report paths written by :meth:`optimize_training` (it writes them itself)."""
+        return result.report_paths
+
+
+def _figures(t: TrialSummary | None) -> dict[str, Any]:
+    if t is None:
+        return {}
+    return {"time_s": job_time(t), "cost": job_cost(t), "throughput": t.throughput,
+            "hourly_cost": t.hourly_cost, "cpu_util": t.cpu_util_mean,
+            "mem_gb_peak": t.mem_gb_peak, "measured_wall_s": t.wall_time_s,
+            "time_is": "measured" if t.status == "completed" else "predicted"}
+
+
+def write_k8s(path: Path, allocation: Allocation, env: dict[str, str], name: str,
+              comment: str) -> None:
+    from optimizer.k8s import k8s_resources_yaml
+
+    atomic_write_text(path, k8s_resources_yaml(allocation, env, name=name, comment=comment))
+
+
+def finite(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+__all__ = ["CloudResourceOptimizer", "ConfigError", "JobOptions", "OptimizationResult"]

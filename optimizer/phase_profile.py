@@ -1,0 +1,106 @@
+"""The phase profile of a measured trial: which phases its trace went through, for how long,
+and how much CPU and memory each phase used relative to the whole run.
+
+The environment needs a phase sequence as ``(phase_id, fraction)`` pairs and a
+``(cpu_scale, mem_scale)`` per phase. Both come from the phase detector's labels of the
+baseline trace: short runs are merged into their neighbours (a phase the job spends under
+``min_fraction`` of its time in cannot be provisioned for anyway), CPU scales are normalised
+so that their time-weighted mean is 1 (the fitted throughput already averages over phases), and
+memory scales so that their maximum is 1 (the fitted memory is the trial's peak).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+FEATURES = ("cpu_cores", "mem_gb")
+
+
+@dataclass
+class PhaseProfile:
+    """Phases of one trace. ``labels`` has one entry per trace row (-1: warm-up)."""
+
+    labels: np.ndarray
+    sequence: list[tuple[int, float]]
+    """Merged ``(phase_id, fraction of the run)`` segments in time order."""
+    scales: dict[int, tuple[float, float]]
+    """``(cpu_scale, mem_scale)`` per phase id."""
+    stats: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """Per phase: samples, share, mean CPU cores and memory (GB)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "sequence": [[int(p), float(f)] for p, f in self.sequence],
+            "scales": {str(k): [float(v[0]), float(v[1])] for k, v in self.scales.items()},
+            "stats": self.stats.to_dict("records"),
+        }
+
+
+def _merge_short(segments: list[list[float]], min_fraction: float) -> list[list[float]]:
+    """Fold segments shorter than ``min_fraction`` into the longer neighbour, then join equals."""
+    segs = [s[:] for s in segments]
+    while len(segs) > 1:
+        i = min(range(len(segs)), key=lambda j: segs[j][1])
+        if segs[i][1] >= min_fraction:
+            break
+        left = segs[i - 1] if i > 0 else None
+        right = segs[i + 1] if i + 1 < len(segs) else None
+        target = left if right is None or (left is not None and left[1] >= right[1]) else right
+        target[1] += segs[i][1]
+        del segs[i]
+        joined: list[list[float]] = []
+        for s in segs:
+            if joined and joined[-1][0] == s[0]:
+                joined[-1][1] += s[1]
+            else:
+                joined.append(s)
+        segs = joined
+    return segs
+
+
+def profile_trace(trace: pd.DataFrame, detector: Any, min_fraction: float = 0.05) -> PhaseProfile:
+    """Label a trial's trace (columns ``cpu_cores``, ``mem_gb``) with ``detector`` and profile it.
+
+    Raises ``ValueError`` when the trace is too short for the detector's history window.
+    """
+    x = trace.loc[:, list(FEATURES)].to_numpy(dtype=float)
+    delay = int(getattr(detector, "delay", 3))
+    if len(x) < delay + 2:
+        raise ValueError(f"trace has {len(x)} samples; phases need at least {delay + 2}")
+    labels = np.asarray(detector.predict([x])[0], dtype=int)
+    known = labels >= 0
+    runs: list[list[float]] = []
+    for lab in labels[known]:
+        if runs and runs[-1][0] == lab:
+            runs[-1][1] += 1
+        else:
+            runs.append([int(lab), 1.0])
+    total = float(known.sum())
+    segments = _merge_short([[p, n / total] for p, n in runs], min_fraction)
+    ids = sorted({int(p) for p, _ in segments})
+    cpu = {p: float(x[labels == p, 0].mean()) for p in ids}
+    mem = {p: float(x[labels == p, 1].mean()) for p in ids}
+    share = {p: sum(f for q, f in segments if q == p) for p in ids}
+    cpu_mean = sum(cpu[p] * share[p] for p in ids)
+    mem_max = max(mem.values())
+    scales = {p: (cpu[p] / cpu_mean if cpu_mean > 0 else 1.0,
+                  mem[p] / mem_max if mem_max > 0 else 1.0) for p in ids}
+    stats = pd.DataFrame([{"phase": p, "samples": int((labels == p).sum()), "share": share[p],
+                           "cpu_cores_mean": cpu[p], "mem_gb_mean": mem[p],
+                           "cpu_scale": scales[p][0], "mem_scale": scales[p][1]} for p in ids])
+    return PhaseProfile(labels, [(int(p), float(f)) for p, f in segments], scales, stats)
+
+
+def load_detector(model_dir: str | os.PathLike | None = None) -> Any:
+    """The phase model at ``model_dir``, or the shipped default one."""
+    from phases import PhaseDetector, load_default_detector
+
+    if model_dir is None:
+        return load_default_detector(device="cpu")
+    return PhaseDetector.load(Path(model_dir), device="cpu")

@@ -1,0 +1,339 @@
+"""Outputs of the main job: metric CSVs, ``recommendation.json``, ``k8s-resources.yaml``, plots
+and ``report.md``/``report.html``.
+
+Every figure in the report says whether it was measured or predicted: completed trials are
+measured whole; probes measure throughput and predict the job's time and cost from it; the
+plan's totals are the workload model's predictions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+import numpy as np
+import pandas as pd
+
+from optimizer.records import Allocation, TrialSummary, atomic_write_json
+from optimizer.report import Report
+from optimizer.resources import ResourceManager
+from optimizer.sla import calculate_sla_violations
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def _alloc(value: Any) -> Allocation:
+    return Allocation(**value) if isinstance(value, dict) else value
+
+
+def _row(role: str, t: TrialSummary) -> dict[str, Any]:
+    from optimizer.core import job_cost, job_time
+
+    a = t.allocation
+    return {"run": role, "trial": t.trial_id, "status": t.status, "gpus": a.gpus, "cpus": a.cpus,
+            "memory_gb": a.memory_gb, "batch_size": a.batch_size,
+            "measured_wall_s": t.wall_time_s, "throughput": t.throughput,
+            "throughput_source": t.throughput_source, "job_time_s": job_time(t),
+            "job_cost": job_cost(t), "hourly_cost": t.hourly_cost,
+            "figures": "measured" if t.status == "completed" else "throughput measured, "
+            "job time/cost predicted", "cpu_util_pct": t.cpu_util_mean,
+            "mem_gb_peak": t.mem_gb_peak}
+
+
+def _sla(t: TrialSummary, sla: Any) -> dict[str, bool]:
+    from optimizer.core import job_cost, job_time
+
+    frame = pd.DataFrame([{"predicted_total_time_s": job_time(t),
+                           "predicted_total_cost": job_cost(t), "throughput": t.throughput,
+                           "mem_gb_peak": t.mem_gb_peak, "gpus": t.allocation.gpus,
+                           "gpu_util_mean": t.gpu_util_mean, "cpu_util_mean": t.cpu_util_mean}])
+    return {k: bool(v) for k, v in calculate_sla_violations(frame, sla).items()}
+
+
+# ---------------------------------------------------------------------------------- plots
+def _plot_comparison(path: Path, base: TrialSummary, opt: TrialSummary,
+                     predicted: dict[str, Any]) -> None:
+    from optimizer.core import job_cost, job_time
+
+    fig, axes = plt.subplots(1, 3, figsize=(10, 3.2))
+    specs = [("job time (s)", job_time(base), job_time(opt), predicted.get("time_s")),
+             ("job cost ($)", job_cost(base), job_cost(opt), predicted.get("cost")),
+             ("throughput (samples/s)", base.throughput, opt.throughput,
+              predicted.get("throughput"))]
+    for ax, (label, b, o, p) in zip(axes, specs, strict=True):
+        ax.bar(["baseline", "optimized"], [b or 0, o or 0], color=["0.6", "C0"])
+        if p:
+            ax.plot([1], [p], "r_", markersize=30, mew=2, label="plan (predicted)")
+            ax.legend(fontsize=7, loc="lower right")
+        ax.set_title(label, fontsize=10)
+    fig.suptitle("Baseline vs optimized (bars: real runs)", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _plot_pareto(path: Path, sweep: pd.DataFrame, trials: list[TrialSummary],
+                 chosen: dict[str, Any], opt: TrialSummary) -> None:
+    from optimizer.core import job_cost, job_time
+
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    if not sweep.empty:
+        front = sweep[sweep["pareto"]].sort_values("cost")
+        ax.plot(front["cost"], front["time_s"], "o-", c="C0",
+                label="Pareto front (DP optimum per cost/time weight, predicted)")
+    pts = [(job_cost(t), job_time(t)) for t in trials if t.ok and job_time(t)]
+    if pts:
+        ax.scatter(*zip(*pts, strict=True), c="0.5", marker="s", label="baseline trials")
+    if chosen.get("cost"):
+        ax.scatter([chosen["cost"]], [chosen["time_s"]], c="C3", marker="*", s=200, zorder=5,
+                   label="recommended plan (predicted)")
+    if opt is not None and opt.ok:
+        ax.scatter([job_cost(opt)], [job_time(opt)], c="C2", marker="D", s=60, zorder=5,
+                   label="recommended, real run")
+    ax.set_xlabel("job cost ($)")
+    ax.set_ylabel("job time (s)")
+    ax.legend(fontsize=7)
+    ax.set_title("Cost/time trade-off", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _plot_allocation(path: Path, decisions: pd.DataFrame) -> None:
+    from phases.plots import phase_color
+
+    fig, axes = plt.subplots(3, 1, figsize=(7, 5), sharex=True)
+    steps = decisions["step"].to_numpy()
+    for k, ph in zip(steps, decisions["phase"], strict=True):
+        for ax in axes:
+            ax.axvspan(k - 0.5, k + 0.5, color=phase_color(int(ph)), alpha=0.25, lw=0)
+    for ax, col, label in zip(axes, ("cpus", "memory_gb", "batch_size"),
+                              ("CPU threads", "memory (GB)", "batch size"), strict=True):
+        ax.step(steps, decisions[col], where="mid", c="k")
+        ax.set_ylabel(label, fontsize=9)
+    axes[-1].set_xlabel("adjustment interval (tenths of the job); background: phase")
+    fig.suptitle("Recommended allocation over the job", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _plot_curves(path: Path, curves: dict[str, pd.DataFrame], optimum: float | None) -> None:
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    for name, curve in curves.items():
+        if not curve.empty and "episode_return" in curve:
+            ax.plot(curve["episode"], curve["episode_return"], label=name)
+    if optimum is not None:
+        ax.axhline(optimum, c="k", ls="--", lw=1, label="DP optimum (noise-free)")
+    ax.set_xlabel("training episodes")
+    ax.set_ylabel("mean episode return")
+    ax.legend(fontsize=8)
+    ax.set_title("Learning curves (noisy training episodes)", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _plot_phases(path: Path, trace: pd.DataFrame, labels: np.ndarray) -> None:
+    from phases.plots import plot_trace
+
+    plot_trace(trace[["cpu_cores", "mem_gb"]].to_numpy(dtype=float), labels,
+               times=trace["time_s"].to_numpy(dtype=float), features=["cpu_cores", "mem_gb"],
+               title="Baseline trace by phase (default phase model)", path=path)
+
+
+# ---------------------------------------------------------------------------------- writing
+def _read_rl(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, pd.DataFrame]]:
+    rl = run_dir / "rl"
+
+    def read(name: str) -> pd.DataFrame:
+        p = rl / name
+        return pd.read_csv(p) if p.exists() and p.stat().st_size > 1 else pd.DataFrame()
+
+    curves = {p.stem.removeprefix("curve_"): read(p.name) for p in sorted(rl.glob("curve_*.csv"))}
+    return read("decisions.csv"), read("pareto_sweep.csv"), curves
+
+
+def write_outputs(opt: Any, result: Any, reference: TrialSummary, profile: Any,
+                  analysis: dict[str, Any], gpu_check: dict[str, Any], opts: Any) -> dict[str, Path]:
+    """Write every output of one optimization into ``result.run_dir``; return their paths."""
+    run_dir: Path = result.run_dir
+    plots = run_dir / "plots"
+    plots.mkdir(parents=True, exist_ok=True)
+    rec, optimized, sla = result.recommendation, result.optimized, opt.config.sla
+    decisions, sweep, curves = _read_rl(run_dir)
+    tracker = opt.metrics_tracker
+    for d in decisions.to_dict("records"):
+        tracker.add_adjustment_metrics(d, policy=rec["agent"])
+    if not sweep.empty:
+        tracker.add_pareto_front(sweep)
+    for t in result.baseline:
+        tracker.add_performance_metrics(_row("baseline", t))
+    if optimized is not None:
+        tracker.add_performance_metrics(_row("optimized", optimized))
+    sla_rows = {"baseline": _sla(reference, sla)}
+    if optimized is not None and optimized.ok:
+        sla_rows["optimized"] = _sla(optimized, sla)
+    for source, status in sla_rows.items():
+        tracker.add_sla_status(source, status)
+    csvs = tracker.save_all_metrics()
+    paths: dict[str, Path] = {f"metrics/{k}": v for k, v in csvs.items()}
+    paths["optimization_metrics"] = opt.save_optimization_metrics(result)
+
+    alloc = _alloc(rec["allocation"])
+    env = ResourceManager.apply_configuration(alloc, env={}, resource_config=opt.config.resources)
+    env = {k: v for k, v in env.items() if not k.startswith("COST_PER")}
+    from optimizer.core import write_k8s
+
+    write_k8s(run_dir / "k8s-resources.yaml", alloc, env, Path(result.run_dir).name,
+              f"cloudopt recommendation ({rec['agent']}, preference {result.preference})")
+    paths["k8s"] = run_dir / "k8s-resources.yaml"
+    paths["recommendation"] = _write_recommendation(run_dir, result, reference, rec, sla_rows)
+
+    figs = _figures(plots, result, reference, profile, decisions, sweep, curves, rec, run_dir)
+    report = _build_report(opt, result, reference, rec, sla_rows, decisions, analysis,
+                           gpu_check, figs, profile)
+    md, page = report.write(run_dir)
+    paths["report_md"], paths["report_html"] = md, page
+    return paths
+
+
+def _write_recommendation(run_dir: Path, result: Any, reference: TrialSummary,
+                          rec: dict[str, Any], sla_rows: dict[str, dict[str, bool]]) -> Path:
+    from optimizer.core import job_cost, job_time
+
+    opt_t = result.optimized
+    optimum = next((o for o in rec.get("outcomes", []) if o["name"] == rec["agent"]), None)
+    body = {
+        "preference": result.preference,
+        "agent": rec["agent"],
+        "share_of_optimum": optimum["share_of_optimum"] if optimum else None,
+        "baseline": {**_row("baseline", reference), "sla": sla_rows.get("baseline")},
+        "optimized": None if opt_t is None else {**_row("optimized", opt_t),
+                                                 "sla": sla_rows.get("optimized")},
+        "predicted_vs_measured": {
+            "throughput": {"predicted": rec.get("predicted", {}).get("throughput"),
+                           "measured": None if opt_t is None else opt_t.throughput},
+            "job_time_s": {"predicted": rec.get("predicted", {}).get("time_s"),
+                           "measured": None if opt_t is None else job_time(opt_t),
+                           "measured_is": None if opt_t is None else
+                           ("measured" if opt_t.status == "completed" else
+                            "predicted from measured throughput")},
+            "job_cost": {"predicted": rec.get("predicted", {}).get("cost"),
+                         "measured": None if opt_t is None else job_cost(opt_t)},
+        },
+        "allocation": rec["allocation"],
+        "initial": rec.get("initial"),
+        "planned_adjustments": rec.get("planned_adjustments", []),
+        "policies": rec.get("outcomes", []),
+        "sla_feasible": rec.get("sla_feasible"),
+        "sla_source": rec.get("sla_source"),
+        "comparison": result.comparison,
+        "workload_fit": rec.get("fit"),
+        "notes": rec.get("notes", []),
+    }
+    path = run_dir / "recommendation.json"
+    atomic_write_json(path, body)
+    return path
+
+
+def _figures(plots: Path, result: Any, reference: TrialSummary, profile: Any,
+             decisions: pd.DataFrame, sweep: pd.DataFrame, curves: dict[str, pd.DataFrame],
+             rec: dict[str, Any], run_dir: Path) -> dict[str, Path]:
+    figs: dict[str, Path] = {}
+    if result.optimized is not None and result.optimized.ok:
+        figs["comparison"] = plots / "baseline_vs_optimized.png"
+        _plot_comparison(figs["comparison"], reference, result.optimized, rec.get("predicted", {}))
+    figs["pareto"] = plots / "pareto.png"
+    _plot_pareto(figs["pareto"], sweep, result.baseline, rec.get("predicted", {}),
+                 result.optimized)
+    if not decisions.empty:
+        figs["allocation"] = plots / "allocation.png"
+        _plot_allocation(figs["allocation"], decisions)
+    if curves:
+        optimum = next((o["return"] for o in rec.get("outcomes", []) if o["name"] == "optimal"),
+                       None)
+        figs["curves"] = plots / "learning_curves.png"
+        _plot_curves(figs["curves"], curves, optimum)
+    trace_files = sorted((run_dir / "trials").glob("*/trace.csv"))
+    if profile is not None and trace_files:
+        trace = pd.read_csv(next(p for p in trace_files if p.parent.name.startswith("00")))
+        if len(trace) == len(profile.labels):
+            figs["phases"] = plots / "baseline_phases.png"
+            _plot_phases(figs["phases"], trace, profile.labels)
+    return figs
+
+
+def _build_report(opt: Any, result: Any, reference: TrialSummary, rec: dict[str, Any],
+                  sla_rows: dict[str, dict[str, bool]], decisions: pd.DataFrame,
+                  analysis: dict[str, Any], gpu_check: dict[str, Any], figs: dict[str, Path],
+                  profile: Any) -> Report:
+    mgr = opt.training_manager
+    r = Report(f"cloudopt report: {Path(str(mgr.module_path)).name if mgr else 'run'}")
+    alloc = _alloc(rec["allocation"])
+    r.paragraph(f"Preference: {result.preference}. Recommended allocation: {alloc.gpus} GPU, "
+                f"{alloc.cpus} CPU threads, {alloc.memory_gb:g} GB memory, batch "
+                f"{alloc.batch_size or 'default'} (policy: {rec['agent']}). Run folder: "
+                f"{result.run_dir}.")
+    for note in rec.get("notes", []):
+        r.note(note)
+    for w in result.comparison.get("monitor", {}).get("warnings", []):
+        r.note(f"cost/time monitor: {w}")
+    r.heading("Baseline vs optimized")
+    r.paragraph("Completed runs are measured whole; a probe measures throughput for the time "
+                "box and predicts the whole job's time and cost from it (column 'figures').")
+    rows = [_row("baseline (reference)", reference)]
+    if result.optimized is not None:
+        rows.append(_row("optimized", result.optimized))
+    r.table(rows)
+    comp = {k: v for k, v in result.comparison.items() if not isinstance(v, dict)}
+    if comp:
+        r.table([{"quantity": k, "value": v} for k, v in comp.items()])
+    if "comparison" in figs:
+        r.figure(figs["comparison"], "Baseline vs optimized: real runs; red mark: plan")
+    r.heading("SLA")
+    sla = opt.config.sla
+    r.paragraph(f"Limits: time ≤ {sla.time_max:.4g} s, cost ≤ ${sla.cost_max:.4g}, throughput ≥ "
+                f"{sla.throughput_min:.4g} samples/s, memory ≤ {sla.memory_max:.4g} GB "
+                f"(source: {rec.get('sla_source', 'configuration')}).")
+    r.table([{"run": k, **{m: ("met" if ok else "VIOLATED") for m, ok in v.items()}}
+             for k, v in sla_rows.items()])
+    r.heading("Policies against the exact optimum")
+    if rec.get("outcomes"):
+        r.paragraph("Each policy replayed on the noise-free fitted workload model; share of "
+                    "optimum = return / DP-optimal return. Agents trained on the noisy model.")
+        r.table(rec["outcomes"])
+    fit = rec.get("fit")
+    if fit:
+        r.table([{"workload fit": k, "value": v} for k, v in fit.items()
+                 if not isinstance(v, (dict, list))])
+    r.heading("Cost/time trade-off")
+    r.figure(figs["pareto"], "Pareto front of the fitted model with the chosen point")
+    if "allocation" in figs:
+        r.heading("Allocation over time")
+        r.figure(figs["allocation"], "The recommended plan, step by step")
+    if "curves" in figs:
+        r.heading("Learning curves")
+        r.figure(figs["curves"], "Agents' training returns")
+    r.heading("Phases")
+    if profile is not None:
+        r.table(profile.stats)
+        if "phases" in figs:
+            r.figure(figs["phases"], "Baseline trace coloured by detected phase")
+    else:
+        r.paragraph("No phases were detected (see notes).")
+    r.heading("Every decision")
+    if not decisions.empty:
+        cols = ["step", "phase", "description", "cpus", "memory_gb", "batch_size", "reward",
+                "r_cost", "r_time", "r_efficiency", "r_sla", "uncertainty"]
+        r.table(decisions[[c for c in cols if c in decisions]])
+    else:
+        r.paragraph("No RL decisions (see notes).")
+    r.heading("Baseline trials")
+    r.table([_row("baseline", t) for t in result.baseline])
+    r.heading("Environment")
+    r.table([{"check": k, "value": str(v)} for k, v in {**gpu_check, **{
+        f"script: {k}": v for k, v in analysis.items() if not isinstance(v, (dict, list))}}.items()])
+    return r
