@@ -156,3 +156,43 @@ def test_single_gpu_fit_is_limited_to_the_measured_gpu_count():
     model = WorkloadModel().fit(synthetic_trials(true, grid))
     assert "alpha_r" in model.fit_report_.fixed
     assert model.meta["fitted_gpu_range"] == [1, 1]
+
+
+def test_env_config_from_trials_and_preset_round_trip(tmp_path):
+    from envs import CloudEnvironment, oracle
+    from envs.calibrate import env_config_from_trials, preset_text
+    from optimizer.config import ResourceConfig
+
+    true = WorkloadParams(
+        device="cpu",
+        alpha_c=0.004,
+        beta_c=0.0002,
+        parallel_fraction=0.8,
+        mem_base_gb=0.6,
+        mem_per_sample_gb=0.002,
+    )
+    trials = synthetic_trials(true, [(0, c, b) for c in (1, 2, 4) for b in (32, 128, 512)])
+    for t in trials:
+        t.total_samples, t.samples, t.wall_time_s = 1e5, 5e3, 5e3 / t.throughput + 0.2
+    res = ResourceConfig(gpu_count_max=0, cpu_count_max=4, memory_max=4.0, memory_step=0.5)
+    cfg = env_config_from_trials(trials, resources=res, noise_scale=256, ref_batch=128)
+    env = CloudEnvironment(cfg)
+    assert env.resolved.restart_s == pytest.approx(0.2)
+    assert env.model.grid.batch_size.tolist() == [32, 64, 128, 256, 512]
+    assert oracle.optimal_policy(cfg).total_return > oracle.noop_return(cfg)
+    model = cfg.workload
+    text = preset_text(
+        model,
+        trials,
+        name="synthetic",
+        command="test",
+        job=model.meta["job"],
+        grid=model.meta["grid"],
+        resources={"cpu_count_max": 4},
+        sla={"time_max": 99.0},
+    )
+    path = tmp_path / "synthetic.toml"
+    path.write_text(text)
+    loaded = WorkloadModel.from_preset(path)
+    assert loaded.params.beta_c == pytest.approx(true.beta_c, rel=1e-3)
+    assert loaded.meta["job"]["total_samples"] == 1e5 and loaded.meta["sla"]["time_max"] == 99.0
