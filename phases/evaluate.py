@@ -281,30 +281,36 @@ def _policy_metrics(
     return out
 
 
-def evaluate_policies(
-    policies: Sequence[AutoscalingPolicy],
-    train: Sequence[Execution],
-    test: Sequence[Execution],
-    *,
-    tolerance: float = 0.05,
-) -> EvaluationResult:
-    """Fit every policy on ``train``, replay it on ``test`` and compute the metrics."""
-    resources = list(test[0].resources)
-    usage = np.concatenate([e.usage for e in test])
-    steady = np.concatenate([e.cycle >= 1 for e in test])
+def replay_policies(
+    policies: Sequence[AutoscalingPolicy], train: Sequence[Execution], test: Sequence[Execution]
+) -> dict[str, list[np.ndarray]]:
+    """Fit every policy on ``train``; its plan ``(n_cycles, n_resources)`` per test execution."""
     plans: dict[str, list[np.ndarray]] = {}
-    allocs: dict[str, np.ndarray] = {}
-    raw: dict[str, dict[str, np.ndarray]] = {}
     for policy in policies:
         _use_phases(policy, [*train, *test])
         policy.fit(train)
         plans[policy.name] = [policy.plan(e) for e in test]
-        allocs[policy.name] = np.concatenate(
-            [p[e.cycle] for p, e in zip(plans[policy.name], test, strict=True)]
-        )
-        raw[policy.name] = _policy_metrics(
-            usage, allocs[policy.name], steady, plans[policy.name], tolerance
-        )
+    return plans
+
+
+def score_plans(
+    plans: dict[str, list[np.ndarray]],
+    test: Sequence[Execution],
+    *,
+    tolerance: float = 0.05,
+    train: Sequence[Execution] = (),
+) -> EvaluationResult:
+    """Metrics of every policy's plans over all samples of the test executions."""
+    resources = list(test[0].resources)
+    usage = np.concatenate([e.usage for e in test])
+    steady = np.concatenate([e.cycle >= 1 for e in test])
+    allocs = {
+        name: np.concatenate([p[e.cycle] for p, e in zip(ps, test, strict=True)])
+        for name, ps in plans.items()
+    }
+    raw = {
+        name: _policy_metrics(usage, allocs[name], steady, plans[name], tolerance) for name in plans
+    }
     _add_comparisons(raw, allocs, usage, tolerance)
     metrics = {
         name: {
@@ -316,6 +322,18 @@ def evaluate_policies(
     return EvaluationResult(
         metrics, plans, list(train), list(test), resources, {"tolerance": tolerance}
     )
+
+
+def evaluate_policies(
+    policies: Sequence[AutoscalingPolicy],
+    train: Sequence[Execution],
+    test: Sequence[Execution],
+    *,
+    tolerance: float = 0.05,
+) -> EvaluationResult:
+    """Fit every policy on ``train``, replay it on ``test`` and compute the metrics."""
+    plans = replay_policies(policies, train, test)
+    return score_plans(plans, test, tolerance=tolerance, train=train)
 
 
 def _add_comparisons(
@@ -430,6 +448,52 @@ def load_phase_model(path: str | Path, n_features: int) -> Any:
     return detector
 
 
+def kfold_executions(
+    executions: Sequence[Execution], n_folds: int, seed: int = 0
+) -> list[tuple[list[Execution], list[Execution]]]:
+    """``n_folds`` (train, test) splits by execution id; every execution is tested once."""
+    n = len(executions)
+    if not 2 <= n_folds <= n:
+        raise CloudoptError(f"--folds must be between 2 and {n} executions, got {n_folds}")
+    order = np.random.default_rng(seed).permutation(
+        sorted(range(n), key=lambda i: executions[i].exec_id)
+    )
+    folds = np.array_split(order, n_folds)
+    out = []
+    for fold in folds:
+        held = set(fold.tolist())
+        out.append(
+            (
+                [e for i, e in enumerate(executions) if i not in held],
+                [e for i, e in enumerate(executions) if i in held],
+            )
+        )
+    return out
+
+
+def _phases_for(
+    built: Sequence[AutoscalingPolicy],
+    train: Sequence[Execution],
+    test: Sequence[Execution],
+    *,
+    phase_features: str,
+    **kw: Any,
+) -> list[str]:
+    """Fit or load one phase model per kind of input the policies need; returns notes."""
+    kinds = {p.phase_features or phase_features for p in built if p.needs_phases}
+    model = kw.pop("model", None)
+    return [
+        detect_phases(
+            train,
+            test,
+            model=model if kind == phase_features else None,
+            phase_features=kind,
+            **kw,
+        )
+        for kind in sorted(kinds)
+    ]
+
+
 def evaluate_file(
     traces: str | Path,
     exec_id: str,
@@ -446,6 +510,7 @@ def evaluate_file(
     model: str | Path | None = None,
     detector_params: dict[str, Any] | None = None,
     phase_features: str = "relative",
+    folds: int = 0,
     quiet: bool = True,
 ) -> EvaluationResult:
     """Read a trace file, split it, fit or load the phase model, and evaluate the policies.
@@ -453,13 +518,23 @@ def evaluate_file(
     Without ``model`` a phase detector is fitted on the training executions only
     (``detector_params``, e.g. ``{"epochs": 50}``; ``random_state`` defaults to ``seed``). A
     loaded model may have seen the test executions; the settings record where it came from.
+    ``folds >= 2`` replaces the single split by k-fold cross-validation over executions (each
+    execution is tested once, by policies and phase models fitted on the other folds) and
+    pools the test samples of all folds; for data sets with a handful of executions.
     """
     started = _time.perf_counter()
     executions = load_executions(
         traces, exec_id, features, resources=resources, time=time, cycle_s=cycle_s
     )
-    train, test = split_executions(executions, test_fraction, seed)
     built = build_policies(policies, policy_params)
+    for p in built:  # phase policies with no preference read the default phase model
+        if p.needs_phases and p.phase_features is None:
+            p.phase_features = phase_features
+    if folds >= 2:
+        splits = kfold_executions(executions, folds, seed)
+    else:
+        splits = [split_executions(executions, test_fraction, seed)]
+    periods = [np.diff(e.time) for e in executions if len(e.time) > 1]
     settings: dict[str, Any] = {
         "traces": str(traces),
         "exec_id": exec_id,
@@ -467,39 +542,38 @@ def evaluate_file(
         "resources": list(resources or features),
         "time": time,
         "cycle_s": cycle_s,
-        "test_fraction": test_fraction,
+        "test_fraction": None if folds >= 2 else test_fraction,
+        "folds": folds if folds >= 2 else None,
         "seed": seed,
         "tolerance": tolerance,
-        "train_ids": [e.exec_id for e in train],
-        "test_ids": [e.exec_id for e in test],
-        "sampling_period_s": float(
-            np.median(
-                np.concatenate(
-                    [np.diff(e.time) for e in executions if len(e.time) > 1] or [[np.nan]]
-                )
-            )
-        ),
+        "train_ids": [[e.exec_id for e in tr] for tr, _ in splits],
+        "test_ids": [e.exec_id for _, te in splits for e in te],
+        "sampling_period_s": float(np.median(np.concatenate(periods))) if periods else None,
     }
-    fit_started = _time.perf_counter()
-    kinds = {p.phase_features or phase_features for p in built if p.needs_phases}
-    notes = []
-    for kind in sorted(kinds, key=lambda k: k != phase_features):  # the default model last
-        notes.append(
-            detect_phases(
-                train,
-                test,
-                model=model if kind == phase_features else None,
-                phase_features=kind,
-                window_s=cycle_s,
-                detector_params=detector_params,
-                seed=seed,
-                quiet=quiet,
-            )
+    plans: dict[str, list[np.ndarray]] = {}
+    test_all: list[Execution] = []
+    notes: list[str] = []
+    phase_s = 0.0
+    for train, test in splits:
+        fit_started = _time.perf_counter()
+        notes = _phases_for(
+            built,
+            train,
+            test,
+            phase_features=phase_features,
+            model=model,
+            window_s=cycle_s,
+            detector_params=detector_params,
+            seed=seed,
+            quiet=quiet,
         )
-    if notes:
-        settings["phase_model"] = " | ".join(notes)
-    settings["phase_model_s"] = _time.perf_counter() - fit_started
-    result = evaluate_policies(built, train, test, tolerance=tolerance)
+        phase_s += _time.perf_counter() - fit_started
+        for name, ps in replay_policies(built, train, test).items():
+            plans.setdefault(name, []).extend(ps)
+        test_all.extend(test)
+    result = score_plans(plans, test_all, tolerance=tolerance, train=splits[-1][0])
+    settings["phase_model"] = " | ".join(notes) if notes else "not used"
+    settings["phase_model_s"] = phase_s
     result.settings.update(settings)
     result.settings["wall_s"] = _time.perf_counter() - started
     return result
@@ -620,8 +694,13 @@ def render_report(result: EvaluationResult, plot_exec: str) -> str:
         f"phase features {', '.join(s.get('features', []))}",
         f"- cycle {s.get('cycle_s')} s (sampling period ≈ {s.get('sampling_period_s', float('nan')):.3g} s), "
         f"tolerance {100 * s.get('tolerance', 0.05):.0f}%, seed {s.get('seed')}",
-        f"- {len(result.train)} training executions, {len(result.test)} test executions: "
-        f"{', '.join(e.exec_id for e in result.test)}",
+        (
+            f"- {s['folds']}-fold cross-validation over executions (each tested once, models "
+            f"fitted on the other folds): {len(result.test)} test executions"
+            if s.get("folds")
+            else f"- {len(result.train)} training executions, {len(result.test)} test "
+            f"executions: {', '.join(e.exec_id for e in result.test)}"
+        ),
         f"- phase model: {s.get('phase_model', 'not used')}",
         "- first cycle of every practical policy: mean + 2 std of all training samples "
         "(no history yet); `after 1st cycle` columns leave that shared rule out",

@@ -412,12 +412,22 @@ class PhaseStatistics:
             np.array(keep, dtype=np.int64), mean, std, v.mean(axis=0), v.std(axis=0), relative
         )
 
-    def upper(self, phase: int, n_std: float = 2.0) -> np.ndarray:
-        """``mean + n_std * std`` of ``phase`` (the overall values for an unknown phase)."""
+    def _moments(self, phase: int) -> tuple[np.ndarray, np.ndarray]:
         i = np.flatnonzero(self.labels == phase)
         if len(i) == 0:
-            return self.overall_mean + n_std * self.overall_std
-        return self.mean[i[0]] + n_std * self.std[i[0]]
+            return self.overall_mean, self.overall_std
+        return self.mean[i[0]], self.std[i[0]]
+
+    def upper(self, phase: int, n_std: float = 2.0) -> np.ndarray:
+        """``mean + n_std * std`` of ``phase`` (the overall values for an unknown phase)."""
+        mean, std = self._moments(phase)
+        return mean + n_std * std
+
+    def spread(self, phase: int) -> np.ndarray:
+        """Coefficient of variation ``std / mean`` of ``phase``, per resource (inf if mean ≤ 0)."""
+        mean, std = self._moments(phase)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(mean > 0, std / mean, np.inf)
 
 
 def transition_matrix(sequences: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -463,11 +473,14 @@ class PhaseRulesPolicy(HistoryPolicy):
 
     Parameters
     ----------
-    stats : {"relative", "absolute"}
+    stats : {"auto", "relative", "absolute"}, default="auto"
         ``"relative"``: per-phase mean + ``n_std`` std of usage divided by the execution's level
         in the previous cycle, times the level observed in the cycle just ended; jobs of
         different sizes share the phase's *shape*. ``"absolute"``: the paper's pooled per-phase
-        statistics of raw usage (``phase-rules-pooled``).
+        statistics of raw usage (``phase-rules-pooled``). ``"auto"``: per phase and resource,
+        whichever of the two has the smaller coefficient of variation on the training samples
+        (steady phases of jobs of different sizes are tight relative to their level; start-up
+        phases that jump from megabytes to gigabytes are tighter in absolute terms).
     level : {"mean", "max", "last"}, default="last"
         How the level of a cycle is read (see :func:`cycle_level`); relative statistics only.
         Defaults chosen on a validation split of the dl-traces training executions (never the
@@ -487,8 +500,9 @@ class PhaseRulesPolicy(HistoryPolicy):
 
     Attributes
     ----------
-    stats_ : PhaseStatistics
-        Learned on the training executions' detected phases.
+    relative_stats_, absolute_stats_ : PhaseStatistics or None
+        Learned on the training executions' detected phases (None when ``stats`` excludes
+        them).
     """
 
     needs_phases = True
@@ -496,7 +510,7 @@ class PhaseRulesPolicy(HistoryPolicy):
     def __init__(
         self,
         *,
-        stats: str = "relative",
+        stats: str = "auto",
         level: str = "last",
         conditioning: str = "sample",
         n_std: float = 2.0,
@@ -509,31 +523,40 @@ class PhaseRulesPolicy(HistoryPolicy):
         self.level = level
         self.conditioning = conditioning
         self.n_std = n_std
-        self.name = "phase-rules" if stats == "relative" else "phase-rules-pooled"
+        self.name = "phase-rules-pooled" if stats == "absolute" else "phase-rules"
 
     def fit(self, train: Sequence[Execution]) -> PhaseRulesPolicy:
-        if self.stats not in ("relative", "absolute"):
-            raise ValueError(f"stats must be 'relative' or 'absolute', got {self.stats!r}")
+        if self.stats not in ("auto", "relative", "absolute"):
+            raise ValueError(f"stats must be 'auto', 'relative' or 'absolute', got {self.stats!r}")
         super().fit(train)
-        self.stats_ = PhaseStatistics.fit(
-            train,
-            relative=self.stats == "relative",
-            level=self.level,
-            conditioning=self.conditioning,
+        kw = {"level": self.level, "conditioning": self.conditioning}
+        self.relative_stats_ = (
+            PhaseStatistics.fit(train, relative=True, **kw) if self.stats != "absolute" else None
+        )
+        self.absolute_stats_ = (
+            PhaseStatistics.fit(train, relative=False, **kw) if self.stats != "relative" else None
         )
         return self
 
     def _phases_ahead(self, phase: int) -> list[int]:
         return [phase]
 
+    def _phase_upper(self, phase: int, level: np.ndarray) -> np.ndarray:
+        """Allocation ``(n_resources,)`` that ``phase`` calls for at the given level."""
+        rel, ab = self.relative_stats_, self.absolute_stats_
+        if ab is None:
+            return level * rel.upper(phase, self.n_std)
+        if rel is None:
+            return ab.upper(phase, self.n_std)
+        use_rel = rel.spread(phase) <= ab.spread(phase)
+        return np.where(use_rel, level * rel.upper(phase, self.n_std), ab.upper(phase, self.n_std))
+
     def allocate(self, history: History) -> np.ndarray:
         if history.phases is None:
             raise ValueError(f"{self.name} needs detected phases")
+        level = cycle_level(history.last_cycle(), self.level)
         ahead = self._phases_ahead(int(history.phases[-1]))
-        upper = np.max([self.stats_.upper(p, self.n_std) for p in ahead], axis=0)
-        if self.stats == "absolute":
-            return upper
-        return cycle_level(history.last_cycle(), self.level) * upper
+        return np.max([self._phase_upper(p, level) for p in ahead], axis=0)
 
 
 class PhaseProactivePolicy(PhaseRulesPolicy):

@@ -15,6 +15,7 @@ from phases.evaluate import (
     build_policies,
     count_rescales,
     evaluate_policies,
+    kfold_executions,
     load_executions,
     matched_over_allocation,
     relative_features,
@@ -178,3 +179,13 @@ def test_cli_names_a_missing_column(slice_csv, tmp_path, capsys):
     ]
     assert main(argv) == 2
     assert "'cpu'" in capsys.readouterr().err
+
+
+def test_kfold_tests_every_execution_once():
+    ex = [Execution.from_arrays(f"e{i}", np.arange(5), np.ones(5), 2.0) for i in range(7)]
+    folds = kfold_executions(ex, 3, seed=0)
+    tested = [e.exec_id for _, test in folds for e in test]
+    assert sorted(tested) == sorted(e.exec_id for e in ex)
+    for train, test in folds:
+        assert not {e.exec_id for e in train} & {e.exec_id for e in test}
+        assert len(train) + len(test) == 7

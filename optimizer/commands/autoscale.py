@@ -54,6 +54,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     )
     ev.add_argument("--cycle", type=float, default=600.0, help="autoscaling cycle, seconds")
     ev.add_argument("--test-fraction", type=float, default=0.1)
+    ev.add_argument(
+        "--folds",
+        type=int,
+        default=0,
+        help="k-fold cross-validation over executions instead of one split (k >= 2)",
+    )
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument(
         "--tolerance",
@@ -114,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
                 model=args.model,
                 detector_params=detector_params,
                 phase_features=args.phase_features,
+                folds=args.folds,
                 quiet=args.quiet,
             )
         except ValueError as exc:
