@@ -100,11 +100,15 @@ def main(argv: list[str] | None = None) -> int:
         "plain_wall_s": plain, "monitored_wall_s": monitored,
         "median_plain_s": med_plain, "median_monitored_s": med_mon,
         "overhead_ratio": med_mon / med_plain,
+        # Each repetition's two runs are adjacent in time: their ratio cancels slow load drift.
+        "paired_ratio_median": statistics.median(m / q for m, q in zip(monitored, plain,
+                                                                       strict=True)),
         "job_cpu_ratio": statistics.median(job_cpu[True]) / statistics.median(job_cpu[False]),
         "monitor_cpu_per_wall_s": statistics.median(mon_cpu),
     }
     print(f"median wall without monitor {med_plain:.2f} s, with monitor {med_mon:.2f} s, "
           f"ratio {result['overhead_ratio']:.3f} (goal <= 1.02)")
+    print(f"median of per-repetition ratios (adjacent runs): {result['paired_ratio_median']:.3f}")
     print(f"job CPU time with/without monitor (medians): ratio {result['job_cpu_ratio']:.3f}")
     print(f"monitor CPU time per wall second: {1000 * result['monitor_cpu_per_wall_s']:.2f} ms")
     if args.json:
