@@ -40,7 +40,8 @@ class CloudEnvironment(gym.Env):
     keeps everything. Moves past a bound keep the resource where it is.
 
     ## Observation Space
-    ``Box(0, high, (11 + max_phases + 7,), float32)``; with ``max_phases = 4`` (22 entries):
+    ``Box(0, high, (11 + max_phases + 7,), float32)``; with ``max_phases = 4`` (the default
+    unless the phase sequence has more distinct phases; 22 entries):
 
     | Index | Observation                                   | Range   | Unit              |
     |-------|-----------------------------------------------|---------|-------------------|
@@ -107,7 +108,7 @@ class CloudEnvironment(gym.Env):
             self.resolved.sla,
             grid=m.grid,
             n_steps=m.n_steps,
-            max_phases=config.max_phases,
+            max_phases=self.resolved.max_phases,
             throughput_scale=m.state.throughput_scale,
         )
         self.state_dim, self.action_dim = self.state.state_dim, self.actions.action_dim

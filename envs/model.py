@@ -50,8 +50,9 @@ class EnvConfig:
     """Batch sizes offered (default: powers of two within the preset's bounds)."""
     initial: Allocation | None = None
     """Allocation at the start of every episode (snapped to the grid)."""
-    phase_sequence: Sequence[tuple[int, float]] | None = None
-    """A phase detector prototype, ``(phase_id, fraction)`` pairs, replacing the preset's phases."""
+    phase_sequence: Sequence[tuple[int, float]] | Sequence[PhaseSpec] | None = None
+    """Phases replacing the preset's: ``(phase_id, fraction)`` pairs (a phase detector
+    prototype) or :class:`PhaseSpec` objects (e.g. from :func:`envs.workload.phases_from_labels`)."""
     phase_scales: Mapping[int, tuple[float, float]] | None = None
     """``(cpu_scale, mem_scale)`` per phase id for ``phase_sequence``."""
     batch_actions: bool = True
@@ -64,8 +65,9 @@ class EnvConfig:
     """Reward subtracted for each change of allocation (besides the restart time and cost)."""
     oom_penalty: float = 1.0
     """SLA component on out of memory, per step left in the job (incl. the failed one)."""
-    max_phases: int = 4
-    """Length of the phase one-hot in the observation (fixed so shapes match across presets)."""
+    max_phases: int | None = None
+    """Length of the phase one-hot; None: 4, or the number of distinct phases when larger (so
+    the observation has the same shape across the presets)."""
     preferences: MultiObjectiveConfig | None = None
     """Named preference vectors (default: those of ``MultiObjectiveConfig``)."""
 
@@ -88,6 +90,7 @@ class Resolved:
     total_samples: float
     restart_s: float
     initial: int
+    max_phases: int
     config: EnvConfig
 
 
@@ -119,11 +122,12 @@ def resolve(config: EnvConfig) -> Resolved:
         gpu_range=gpu_range,
     )
     actions = ResourceAction(res, grid, batch_actions=config.batch_actions)
-    phases = (
-        phases_from_prototype(config.phase_sequence, config.phase_scales or model.phases)
-        if config.phase_sequence is not None
-        else list(model.phases)
-    )
+    if config.phase_sequence is None:
+        phases = list(model.phases)
+    elif all(isinstance(p, PhaseSpec) for p in config.phase_sequence):
+        phases = list(config.phase_sequence)
+    else:
+        phases = phases_from_prototype(config.phase_sequence, config.phase_scales or model.phases)
     n_steps = int(config.n_steps or job.get("n_steps", 20))
     total = float(config.total_samples or job.get("total_samples", 1e6))
     restart = float(config.restart_s if config.restart_s is not None else job.get("restart_s", 0.0))
@@ -134,6 +138,8 @@ def resolve(config: EnvConfig) -> Resolved:
     else:
         init = grid.allocation(0)
     _validate(config, n_steps, total, restart, phases)
+    n_ids = len({p.phase_id for p in phases})
+    max_phases = config.max_phases if config.max_phases is not None else max(4, n_ids)
     return Resolved(
         model,
         weights,
@@ -146,6 +152,7 @@ def resolve(config: EnvConfig) -> Resolved:
         total,
         restart,
         grid.index_of(init),
+        max_phases,
         config,
     )
 
@@ -180,7 +187,7 @@ def _validate(
     if restart < 0:
         raise ConfigError(f"restart_s must be >= 0 (got {restart!r})")
     ids = sorted({p.phase_id for p in phases})
-    if len(ids) > config.max_phases:
+    if config.max_phases is not None and len(ids) > config.max_phases:
         raise ConfigError(f"{len(ids)} distinct phases but max_phases = {config.max_phases}")
 
 
@@ -264,7 +271,7 @@ class EnvModel:
             r.sla,
             grid=r.grid,
             n_steps=r.n_steps,
-            max_phases=r.config.max_phases,
+            max_phases=r.max_phases,
             throughput_scale=scale,
         )
         changed = np.array([0.0, 1.0])

@@ -194,6 +194,55 @@ def phases_from_prototype(
     return out
 
 
+def phases_from_labels(
+    labels: Sequence[int] | np.ndarray,
+    stats: Any = None,
+    *,
+    cpu_feature: str = "cpu_cores",
+    mem_feature: str = "mem_gb",
+) -> list[PhaseSpec]:
+    """Phases of one execution labelled by the phase detector (``PhaseDetector.predict``).
+
+    Runs of one label become phases whose fraction is their share of the samples (warm-up
+    samples, label -1, are left out). With ``stats`` (the ``phases.sequences.phase_stats``
+    frame: ``phase, feature, mean`` rows) each phase's CPU and memory scales are its mean of
+    ``cpu_feature`` / ``mem_feature`` relative to the execution's sample-weighted mean, so the
+    job's average demand stays what the workload model says.
+    """
+    seq = np.asarray(labels, dtype=np.int64)
+    seq = seq[seq >= 0]
+    if seq.size == 0:
+        raise ConfigError("phase labels are empty (or all warm-up)")
+    starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+    lengths = np.diff(np.r_[starts, seq.size])
+    ids = seq[starts]
+    scales = {int(i): (1.0, 1.0) for i in ids}
+    if stats is not None:
+        means = {}
+        for feat in (cpu_feature, mem_feature):
+            rows = stats[stats["feature"] == feat]
+            if rows.empty:
+                raise ConfigError(f"phase statistics have no feature {feat!r}")
+            means[feat] = dict(
+                zip(rows["phase"].astype(int), rows["mean"].astype(float), strict=True)
+            )
+        overall = {
+            f: sum(m.get(int(i), 0.0) * n for i, n in zip(ids, lengths, strict=True)) / seq.size
+            for f, m in means.items()
+        }
+        scales = {
+            int(i): tuple(
+                means[f].get(int(i), overall[f]) / overall[f] if overall[f] > 0 else 1.0
+                for f in (cpu_feature, mem_feature)
+            )
+            for i in ids
+        }
+    return [
+        PhaseSpec(int(i), float(n) / seq.size, *scales[int(i)])
+        for i, n in zip(ids, lengths, strict=True)
+    ]
+
+
 @dataclass
 class FitReport:
     """Goodness of fit of :meth:`WorkloadModel.fit`."""

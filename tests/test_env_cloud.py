@@ -180,7 +180,7 @@ def test_bad_config_is_reported():
     with pytest.raises(CloudoptError, match="preference"):
         CloudEnvironment(preference="fastest")
     with pytest.raises(CloudoptError, match="max_phases"):
-        CloudEnvironment(phase_sequence=[(i, 0.2) for i in range(5)])
+        CloudEnvironment(phase_sequence=[(i, 0.2) for i in range(5)], max_phases=4)
 
 
 def test_noise_path_with_unit_noise_reproduces_the_tables():
@@ -214,3 +214,34 @@ def test_noise_path_with_every_sla_checked():
         obs, vec, reward, _, _ = env._outcome(p, a, ch, 1.0)
         np.testing.assert_allclose(obs, m.obs[p, a, ch], atol=1e-6)
         assert reward == pytest.approx(m.reward[p, a, ch], abs=1e-9)
+
+
+def test_phases_from_detector_labels_and_stats():
+    import pandas as pd
+
+    from envs.workload import phases_from_labels
+
+    labels = [-1, -1, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 4, 1, 1, 1, 3, 3, 3, 3]
+    stats = pd.DataFrame(
+        [
+            (p, f, m)
+            for p, c, mem in [
+                (0, 2.0, 1.0),
+                (1, 1.0, 1.0),
+                (2, 1.0, 3.0),
+                (3, 0.5, 1.0),
+                (4, 4.0, 2.0),
+            ]
+            for f, m in (("cpu_cores", c), ("mem_gb", mem))
+        ],
+        columns=["phase", "feature", "mean"],
+    )
+    phases = phases_from_labels(labels, stats)
+    assert [p.phase_id for p in phases] == [0, 2, 4, 1, 3]
+    assert sum(p.fraction for p in phases) == pytest.approx(1.0)
+    weights = np.array([p.fraction for p in phases])
+    assert weights @ [p.cpu_scale for p in phases] == pytest.approx(1.0)
+    assert weights @ [p.mem_scale for p in phases] == pytest.approx(1.0)
+    env = CloudEnvironment(phase_sequence=phases)  # five phases: the one-hot grows to five
+    assert env.state.max_phases == 5 and env.observation_space.shape == (23,)
+    check_env(env, skip_render_check=True)
