@@ -96,6 +96,8 @@ _IT_RATE = re.compile(_NUM + r"\s*it/s\b")
 _S_PER_IT = re.compile(_NUM + r"\s*s/it\b")
 _KEY_VALUE = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)=([^\s,;]+)")
 _BATCH = re.compile(r"batch[_ ]size\s*[=:]\s*(\d+)", re.IGNORECASE)
+BATCH_SIZE_PATTERN = _BATCH
+"""``batch_size=N`` / ``batch size: N`` in a script's output: its batch size when not set."""
 _INFO_KEYS = ("model_name", "model_family", "params", "layers", "dataset")
 
 
@@ -626,6 +628,9 @@ class TrainingModuleManager:
         stderr = _tail(work / "stderr.log")
         if status == "probe" and thr is None:
             reason = "no throughput measured before the time box ended"
+        model_info = self.get_model_info(work / "metrics.csv", stdout_text)
+        if run.batch_size is not None:  # the allocation's, else what the script printed
+            model_info["batch_size"] = run.batch_size
         return TrialSummary(
             trial_id=trial_id, status=status, allocation=allocation, reason=reason,
             exit_code=code, wall_time_s=round(wall, 3), samples=samples, throughput=thr,
@@ -634,7 +639,7 @@ class TrainingModuleManager:
             predicted_total_cost=None if predicted is None else hourly * predicted / 3600,
             cpu_util_mean=100 * stats["cpu_cores_mean"] / max(allocation.cpus, 1),
             **stats, train_file=str(self.module_path), train_args=list(self.train_args),
-            model_info=self.get_model_info(work / "metrics.csv", stdout_text),
+            model_info=model_info,
             stderr_tail=stderr if status == "failed" else "", started_at=started_at,
         )
 

@@ -48,6 +48,7 @@ def test_example_runs_with_trace_metrics_and_records(tmp_path, repo_root):
     assert s.cost == pytest.approx(s.hourly_cost * s.wall_time_s / 3600, rel=1e-3)
     assert s.hourly_cost == pytest.approx(1 * 0.0316 + 2.0 * 0.0042)
     assert s.model_info["model_family"] == "MLP" and s.model_info["params"] > 0
+    assert s.model_info["batch_size"] == 50
     metrics = pd.read_csv(d / "metrics.csv")
     assert metrics["samples"].iloc[-1] == 1500
     config = json.loads((d / "config.json").read_text())
