@@ -494,6 +494,41 @@ def _phases_for(
     ]
 
 
+def evaluate_split(
+    train: Sequence[Execution],
+    test: Sequence[Execution],
+    *,
+    policies: Sequence[str] = DEFAULT_POLICIES,
+    policy_params: dict[str, dict[str, Any]] | None = None,
+    phase_features: str = "relative",
+    window_s: float = 600.0,
+    detector_params: dict[str, Any] | None = None,
+    seed: int = 0,
+    tolerance: float = 0.05,
+) -> EvaluationResult:
+    """Evaluate named policies on one split already in memory (phase models fitted on
+    ``train``); e.g. a validation split carved out of the training executions."""
+    built = build_policies(policies, policy_params)
+    for p in built:
+        if p.needs_phases and p.phase_features is None:
+            p.phase_features = phase_features
+    notes = _phases_for(
+        built,
+        train,
+        test,
+        phase_features=phase_features,
+        window_s=window_s,
+        detector_params=detector_params,
+        seed=seed,
+        quiet=True,
+    )
+    result = score_plans(
+        replay_policies(built, train, test), test, tolerance=tolerance, train=train
+    )
+    result.settings["phase_model"] = " | ".join(notes) if notes else "not used"
+    return result
+
+
 def evaluate_file(
     traces: str | Path,
     exec_id: str,
