@@ -8,7 +8,6 @@ The dynamics live in :class:`envs.model.EnvModel` tables (one source of truth wi
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any
 
 import gymnasium as gym
@@ -151,12 +150,21 @@ class CloudEnvironment(gym.Env):
         self._checked = m.state.checked.tolist()
         self._weights = m.weights.tolist()
         self._noise = float(config.noise)
+        self._noise_block: list[float] = []
+        self._noise_pos = 0
+        self._util = m.reward_vector[..., 0, 2].tolist()
+        self._thr_min = self.resolved.sla.throughput_min
+        self._sla_w, self._change_pen = config.sla_weight, config.change_penalty
+        oom = [m.oom_outcome(k, np.array([0, 1])) for k in range(m.n_steps)]
+        self._oom_vec = [v.astype(np.float32) for v, _ in oom]
+        self._oom_reward = [r.tolist() for _, r in oom]
         self._time_max = self.resolved.sla.time_max
         self._cost_max = self.resolved.sla.cost_max
         self._reset_counters()
 
     # ------------------------------------------------------------------ gym API
     def _reset_counters(self) -> None:
+        self._noise_block, self._noise_pos = [], 0
         self._k = 0
         self._a = self.model.initial
         self._elapsed = 0.0
@@ -200,11 +208,7 @@ class CloudEnvironment(gym.Env):
         if self._oom[p][a2]:
             return self._oom_step(k, a2, ch, p)
         if self._noise > 0:
-            eps = math.exp(
-                self._noise * float(self.np_random.standard_normal())
-                - 0.5 * self._noise * self._noise
-            )
-            obs, vec, reward, t, c = self._outcome(p, a2, ch, eps)
+            obs, vec, reward, t, c = self._outcome(p, a2, ch, self._noise_factor())
         else:
             obs = m.obs[p, a2, ch].copy()
             vec = m.reward_vector32[p, a2, ch].copy()
@@ -259,64 +263,67 @@ class CloudEnvironment(gym.Env):
 
     def _oom_step(self, k: int, a2: int, ch: int, p: int):
         m = self.model
-        vec, reward = m.oom_outcome(k, ch)
-        vec = vec.astype(np.float32)
+        vec, reward = self._oom_vec[k].copy(), self._oom_reward[k][ch]
         t = self.resolved.restart_s
-        c = float(m.hourly_cost[a2]) * t / 3600.0
-        self._advance(a2, ch, t, c, vec, float(reward))
+        c = self._hourly[a2] * t / 3600.0
+        self._advance(a2, ch, t, c, vec, reward)
         self._k = m.n_steps  # the job is over
         obs = m.obs[p, a2, ch].copy()
-        obs[self.state.index["sla_memory"]] = 0.0
-        obs[self.state.index["sla_overall"]] = 0.0
+        obs[self._i_sla + 3] = 0.0  # memory
+        obs[self._i_sla + len(SLA_NAMES)] = 0.0  # overall
         obs[self._i_prog] = k / m.n_steps
-        obs[self._i_time] = min(self._elapsed / self.resolved.sla.time_max, FRACTION_HIGH)
-        obs[self._i_cost] = min(self._spent / self.resolved.sla.cost_max, FRACTION_HIGH)
-        obs[self._i_phase + m.phase_slot[p]] = 1.0
+        obs[self._i_time] = min(self._elapsed / self._time_max, FRACTION_HIGH)
+        obs[self._i_cost] = min(self._spent / self._cost_max, FRACTION_HIGH)
+        obs[self._i_phase + self._slot[p]] = 1.0
         self.state.set_vector(obs)
-        return obs.copy(), float(reward), True, False, self._info(a2, p, t, c, vec, ch, True)
+        return obs.copy(), reward, True, False, self._info(a2, p, t, c, vec, ch, True)
 
     def _outcome(self, p: int, a2: int, ch: int, eps: float):
         """Outcome when throughput is ``eps`` times the model's (log-normal noise).
 
         Only the throughput-dependent parts move: step time and cost, the throughput entry, the
-        time/cost/throughput SLA checks and the reward terms built from them. With ``eps = 1`` it
+        time/cost/throughput SLA checks and the reward terms built from them, in the formulas of
+        :func:`envs.model.reward_components` written for Python scalars. With ``eps = 1`` it
         reproduces the tables exactly (tests/test_env_cloud.py checks this).
         """
         m = self.model
-        sla = self.resolved.sla
         t = m.chunk / (self._goodput[p][a2] * eps) + ch * self.resolved.restart_s
         c = self._hourly[a2] * t / 3600.0
         thr = self._thr[p][a2] * eps
         status = self._status[p][a2][ch][:]
         status[0] = t <= m.time_budget + 1e-9
         status[1] = c <= m.cost_budget + 1e-12
-        status[2] = thr >= sla.throughput_min
-        checked = [ok for ok, on in zip(status, self._checked, strict=False) if on]
+        status[2] = thr >= self._thr_min
+        checked = [ok for ok, on in zip(status, self._checked, strict=True) if on]
         rate = sum(checked) / len(checked)
-        util = float(m.reward_vector[p, a2, ch, 2])
-        vec = np.array(
-            [
-                min(1.0, max(-1.0, 1.0 - c / m.cost_budget)),
-                min(1.0, max(-1.0, 1.0 - t / m.time_budget)),
-                util,
-                rate - 1.0,
-            ]
-        )
+        r_cost = min(1.0, max(-1.0, 1.0 - c / m.cost_budget))
+        r_time = min(1.0, max(-1.0, 1.0 - t / m.time_budget))
+        util = self._util[p][a2]
         w = self._weights
-        cfg = self.config
         reward = (
-            w[0] * vec[0]
-            + w[1] * vec[1]
-            + w[2] * vec[2]
-            + cfg.sla_weight * vec[3]
-            - cfg.change_penalty * ch
+            w[0] * r_cost
+            + w[1] * r_time
+            + w[2] * util
+            + self._sla_w * (rate - 1.0)
+            - self._change_pen * ch
         )
         obs = m.obs[p, a2, ch].copy()
         obs[self._i_thr] = min(thr / self.state.throughput_scale, FRACTION_HIGH)
-        for i in range(3):
-            obs[self._i_sla + i] = 1.0 if status[i] else 0.0
-        obs[self._i_sla + len(SLA_NAMES)] = rate
-        return obs, vec.astype(np.float32), float(reward), t, c
+        i = self._i_sla
+        obs[i], obs[i + 1], obs[i + 2] = status[0], status[1], status[2]
+        obs[i + len(SLA_NAMES)] = rate
+        vec = np.array((r_cost, r_time, util, rate - 1.0), dtype=np.float32)
+        return obs, vec, reward, t, c
+
+    def _noise_factor(self) -> float:
+        """Next mean-one log-normal throughput factor; normals are drawn from ``np_random``
+        in blocks (one call per 256 steps) and the block is dropped at every reset."""
+        if self._noise_pos >= len(self._noise_block):
+            z = self.np_random.standard_normal(256)
+            self._noise_block = np.exp(self._noise * z - 0.5 * self._noise**2).tolist()
+            self._noise_pos = 0
+        self._noise_pos += 1
+        return self._noise_block[self._noise_pos - 1]
 
     def render(self) -> str | None:
         if self.render_mode != "ansi":

@@ -72,6 +72,13 @@ class EnvConfig:
     """Named preference vectors (default: those of ``MultiObjectiveConfig``)."""
 
     def replace(self, **changes: Any) -> EnvConfig:
+        """A copy with some fields changed (unknown names are a :class:`ConfigError`)."""
+        known = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise ConfigError(
+                f"unknown environment option {unknown[0]!r}; known: {', '.join(sorted(known))}"
+            )
         return dataclasses.replace(self, **changes)
 
 

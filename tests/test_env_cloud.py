@@ -107,6 +107,7 @@ def test_out_of_memory_ends_episode_with_penalty():
     double = env.actions.noop + 1
     _, r1, term1, _, info1 = env.step(double)  # 256 on one GPU: out of GPU memory
     assert term1 and info1["oom"]
+    assert info1["reward_vector"].shape == (4,) and info1["reward_vector"][3] == -env.model.n_steps
     assert r1 == pytest.approx(-env.model.n_steps - env.config.change_penalty)
 
 
@@ -179,6 +180,8 @@ def test_bad_config_is_reported():
         CloudEnvironment(workload="no-such-preset")
     with pytest.raises(CloudoptError, match="preference"):
         CloudEnvironment(preference="fastest")
+    with pytest.raises(CloudoptError, match="unknown environment option 'workloads'"):
+        CloudEnvironment(workloads="vgg16-v100")
     with pytest.raises(CloudoptError, match="max_phases"):
         CloudEnvironment(phase_sequence=[(i, 0.2) for i in range(5)], max_phases=4)
 
