@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -30,7 +30,7 @@ from envs.model import EnvConfig
 from envs.workload import PRESET_DIR, WorkloadModel
 from optimizer.config import ResourceConfig, SLAConfig
 from optimizer.errors import CloudoptError
-from optimizer.records import Allocation, TrialSummary, atomic_write_text
+from optimizer.records import Allocation, TrialSummary, atomic_write_text, iter_trials
 
 
 def measure(
@@ -66,6 +66,18 @@ def measure(
         if prev is None or (s.ok and (not prev.ok or (s.throughput or 0) > (prev.throughput or 0))):
             best[i] = s
     return [best[i] for i in range(len(allocations))]
+
+
+def fastest_per_allocation(trials: Iterable[TrialSummary]) -> list[TrialSummary]:
+    """The highest-throughput usable trial of each allocation, in first-seen order."""
+    best: dict[str, TrialSummary] = {}
+    for t in trials:
+        if not (t.ok and t.throughput):
+            continue
+        key = t.allocation.key()
+        if key not in best or t.throughput > best[key].throughput:
+            best[key] = t
+    return list(best.values())
 
 
 def preset_text(
@@ -148,19 +160,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--run-dir", default="runs/calibrate")
     ap.add_argument("--out", default=None, help=f"preset path (default {PRESET_DIR}/NAME.toml)")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument(
+        "--from-run",
+        default=None,
+        help="fit trials already recorded in this run folder (fastest per allocation) "
+        "instead of running new ones",
+    )
     args = ap.parse_args(argv)
     cpus = [int(x) for x in args.cpus.split(",")]
     batches = [int(x) for x in args.batch.split(",")]
     allocs = [Allocation(0, c, args.memory_gb, b) for c in cpus for b in batches]
-    trials = measure(
-        args.train_file,
-        allocs,
-        args.run_dir,
-        train_args=shlex.split(args.args),
-        repeats=args.repeats,
-        probe_seconds=args.probe_seconds,
-        quiet=args.quiet,
-    )
+    if args.from_run:
+        trials = fastest_per_allocation(iter_trials(args.from_run))
+        if not trials:
+            print(f"error: no trials recorded in {args.from_run}/trials")
+            return 2
+    else:
+        trials = measure(
+            args.train_file,
+            allocs,
+            args.run_dir,
+            train_args=shlex.split(args.args),
+            repeats=args.repeats,
+            probe_seconds=args.probe_seconds,
+            quiet=args.quiet,
+        )
     try:
         model = WorkloadModel(name=args.name).fit(
             trials, noise_scale=args.noise_scale, ref_batch=args.ref_batch

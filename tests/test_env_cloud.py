@@ -10,9 +10,11 @@ from envs import CloudEnvironment
 from envs.state import SLA_NAMES
 
 
-def test_check_env_passes():
-    check_env(CloudEnvironment(), skip_render_check=True)
-    check_env(CloudEnvironment(noise=0.1, workload="vgg16-p100"), skip_render_check=True)
+@pytest.mark.parametrize("workload", envs.list_presets())
+def test_check_env_passes_on_every_preset(workload):
+    check_env(CloudEnvironment(workload=workload), skip_render_check=True)
+    check_env(CloudEnvironment(workload=workload, noise=0.1, batch_actions=False),
+              skip_render_check=True)
 
 
 def test_gymnasium_make_and_spaces():
