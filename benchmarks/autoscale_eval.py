@@ -133,6 +133,7 @@ def sweep(data: Path, detector_params: dict) -> dict:
         "raw features": {"phase_features": "raw"},
         "cycle 5 s": {"cycle_s": 5.0},
         "cycle 20 s": {"cycle_s": 20.0},
+        "1st-cycle cold start": {"cold_start": "first-cycle"},
     }
     names = ["reactive-rules", "phase-rules", "phase-proactive", "vpa"]
     out = {}
@@ -155,6 +156,7 @@ def sweep(data: Path, detector_params: dict) -> dict:
             phase_features=v.get("phase_features", "relative"),
             window_s=cycle,
             detector_params={**detector_params, **v.get("detector", {})},
+            cold_start=v.get("cold_start"),
         )
         out[label] = summary(result)
         for name in names[1:3]:

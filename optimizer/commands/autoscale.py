@@ -62,6 +62,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     )
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument(
+        "--cold-start",
+        choices=("pooled", "first-cycle"),
+        default="pooled",
+        help="first-cycle allocation of every practical policy: mean + 2 std of all training "
+        "samples, or of the training samples in their executions' first cycle",
+    )
+    ev.add_argument(
         "--tolerance",
         type=float,
         default=0.05,
@@ -121,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
                 detector_params=detector_params,
                 phase_features=args.phase_features,
                 folds=args.folds,
+                cold_start=args.cold_start,
                 quiet=args.quiet,
             )
         except ValueError as exc:
