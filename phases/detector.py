@@ -512,7 +512,8 @@ class PhaseDetector(BaseEstimator):
         path : path-like
             Model directory.
         device : str, optional
-            Overrides the saved ``device`` parameter.
+            Overrides the saved ``device`` parameter (a model saved with ``device="cuda"``
+            loads as ``"auto"`` where CUDA is missing).
 
         Raises
         ------
@@ -526,6 +527,8 @@ class PhaseDetector(BaseEstimator):
         params = dict(meta["params"])
         if device is not None:
             params["device"] = device
+        elif str(params.get("device", "auto")).startswith("cuda") and not torch.cuda.is_available():
+            params["device"] = "auto"  # fitted on a GPU, read on a CPU-only machine
         try:
             model = cls(**params)
             model._check_params()

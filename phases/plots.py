@@ -50,6 +50,7 @@ def plot_trace(
     times: np.ndarray | None = None,
     features: Sequence[str] | None = None,
     title: str = "",
+    time_label: str | None = None,
     path: str | os.PathLike | None = None,
 ) -> Figure:
     """One execution with a phase-coloured background, one panel per feature.
@@ -85,7 +86,7 @@ def plot_trace(
             )
         ax.plot(t, values[:, j], color="black", lw=1.0)
         ax.set_ylabel(names[j])
-    axes[-1, 0].set_xlabel("time" if times is not None else "sample")
+    axes[-1, 0].set_xlabel(time_label or ("time" if times is not None else "sample"))
     present = sorted({r.phase for r in runs})
     handles = [
         Patch(color=phase_color(p), alpha=0.5, label="warm-up" if p == WARMUP else f"phase {p}")
@@ -126,7 +127,13 @@ def plot_phase_stats(
     fig, axes = plt.subplots(1, len(cols), figsize=(3.2 + 2.4 * len(cols), 3.6), squeeze=False)
     for ax, j in zip(axes[0], cols, strict=True):
         data = [x[labels == p, j] for p in present]
-        box = ax.boxplot(data, patch_artist=True, showfliers=True, flierprops={"markersize": 2})
+        box = ax.boxplot(
+            data,
+            patch_artist=True,
+            showfliers=True,
+            flierprops={"markersize": 2},
+            medianprops={"color": "black"},
+        )
         ax.set_xticks(range(1, len(present) + 1), [str(p) for p in present])
         for patch, p in zip(box["boxes"], present, strict=True):
             patch.set_facecolor(phase_color(p))

@@ -212,7 +212,8 @@ def write_report(
         plots.plot_trace(
             traces.arrays[i][:, cols],
             sequences[i],
-            times=traces.times[i],
+            times=traces.times[i] - traces.times[i][0],
+            time_label=f"{traces.time_col or 'sample'} since the first sample",
             features=names,
             title=f"execution {traces.exec_ids[i]}",
             path=out / name,
@@ -226,6 +227,14 @@ def write_report(
         out / "report.md", _markdown(summary, graph, figures, title or "Phase report", label_name)
     )
     return summary
+
+
+def _short_sequence(seq: Sequence[int], limit: int = 24) -> str:
+    """A packed sequence as text, the middle elided when it is long (phases.json has it all)."""
+    text = [str(p) for p in seq]
+    if len(text) > limit:
+        text = text[: limit // 2] + [f"... ({len(seq) - limit} more) ..."] + text[-limit // 2 :]
+    return " > ".join(text) or "(warm-up only)"
 
 
 def _safe(name: str) -> str:
@@ -270,7 +279,7 @@ def _markdown(
         [
             {
                 "rank": i + 1,
-                "sequence": " > ".join(map(str, p["sequence"])),
+                "sequence": _short_sequence(p["sequence"]),
                 "executions": p["executions"],
                 "share": p["share"],
             }

@@ -220,3 +220,48 @@ def test_default_model_loads_and_predicts():
 def test_crbm_rejects_bad_sizes():
     with pytest.raises(ValueError, match="delay"):
         CRBM(2, 10, 0)
+
+
+def test_model_saved_for_cuda_loads_on_cpu(tmp_path, fitted, synthetic):
+    model_dir = fitted.save(tmp_path / "m")
+    meta = json.loads((model_dir / "meta.json").read_text())
+    meta["params"]["device"] = "cuda"
+    (model_dir / "meta.json").write_text(json.dumps(meta))
+    loaded = PhaseDetector.load(model_dir)
+    expected = "cuda" if torch.cuda.is_available() else "auto"
+    assert loaded.device == expected
+    np.testing.assert_array_equal(
+        np.concatenate(loaded.predict(synthetic.traces)),
+        np.concatenate(fitted.predict(synthetic.traces)),
+    )
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_fit_predict_matches_shapes(synthetic):
+    model = PhaseDetector(n_phases=4, epochs=30, random_state=1, device="cuda").fit(
+        synthetic.traces
+    )
+    p, y = np.concatenate(model.predict(synthetic.traces)), np.concatenate(synthetic.labels)
+    assert adjusted_rand_score(y[p != WARMUP], p[p != WARMUP]) >= 0.9
+
+
+def test_preprocess_options(synthetic):
+    arrays = synthetic.traces.arrays[:3]
+    for preprocess in ("diff", "exec-norm", "exec-norm+diff"):
+        model = PhaseDetector(n_phases=3, epochs=2, preprocess=preprocess, random_state=0)
+        model.fit(arrays)
+        n_vis = 4 if "diff" in preprocess else 2
+        assert model.crbm_.n_visible == n_vis and model.scaler_.n_features == n_vis
+        assert [len(p) for p in model.predict(arrays)] == [len(a) for a in arrays]
+    with pytest.raises(ValueError, match="unknown step"):
+        PhaseDetector(preprocess="log").fit(arrays)
+
+
+def test_prepare_is_per_execution():
+    model = PhaseDetector(preprocess="exec-norm+diff")
+    a, b = np.array([[1.0], [3.0], [5.0]]), np.array([[10.0], [10.0]])
+    out = model._prepare(np.vstack([a, b]), np.array([3, 2]))
+    z = (a - 3) / np.sqrt(8 / 3)
+    np.testing.assert_allclose(out[:3, 0], z[:, 0])
+    np.testing.assert_allclose(out[3:, 0], [0, 0])  # constant execution: centred, not divided
+    np.testing.assert_allclose(out[:, 1], [0, z[1, 0] - z[0, 0], z[2, 0] - z[1, 0], 0, 0])
