@@ -4,7 +4,8 @@ Each logged run is held out in turn; the predictor (:class:`optimizer.offline.
 LocalScalingModel`, fitted on all the other runs) predicts its throughput and wall time from
 its model characteristics, configuration and job size, and the naive baseline predicts the mean
 of the other runs. Printed: the error of each held-out run and the mean absolute percentage
-errors (MAPE) of both, with their ratio. The logs are the shipped ``examples/logs`` (the tool's
+errors (MAPE) of both, with their ratio, and two stronger references: copying the nearest
+logged run, and the mean of the same model's other runs (what the scaling model adds). The logs are the shipped ``examples/logs`` (the tool's
 own measured runs of the bundled examples) and, when present, the shared real history
 ``../shared/data/dl-traces/executions.csv``.
 
@@ -50,6 +51,11 @@ def evaluate(name: str, specs: list[Path | str], quiet: bool) -> dict[str, float
           f"time MAPE predictor {summary['predictor_time_mape']:.1f} % vs global mean "
           f"{summary['baseline_time_mape']:.1f} % (ratio "
           f"{summary['predictor_time_mape'] / summary['baseline_time_mape']:.3f})")
+    print(f"  references: nearest run copied - throughput "
+          f"{summary['nearest_copy_throughput_mape']:.1f} %, "
+          f"time {summary['nearest_copy_time_mape']:.1f} %; same model's mean - throughput "
+          f"{summary['model_mean_throughput_mape']:.1f} %, time "
+          f"{summary['model_mean_time_mape']:.1f} %")
     return summary
 
 

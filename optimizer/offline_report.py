@@ -182,7 +182,8 @@ def write_analysis(analyzer: OfflineDataAnalyzer, out_dir: str | os.PathLike,
     report.table(best_table(analysis))
     report.heading("SLA forecast from the history")
     report.paragraph("Next run's time, cost and throughput (SLAConfig.forecast_sla_values: a "
-                     "recency-weighted trend; *_se is its standard error).")
+                     "recency-weighted trend; *_se is its standard error; a dash where the "
+                     "trend crossed zero).")
     report.table([{"history": k, **{m: v.get(m) for m in
                   ("time", "time_se", "cost", "cost_se", "throughput", "throughput_se",
                    "n_runs")}} for k, v in forecasts.items()])

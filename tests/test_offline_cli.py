@@ -1,0 +1,67 @@
+"""``python -m optimizer analyze`` on the shipped example logs, and its errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+
+from optimizer.cli import main
+from optimizer.offline import OfflineDataAnalyzer, leave_one_out, loo_summary
+
+
+def test_shipped_logs_are_real_tool_records(repo_root):
+    logs = sorted((repo_root / "examples" / "logs").glob("*.csv"))
+    assert {p.stem for p in logs} >= {"mlp", "cnn", "transformer"}
+    for p in logs:
+        frame = pd.read_csv(p)
+        # Written by records.summaries_to_frame from the runner's TrialSummary records.
+        for col in ("trial_id", "status", "cpus", "batch_size", "wall_time_s", "throughput",
+                    "throughput_source", "cpu_util_mean", "mem_gb_peak", "params"):
+            assert col in frame, (p, col)
+        assert frame["cpus"].nunique() >= 2 and frame["batch_size"].nunique() >= 2
+        assert (frame["mem_gb_peak"] > 0).all()
+
+
+def test_cli_writes_report_and_prediction(repo_root, tmp_path, capsys):
+    out = tmp_path / "analysis"
+    code = main(["analyze", "--logs", str(repo_root / "examples" / "logs"), "--model", "cnn",
+                 "--params", "20000", "--samples", "4096", "--preference", "cost",
+                 "--out", str(out)])
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "cnn[" in text and "transformer[" in text and "prediction (cost, from history)" in text
+    for name in ("analysis.md", "analysis.html", "analysis.json", "time_vs_cost.png",
+                 "throughput_scaling.png"):
+        assert (out / name).stat().st_size > 0, name
+    data = json.loads((out / "analysis.json").read_text())
+    assert data["prediction"]["source"] == "history"
+    assert data["prediction"]["allocation"]["cpus"] >= 1
+    assert set(data["best"]) == {m["model"] for m in data["models"]}
+    assert data["sla_forecast"]["all"]["n_runs"] >= 6
+    md = (out / "analysis.md").read_text()
+    assert "## Models" in md and "SLA forecast" in md and "time_vs_cost.png" in md
+
+
+def test_cli_rejects_a_bad_log_with_status_2(tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("foo,bar\n1,2\n")
+    assert main(["analyze", "--logs", str(bad), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "missing" in err
+
+
+def test_cli_subprocess_help():
+    res = subprocess.run([sys.executable, "-m", "optimizer", "analyze", "--help"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and "--logs" in res.stdout and "--preference" in res.stdout
+
+
+def test_predictor_beats_global_mean_on_shipped_logs(repo_root):
+    a = OfflineDataAnalyzer([repo_root / "examples" / "logs"])
+    s = loo_summary(leave_one_out(a.combined_data))
+    assert s["runs"] >= 12
+    assert s["predictor_throughput_mape"] < s["baseline_throughput_mape"]
+    assert s["predictor_time_mape"] < s["baseline_time_mape"]
