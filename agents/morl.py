@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from agents.buffer import ReplayBuffer
-from agents.networks import Actor, Critic, mc_dropout_probs
+from agents.networks import Actor, Critic, make_adam, mc_dropout_probs
 from agents.persist import load_state, save_state
 from optimizer.config import OBJECTIVES, MultiObjectiveConfig, RLConfig
 from optimizer.errors import ConfigError, ModelFileError
@@ -44,8 +44,9 @@ from optimizer.errors import ConfigError, ModelFileError
 @torch.no_grad()
 def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
     """Polyak averaging: ``target <- tau * source + (1 - tau) * target``, parameter by parameter."""
-    for t_param, s_param in zip(target.parameters(), source.parameters(), strict=True):
-        t_param.lerp_(s_param, tau)
+    t_params, s_params = list(target.parameters()), list(source.parameters())
+    assert len(t_params) == len(s_params), "target and source differ in structure"
+    torch._foreach_lerp_(t_params, s_params, tau)  # one fused call instead of a Python loop
 
 
 class Decision(NamedTuple):
@@ -65,15 +66,21 @@ class _PolicyPair:
     """Actor, critic, their targets, optimizers and replay buffer for one preference vector."""
 
     def __init__(
-        self, state_dim: int, action_dim: int, cfg: RLConfig, device: torch.device, seed: int
+        self,
+        state_dim: int,
+        action_dim: int,
+        cfg: RLConfig,
+        device: torch.device,
+        seed: int,
+        action_factors: Sequence[int] | None,
     ) -> None:
         h, p = cfg.hidden_dim, cfg.dropout_rate
-        self.actor = Actor(state_dim, action_dim, h, p).to(device)
+        self.actor = Actor(state_dim, action_dim, h, p, action_factors=action_factors).to(device)
         self.critic = Critic(state_dim, action_dim, h, p).to(device)
         self.target_actor = copy.deepcopy(self.actor).eval()  # targets never use dropout
         self.target_critic = copy.deepcopy(self.critic).eval()
-        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.lr_actor)
-        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=cfg.lr_critic)
+        self.actor_optimizer = make_adam(self.actor.parameters(), cfg.lr_actor)
+        self.critic_optimizer = make_adam(self.critic.parameters(), cfg.lr_critic)
         self.buffer = ReplayBuffer(cfg.buffer_size, state_dim, device, seed=seed)
 
     def reinitialize_critic(self) -> None:
@@ -82,7 +89,7 @@ class _PolicyPair:
                 layer.reset_parameters()
         self.target_critic.load_state_dict(self.critic.state_dict())
         lr = self.critic_optimizer.param_groups[0]["lr"]
-        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=lr)
+        self.critic_optimizer = make_adam(self.critic.parameters(), lr)
 
     def modules(self) -> dict[str, Any]:
         return {
@@ -112,6 +119,9 @@ class MultiObjectiveRLAgent:
         Torch device.
     mc_samples : int
         Dropout passes per decision when uncertainty is requested.
+    action_factors : sequence of int, optional
+        Sub-action sizes whose product is ``action_dim``: factored actor heads
+        (:func:`agents.networks.joint_log_probs`); the critic still scores every joint action.
 
     Attributes
     ----------
@@ -132,6 +142,7 @@ class MultiObjectiveRLAgent:
         multi_objective_config: MultiObjectiveConfig | None = None,
         device: str = "cpu",
         mc_samples: int = 10,
+        action_factors: Sequence[int] | None = None,
     ) -> None:
         self.rl_config = rl_config if rl_config is not None else RLConfig()
         self.multi_objective_config = multi_objective_config or MultiObjectiveConfig()
@@ -146,13 +157,27 @@ class MultiObjectiveRLAgent:
         self.rng = np.random.default_rng(seed)
         torch.manual_seed(seed)
         self.pairs = [
-            _PolicyPair(self.state_dim, self.action_dim, self.rl_config, self.device, seed + i)
+            _PolicyPair(
+                self.state_dim,
+                self.action_dim,
+                self.rl_config,
+                self.device,
+                seed + i,
+                action_factors,
+            )
             for i in range(len(self.policy_names))
         ]
         self.train_steps = [0] * len(self.pairs)
         self.reset_counters = [0] * len(self.pairs)
         self.violation_streaks = [0] * len(self.pairs)
         self.active_policy = 0
+        self.epsilon = self.rl_config.exploration_noise
+        self.entropy_coef = self.rl_config.entropy_coef
+
+    def set_exploration(self, scale: float) -> None:
+        """Scale epsilon and alpha to ``scale`` (in [0, 1]) times their configured values."""
+        self.epsilon = self.rl_config.exploration_noise * scale
+        self.entropy_coef = self.rl_config.entropy_coef * scale
 
     # Design-named views of the per-policy parts.
     actors = property(lambda self: [p.actor for p in self.pairs])
@@ -237,7 +262,7 @@ class MultiObjectiveRLAgent:
             cdf = np.cumsum(probs, axis=1)
             u = self.rng.random((len(probs), 1)) * cdf[:, -1:]
             actions = np.minimum((u > cdf).sum(axis=1), self.action_dim - 1)
-            explore = self.rng.random(len(probs)) < self.rl_config.exploration_noise
+            explore = self.rng.random(len(probs)) < self.epsilon
             actions[explore] = self.rng.integers(0, self.action_dim, size=int(explore.sum()))
         spread = mc.std_probs.cpu().numpy()[np.arange(len(actions)), actions]
         if single:
@@ -273,7 +298,7 @@ class MultiObjectiveRLAgent:
         if len(pair.buffer) < batch_size:
             return None
         data = pair.buffer.sample(batch_size)
-        alpha = cfg.entropy_coef
+        alpha = self.entropy_coef
 
         with torch.no_grad():
             next_probs = pair.target_actor(data.next_states)

@@ -15,6 +15,8 @@ the actor-critic update needs anyway to take the expectation of Q under the poli
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 import torch
@@ -31,6 +33,42 @@ def _mlp(in_dim: int, out_dim: int, hidden_dim: int, dropout_rate: float) -> nn.
         nn.Dropout(dropout_rate),
         nn.Linear(hidden_dim, out_dim),
     )
+
+
+def joint_log_probs(factor_logits: torch.Tensor, factors: Sequence[int]) -> torch.Tensor:
+    """Log-probabilities of joint actions under independent per-factor softmaxes.
+
+    A discrete action set that is a product of sub-actions (GPU x CPU x memory x batch, each
+    down/keep/up) gets one small softmax per factor ("action branching", Tavakoli et al., 2018);
+    the joint index is mixed-radix with the first factor most significant,
+    ``index = ((d_0 * n_1 + d_1) * n_2 + d_2) ...``, the layout of :mod:`envs.actions`.
+    A product of categoricals still represents every deterministic policy, so the optimum is
+    reachable, and exploration is shared across the actions that agree on a sub-action.
+
+    Parameters
+    ----------
+    factor_logits : Tensor, shape ``(batch, sum(factors))``
+    factors : sizes of the sub-actions
+
+    Returns
+    -------
+    Tensor, shape ``(batch, prod(factors))``, normalised log-probabilities.
+    """
+    parts = torch.split(factor_logits, list(factors), dim=-1)
+    joint = torch.log_softmax(parts[0], dim=-1)
+    for part in parts[1:]:
+        lp = torch.log_softmax(part, dim=-1)
+        joint = (joint.unsqueeze(-1) + lp.unsqueeze(-2)).flatten(-2)
+    return joint
+
+
+def make_adam(params: Iterable[nn.Parameter], lr: float) -> torch.optim.Optimizer:
+    """Adam, fused where this torch build supports it (about 3x faster steps on small CPU nets)."""
+    params = list(params)
+    try:
+        return torch.optim.Adam(params, lr=lr, fused=True)
+    except (RuntimeError, TypeError, ValueError):
+        return torch.optim.Adam(params, lr=lr)
 
 
 def _set_dropout(module: nn.Module, active: bool) -> None:
@@ -53,6 +91,9 @@ class Actor(nn.Module):
         Dropout probability after each hidden layer.
     enable_dropout : bool
         Keep dropout active even in ``eval()`` mode (Monte Carlo dropout at inference).
+    action_factors : sequence of int, optional
+        Sizes of sub-actions whose product is ``action_dim``: one softmax head per factor
+        (:func:`joint_log_probs`) instead of one over all actions.
     """
 
     def __init__(
@@ -62,17 +103,25 @@ class Actor(nn.Module):
         hidden_dim: int = 128,
         dropout_rate: float = 0.1,
         enable_dropout: bool = False,
+        action_factors: Sequence[int] | None = None,
     ) -> None:
         super().__init__()
         self.dropout_rate = dropout_rate
         self.enable_dropout = enable_dropout
-        self.net = _mlp(state_dim, action_dim, hidden_dim, dropout_rate)
+        self.action_factors = tuple(action_factors) if action_factors else None
+        if self.action_factors and math.prod(self.action_factors) != action_dim:
+            raise ValueError(
+                f"action_factors {self.action_factors} do not multiply to {action_dim}"
+            )
+        out_dim = sum(self.action_factors) if self.action_factors else action_dim
+        self.net = _mlp(state_dim, out_dim, hidden_dim, dropout_rate)
 
     def logits(self, state: torch.Tensor) -> torch.Tensor:
-        """Unnormalised log-probabilities, shape ``(batch, action_dim)``."""
+        """(Log-)probabilities up to a constant, shape ``(batch, action_dim)``."""
         if self.enable_dropout:
             _set_dropout(self, True)
-        return self.net(state)
+        out = self.net(state)
+        return joint_log_probs(out, self.action_factors) if self.action_factors else out
 
     def forward(self, state: torch.Tensor) -> torch.Tensor:
         """Action probabilities, shape ``(batch, action_dim)``, rows summing to one."""

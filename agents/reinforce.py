@@ -24,7 +24,9 @@ the memory and time.
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +34,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from agents.networks import joint_log_probs, make_adam
 from optimizer.config import RLConfig
 
 
@@ -65,6 +68,12 @@ def _mlp(in_dim: int, out_dim: int, hidden_dim: int) -> nn.Sequential:
     )
 
 
+def _as_column(value: float | np.ndarray, n: int) -> list:
+    """A scalar or ``(n,)`` array as a list of ``n`` Python values (cheap per-row access)."""
+    values = np.asarray(value).reshape(-1).tolist()
+    return values * n if len(values) == 1 and n > 1 else values
+
+
 @dataclass
 class _Trajectory:
     states: list[np.ndarray] = field(default_factory=list)
@@ -84,6 +93,9 @@ class SimplePolicy:
         ``entropy_coef``, ``exploration_noise`` (epsilon) and ``seed`` are used.
     device : str
         Torch device of the networks.
+    action_factors : sequence of int, optional
+        Sub-action sizes whose product is ``action_dim`` (e.g. ``(3, 3, 3, 3)`` for the cloud
+        env's 81 actions): one softmax per sub-action, see :func:`agents.networks.joint_log_probs`.
 
     Attributes
     ----------
@@ -96,9 +108,19 @@ class SimplePolicy:
     """
 
     def __init__(
-        self, state_dim: int, action_dim: int, config: RLConfig | None = None, device: str = "cpu"
+        self,
+        state_dim: int,
+        action_dim: int,
+        config: RLConfig | None = None,
+        device: str = "cpu",
+        action_factors: Sequence[int] | None = None,
     ) -> None:
         self.config = config if config is not None else RLConfig()
+        self.action_factors = tuple(action_factors) if action_factors else None
+        if self.action_factors and math.prod(self.action_factors) != action_dim:
+            raise ValueError(
+                f"action_factors {self.action_factors} do not multiply to {action_dim}"
+            )
         self.state_dim = int(state_dim)
         self.action_dim = int(action_dim)
         self.device = torch.device(device)
@@ -109,19 +131,36 @@ class SimplePolicy:
 
     def _build_networks(self) -> None:
         h = self.config.hidden_dim
-        self.policy_network = _mlp(self.state_dim, self.action_dim, h).to(self.device)
+        out_dim = sum(self.action_factors) if self.action_factors else self.action_dim
+        self.policy_network = _mlp(self.state_dim, out_dim, h).to(self.device)
         self.value_network = _mlp(self.state_dim, 1, h).to(self.device)
-        self.optimizer = torch.optim.Adam(self.policy_network.parameters(), lr=self.config.lr_actor)
-        self.value_optimizer = torch.optim.Adam(
-            self.value_network.parameters(), lr=self.config.lr_critic
-        )
+        self.optimizer = make_adam(self.policy_network.parameters(), self.config.lr_actor)
+        self.value_optimizer = make_adam(self.value_network.parameters(), self.config.lr_critic)
+        # Current exploration; the training loop may anneal both towards zero (set_exploration).
+        self.epsilon = self.config.exploration_noise
+        self.entropy_coef = self.config.entropy_coef
         # Running mean/std of returns (count, mean, M2; Welford) so the baseline learns O(1) targets.
         self.return_stats = np.array([0.0, 0.0, 0.0])
         self.train_steps = 0
 
+    def set_exploration(self, scale: float) -> None:
+        """Scale epsilon and the entropy bonus to ``scale`` (in [0, 1]) times their configured values.
+
+        Annealing both to zero late in training lets the stochastic policy settle on what the
+        greedy evaluation policy will do: with noise left, a policy that is robust to its own
+        random actions (e.g. one that keeps far from out-of-memory) scores better than the best
+        deterministic one.
+        """
+        self.epsilon = self.config.exploration_noise * scale
+        self.entropy_coef = self.config.entropy_coef * scale
+
     # ---------------------------------------------------------------- acting
+    def _logits(self, states: torch.Tensor) -> torch.Tensor:
+        out = self.policy_network(states)
+        return joint_log_probs(out, self.action_factors) if self.action_factors else out
+
     def _mixture_probs(self, logits: torch.Tensor) -> torch.Tensor:
-        eps = self.config.exploration_noise
+        eps = self.epsilon
         return (1.0 - eps) * torch.softmax(logits, dim=-1) + eps / self.action_dim
 
     @torch.no_grad()
@@ -133,7 +172,7 @@ class SimplePolicy:
         """
         x = torch.as_tensor(np.asarray(state, dtype=np.float32), device=self.device)
         single = x.ndim == 1
-        logits = self.policy_network(x.view(-1, self.state_dim))
+        logits = self._logits(x.view(-1, self.state_dim))
         if evaluate:
             actions = logits.argmax(dim=-1).cpu().numpy()
         else:
@@ -148,7 +187,7 @@ class SimplePolicy:
         """Policy probabilities ``pi(. | s)``, shape ``(n, action_dim)``."""
         x = torch.as_tensor(np.asarray(state, dtype=np.float32), device=self.device)
         with torch.no_grad():
-            return torch.softmax(self.policy_network(x.view(-1, self.state_dim)), -1).cpu().numpy()
+            return torch.softmax(self._logits(x.view(-1, self.state_dim)), -1).cpu().numpy()
 
     # ------------------------------------------------------------ experience
     def add_experience(
@@ -165,19 +204,23 @@ class SimplePolicy:
         ``env_id`` are scalars or ``(n,)``. ``env_id`` tells parallel episodes apart; ``done``
         (terminated or truncated) closes that episode so :meth:`train` can use it.
         """
-        states = np.asarray(state, dtype=np.float32).reshape(-1, self.state_dim)
+        # A copy: callers often pass a row of an array they overwrite with the next observation.
+        states = np.array(state, dtype=np.float32, copy=True).reshape(-1, self.state_dim)
         n = len(states)
-        actions = np.broadcast_to(np.asarray(action).reshape(-1), (n,))
-        rewards = np.broadcast_to(np.asarray(reward, dtype=np.float64).reshape(-1), (n,))
-        dones = np.broadcast_to(np.asarray(done, dtype=bool).reshape(-1), (n,))
-        env_ids = np.broadcast_to(np.asarray(env_id).reshape(-1), (n,))
+        actions = _as_column(action, n)
+        rewards = _as_column(reward, n)
+        dones = _as_column(done, n)
+        env_ids = _as_column(env_id, n)
         for i in range(n):
-            traj = self.trajectories.setdefault(int(env_ids[i]), _Trajectory())
+            key = int(env_ids[i])
+            traj = self.trajectories.get(key)
+            if traj is None:
+                traj = self.trajectories[key] = _Trajectory()
             traj.states.append(states[i])
             traj.actions.append(int(actions[i]))
             traj.rewards.append(float(rewards[i]))
             if dones[i]:
-                self.episodes.append(self.trajectories.pop(int(env_ids[i])))
+                self.episodes.append(self.trajectories.pop(key))
 
     @property
     def n_complete_episodes(self) -> int:
@@ -220,10 +263,10 @@ class SimplePolicy:
         if len(advantages) > 1:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
-        logits = self.policy_network(states)
+        logits = self._logits(states)
         log_probs = torch.log(self._mixture_probs(logits).gather(1, actions.view(-1, 1)).squeeze(1))
         entropy = torch.distributions.Categorical(logits=logits).entropy().mean()
-        policy_loss = -(log_probs * advantages).mean() - self.config.entropy_coef * entropy
+        policy_loss = -(log_probs * advantages).mean() - self.entropy_coef * entropy
         value_loss = torch.mean((values - returns) ** 2)
 
         self.optimizer.zero_grad()

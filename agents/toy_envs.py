@@ -68,6 +68,11 @@ class ChainMDP(gym.Env):
         self._pos = 0
         self._t = 0
 
+    @property
+    def epoch_counter(self) -> int:
+        """Steps taken in this episode (the name ``CloudEnvironment`` uses)."""
+        return self._t
+
     def _obs(self) -> np.ndarray:
         obs = np.zeros(self.n, dtype=np.float32)
         obs[self._pos] = 1.0

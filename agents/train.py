@@ -17,6 +17,7 @@ Gymnasium versions); the networks still see one batched forward pass per step.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -52,6 +53,33 @@ def _dims(env: gym.Env) -> tuple[int, int]:
     return int(np.prod(env.observation_space.shape)), int(env.action_space.n)
 
 
+def cloud_action_factors(env: gym.Env) -> tuple[int, ...] | None:
+    """Sub-action sizes of a ``CloudEnvironment`` (GPU, CPU, memory[, batch], 3 moves each).
+
+    Its actions are indexed ``((d_gpu*3 + d_cpu)*3 + d_mem)*3 + d_batch``, the mixed-radix
+    layout :func:`agents.networks.joint_log_probs` expects. ``None`` for other environments.
+    """
+    actions = getattr(env.unwrapped, "actions", None)
+    if actions is None or not hasattr(actions, "batch_actions_enabled"):
+        return None
+    factors = (3, 3, 3, 3) if actions.batch_actions_enabled else (3, 3, 3)
+    return factors if int(np.prod(factors)) == env.action_space.n else None
+
+
+def exploration_scale(progress: float, anneal_fraction: float, floor: float = 0.0) -> float:
+    """Linear schedule from 1 to ``floor`` over the first ``anneal_fraction`` of training."""
+    if anneal_fraction <= 0:
+        return 1.0
+    return max(floor, 1.0 - (1.0 - floor) * progress / anneal_fraction)
+
+
+def _progress(done: int, total: int, start: float, budget: float | None) -> float:
+    frac = done / total
+    if budget:
+        frac = max(frac, (time.perf_counter() - start) / budget)
+    return min(frac, 1.0)
+
+
 @dataclass
 class TrainResult:
     """A trained agent with its learning curve and the wall time training took."""
@@ -73,16 +101,20 @@ def train_reinforce(
     time_budget_s: float | None = None,
     quiet: bool = True,
     device: str = "cpu",
+    action_factors: Sequence[int] | None = None,
+    anneal_fraction: float = 0.0,
 ) -> TrainResult:
     """Train a :class:`SimplePolicy` for ``episodes`` (default ``config.episodes``) episodes.
 
     Stops early once ``time_budget_s`` of wall time is spent. ``n_envs`` episodes run in
-    lockstep and form one update's batch.
+    lockstep and form one update's batch. With ``anneal_fraction > 0`` epsilon and the entropy
+    bonus fall linearly to zero over that share of the training (episodes or time budget,
+    whichever runs out first).
     """
     config = config or RLConfig()
     episodes = episodes or config.episodes
     envs = [env_fn() for _ in range(n_envs)]
-    agent = SimplePolicy(*_dims(envs[0]), config, device=device)
+    agent = SimplePolicy(*_dims(envs[0]), config, device=device, action_factors=action_factors)
     rows: list[dict[str, float]] = []
     start = time.perf_counter()
     done_episodes = 0
@@ -90,6 +122,11 @@ def train_reinforce(
         while done_episodes < episodes:
             n = min(n_envs, episodes - done_episodes)
             seeds = [config.seed * TRAIN_SEED_STRIDE + done_episodes + i for i in range(n)]
+            agent.set_exploration(
+                exploration_scale(
+                    _progress(done_episodes, episodes, start, time_budget_s), anneal_fraction
+                )
+            )
             _run_batch(envs[:n], seeds, agent)
             stats = agent.train() or {}
             done_episodes += n
@@ -103,16 +140,18 @@ def train_reinforce(
 
 def _run_batch(envs: Sequence[gym.Env], seeds: Sequence[int], agent: SimplePolicy) -> None:
     obs = np.stack([env.reset(seed=s)[0] for env, s in zip(envs, seeds, strict=True)])
-    alive = np.ones(len(envs), dtype=bool)
-    while alive.any():
-        idx = np.flatnonzero(alive)
-        actions = agent.select_action(obs[idx])
-        for j, i in enumerate(idx):
-            next_obs, reward, terminated, truncated, _ = envs[i].step(int(actions[j]))
-            done = terminated or truncated
-            agent.add_experience(obs[i], actions[j], reward, done, env_id=int(i))
-            obs[i] = next_obs
-            alive[i] = not done
+    alive = np.arange(len(envs))
+    while len(alive):
+        actions = agent.select_action(obs[alive])
+        next_obs = np.empty((len(alive), obs.shape[1]), dtype=obs.dtype)
+        rewards = np.empty(len(alive))
+        dones = np.empty(len(alive), dtype=bool)
+        for j, i in enumerate(alive):
+            next_obs[j], rewards[j], terminated, truncated, _ = envs[i].step(int(actions[j]))
+            dones[j] = terminated or truncated
+        agent.add_experience(obs[alive], actions, rewards, dones, env_id=alive)
+        obs[alive] = next_obs
+        alive = alive[~dones]
 
 
 def train_morl(
@@ -128,18 +167,25 @@ def train_morl(
     time_budget_s: float | None = None,
     quiet: bool = True,
     device: str = "cpu",
+    action_factors: Sequence[int] | None = None,
+    anneal_fraction: float = 0.0,
 ) -> TrainResult:
     """Train one policy of a :class:`MultiObjectiveRLAgent` on ``env_fn``'s scalar reward.
 
     ``env_fn`` must build the environment whose reward is scalarised with ``policy``'s
     preference vector. Pass ``agent`` to train another policy of an existing agent.
+    ``anneal_fraction`` as in :func:`train_reinforce` (epsilon and alpha).
     """
     config = config or (agent.rl_config if agent else RLConfig())
     episodes = episodes or config.episodes
     envs = [env_fn() for _ in range(n_envs)]
     if agent is None:
         agent = MultiObjectiveRLAgent(
-            *_dims(envs[0]), config, multi_objective_config, device=device
+            *_dims(envs[0]),
+            config,
+            multi_objective_config,
+            device=device,
+            action_factors=action_factors,
         )
     index = agent.policy_index(policy)
     started = [config.seed * TRAIN_SEED_STRIDE + i for i in range(n_envs)]
@@ -155,6 +201,11 @@ def train_morl(
         total=episodes, desc=f"morl[{agent.policy_names[index]}]", unit="ep", disable=quiet
     ) as bar:
         while len(finished) < episodes:
+            agent.set_exploration(
+                exploration_scale(
+                    _progress(len(finished), episodes, start, time_budget_s), anneal_fraction
+                )
+            )
             actions = agent.select_action(obs, index, uncertainty=False).action
             next_obs = np.empty_like(obs)  # the true next states, stored in the buffer
             rewards = np.empty(n_envs)
@@ -202,6 +253,8 @@ class EvalResult:
     """``(n_episodes,)`` undiscounted episode returns."""
     final_infos: list[dict[str, Any]]
     lengths: np.ndarray
+    reward_vector_sums: np.ndarray
+    """``(n_episodes, reward_dim)`` summed ``info["reward_vector"]`` (0 columns if absent)."""
 
     @property
     def mean_return(self) -> float:
@@ -214,6 +267,7 @@ def evaluate(act_fn: ActFn, env_fn: EnvFn, seeds: Sequence[int], n_envs: int = 1
     returns = np.zeros(len(seeds))
     lengths = np.zeros(len(seeds), dtype=np.int64)
     infos: list[dict[str, Any]] = [{} for _ in seeds]
+    vec_sums: dict[int, np.ndarray] = {}
     for lo in range(0, len(seeds), len(envs)):
         batch = list(range(lo, min(lo + len(envs), len(seeds))))
         obs = np.stack([envs[j].reset(seed=seeds[k])[0] for j, k in enumerate(batch)])
@@ -224,11 +278,16 @@ def evaluate(act_fn: ActFn, env_fn: EnvFn, seeds: Sequence[int], n_envs: int = 1
             for a, j in zip(actions, idx, strict=True):
                 obs[j], reward, terminated, truncated, info = envs[j].step(int(a))
                 returns[batch[j]] += reward
+                if "reward_vector" in info:
+                    vec = np.asarray(info["reward_vector"], dtype=float)
+                    vec_sums[batch[j]] = vec_sums.get(batch[j], 0.0) + vec
                 lengths[batch[j]] += 1
                 if terminated or truncated:
                     alive[j] = False
                     infos[batch[j]] = info
-    return EvalResult(returns, infos, lengths)
+    dim = len(next(iter(vec_sums.values()))) if vec_sums else 0
+    sums = np.array([vec_sums.get(k, np.zeros(dim)) for k in range(len(seeds))]).reshape(-1, dim)
+    return EvalResult(returns, infos, lengths, sums)
 
 
 def reinforce_act(agent: SimplePolicy) -> ActFn:
@@ -247,3 +306,48 @@ def random_act(seed: int = 0) -> ActFn:
     """Uniformly random actions (from each env's action space size)."""
     rng = np.random.default_rng(seed)
     return lambda obs, envs: np.array([rng.integers(env.action_space.n) for env in envs])
+
+
+# ------------------------------------------------------------ recommended settings
+def recommended_config(agent: str, seed: int = 0, base: RLConfig | None = None) -> RLConfig:
+    """Hyper-parameters that train each agent on ``CloudEnvironment`` within a minute on CPU.
+
+    Starts from ``base`` (default ``RLConfig()``) and overrides the fields below; chosen on the
+    default preset's cost preference (benchmarks/agents_quality.py measures all presets).
+    Undiscounted returns (``gamma = 1``) because episodes are short (~20 steps) and the agents
+    are graded on the undiscounted episode return.
+    """
+    base = base or RLConfig()
+    if agent == "reinforce":
+        changes = dict(
+            hidden_dim=64,
+            lr_actor=3e-3,
+            lr_critic=3e-3,
+            gamma=1.0,
+            entropy_coef=0.1,
+            exploration_noise=0.1,
+        )
+    elif agent == "morl":
+        changes = dict(
+            hidden_dim=64,
+            lr_actor=1e-3,
+            lr_critic=1e-3,
+            gamma=1.0,
+            tau=0.02,
+            batch_size=256,
+            entropy_coef=0.05,
+            exploration_noise=0.2,
+        )
+    else:
+        raise ValueError(f"unknown agent {agent!r}; choose reinforce or morl")
+    return dataclasses.replace(base, seed=seed, **changes)
+
+
+def reinforce_train_kwargs() -> dict[str, Any]:
+    """Loop settings paired with :func:`recommended_config` for REINFORCE."""
+    return {"n_envs": 16, "episodes": 200_000, "anneal_fraction": 0.8}
+
+
+def morl_train_kwargs() -> dict[str, Any]:
+    """Loop settings paired with :func:`recommended_config` for the multi-objective agent."""
+    return {"n_envs": 8, "episodes": 100_000, "updates_per_step": 1, "anneal_fraction": 0.8}

@@ -80,3 +80,13 @@ def test_parallel_episodes_kept_apart():
     lengths = sorted(len(ep.rewards) for ep in agent.episodes)
     assert lengths == [2, 3]
     assert sorted(sum(ep.rewards) for ep in agent.episodes) == [3.0, 20.0]
+
+
+def test_add_experience_copies_states():
+    # the training loop overwrites its observation array in place after each step
+    agent = SimplePolicy(2, 2, RLConfig(**FAST))
+    obs = np.zeros((1, 2), dtype=np.float32)
+    agent.add_experience(obs[0], 0, 1.0, False)
+    obs[0] = 7.0
+    agent.add_experience(obs[0], 1, 1.0, True)
+    np.testing.assert_array_equal(agent.episodes[0].states[0], [0.0, 0.0])

@@ -1,0 +1,100 @@
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from agents.baselines import cloud_action_index, static_act
+from agents.metrics import RLMetricsTracker
+from agents.toy_envs import ChainMDP
+from agents.train import (
+    evaluate,
+    exploration_scale,
+    heldout_seeds,
+    random_act,
+    recommended_config,
+    train_reinforce,
+)
+from optimizer.config import RLConfig
+
+torch.set_num_threads(1)
+
+
+def test_exploration_schedule():
+    assert exploration_scale(0.0, 0.8) == 1.0
+    assert exploration_scale(0.4, 0.8) == pytest.approx(0.5)
+    assert exploration_scale(0.9, 0.8) == 0.0
+    assert exploration_scale(0.9, 0.8, floor=0.1) == pytest.approx(0.1)
+    assert exploration_scale(0.5, 0.0) == 1.0
+
+
+def test_evaluate_same_seeds_same_episodes_and_heldout():
+    seeds = heldout_seeds(5)
+    assert min(seeds) > 10**9  # far above training seeds seed * 1_000_003 + k
+    a = evaluate(random_act(1), ChainMDP, seeds)
+    b = evaluate(random_act(1), ChainMDP, seeds)
+    np.testing.assert_array_equal(a.returns, b.returns)
+    assert a.returns.shape == (5,) and (a.lengths >= 1).all()
+    assert a.reward_vector_sums.shape == (5, 2)
+    # replaying "always right" reaches the goal in n - 1 steps
+    right = evaluate(static_act([1] * 10, fallback=1), ChainMDP, seeds)
+    assert np.allclose(right.returns, ChainMDP().optimal_return)
+    assert (right.lengths == 4).all()
+
+
+def test_learning_curve_and_annealing(tmp_path):
+    cfg = RLConfig(hidden_dim=16, lr_actor=3e-3, lr_critic=3e-3, gamma=1.0, seed=0)
+    result = train_reinforce(ChainMDP, cfg, episodes=64, n_envs=8, anneal_fraction=0.5)
+    assert result.episodes == 64 and len(result.curve) == 8
+    assert {"episode", "wall_s", "policy_loss", "entropy", "episode_return"} <= set(result.curve)
+    assert result.agent.epsilon == 0.0 and result.agent.entropy_coef == 0.0
+    result.save_curve(tmp_path / "curve.csv")
+    assert len(pd.read_csv(tmp_path / "curve.csv")) == 8
+
+
+def test_cloud_action_index_layout():
+    assert cloud_action_index((0, 0, 0), batch_actions=True) == 40  # keep everything
+    assert cloud_action_index((0, 0, 0), batch_actions=False) == 13
+    assert cloud_action_index((1, 1, 0, 1), batch_actions=True) == 77
+    assert cloud_action_index((-1, -1, -1, -1), batch_actions=True) == 0
+
+
+def test_recommended_config_keeps_base_fields():
+    base = RLConfig(reset_interval=7)
+    cfg = recommended_config("morl", seed=3, base=base)
+    assert cfg.seed == 3 and cfg.reset_interval == 7 and cfg.gamma == 1.0
+    with pytest.raises(ValueError, match="unknown agent"):
+        recommended_config("dqn")
+
+
+def test_metrics_tracker_writes_csvs(tmp_path):
+    tracker = RLMetricsTracker(tmp_path / "m")
+    tracker.add_adjustment_metrics(
+        0,
+        77,
+        (1, 8, 16, 128),
+        (2, 12, 16, 256),
+        0.2,
+        {"cost": 0.1, "time": 0.2},
+        {"time": True, "cost": False},
+        description="Increase GPUs by 1",
+        policy="cost",
+    )
+    tracker.add_performance_metrics(throughput=100.0, cost=1.5)
+    hv = tracker.add_pareto_front(
+        pd.DataFrame(
+            {"label": ["a", "b"], "cost": [1.0, 2.0], "time": [2.0, 1.0], "resource": [0.5, 0.5]}
+        ),
+        reference=[3, 3, 1],
+    )
+    assert hv == pytest.approx((2 * 1 + 1 * 1) * 0.5)
+    written = tracker.save_all_metrics()
+    assert set(written) == {
+        "allocation_history",
+        "reward_components",
+        "sla_metrics",
+        "performance_metrics",
+        "pareto_front",
+    }
+    alloc = pd.read_csv(written["allocation_history"])
+    assert alloc.loc[0, "new_gpus"] == 2 and alloc.loc[0, "description"] == "Increase GPUs by 1"
+    assert pd.read_csv(written["sla_metrics"]).loc[0, "cost"] == False  # noqa: E712
