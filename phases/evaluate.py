@@ -17,7 +17,8 @@ The same figures restricted to cycles after the first (``steady_*``) separate th
 from the shared cold-start rule.
 
 :func:`evaluate_file` is the whole pipeline behind ``python -m optimizer autoscale evaluate``;
-:func:`write_outputs` writes ``metrics.json``, ``metrics.csv``, ``report.md`` and the plots.
+:func:`write_outputs` writes ``metrics.json``, ``metrics.csv``, ``settings.json``, ``report.md``
+and the plots.
 """
 
 from __future__ import annotations
@@ -248,8 +249,7 @@ class EvaluationResult:
     Attributes
     ----------
     metrics : dict
-        policy → resource → metric name → value (the content of ``metrics.json``'s
-        ``policies``).
+        policy → resource → metric name → value (the content of ``metrics.json``).
     plans : dict of str to list of ndarray of shape (n_cycles, n_resources)
         Each policy's allocation per cycle, one array per test execution.
     train, test : list of Execution
@@ -558,7 +558,7 @@ def evaluate_file(
     policy_params: dict[str, dict[str, Any]] | None = None,
     model: str | Path | None = None,
     detector_params: dict[str, Any] | None = None,
-    phase_features: str = "relative",
+    phase_features: str | None = None,
     folds: int = 0,
     cold_start: str | None = None,
     quiet: bool = True,
@@ -568,11 +568,14 @@ def evaluate_file(
     Without ``model`` a phase detector is fitted on the training executions only
     (``detector_params``, e.g. ``{"epochs": 50}``; ``random_state`` defaults to ``seed``). A
     loaded model may have seen the test executions; the settings record where it came from.
-    ``folds >= 2`` replaces the single split by k-fold cross-validation over executions (each
+    ``phase_features`` defaults to ``"relative"`` for a fitted model and ``"raw"`` for a
+    loaded one. ``folds >= 2`` replaces the single split by k-fold cross-validation over executions (each
     execution is tested once, by policies and phase models fitted on the other folds) and
     pools the test samples of all folds; for data sets with a handful of executions.
     """
     started = _time.perf_counter()
+    # a saved model (``phases fit``) was fitted on the features as read
+    phase_features = phase_features or ("raw" if model is not None else "relative")
     executions = load_executions(
         traces, exec_id, features, resources=resources, time=time, cycle_s=cycle_s
     )
@@ -700,20 +703,20 @@ def target_verdict(
 def write_outputs(
     result: EvaluationResult, out: str | Path, *, plot_exec: str | None = None
 ) -> Path:
-    """Write ``metrics.json``, ``metrics.csv``, ``report.md``, ``allocation.png``, ``policies.png``."""
+    """Write the evaluation to ``out``.
+
+    ``metrics.json`` (policy → resource → metric → value), ``metrics.csv`` (one row per policy
+    and resource), ``settings.json`` (split, cycle, phase model, target check), ``report.md``,
+    ``allocation.png`` (use and allocations over time for ``plot_exec``, default the test
+    execution with the most cycles) and ``policies.png`` (bar charts).
+    """
     from optimizer.records import atomic_write_json, atomic_write_text
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     settings = {k: v for k, v in result.settings.items()}
-    atomic_write_json(
-        out / "metrics.json",
-        {
-            "policies": result.metrics,
-            "settings": settings,
-            "target": target_verdict(result),
-        },
-    )
+    atomic_write_json(out / "metrics.json", result.metrics)
+    atomic_write_json(out / "settings.json", {**settings, "target": target_verdict(result)})
     rows = [
         "policy,resource,"
         + ",".join(sorted({k for m in result.metrics.values() for v in m.values() for k in v}))

@@ -136,8 +136,8 @@ def test_cli_evaluate_writes_metrics_report_and_plots(slice_csv, tmp_path):
         "--quiet",
     ]
     assert main(argv) == 0
-    metrics = json.loads((out / "metrics.json").read_text())
-    policies = metrics["policies"]
+    policies = json.loads((out / "metrics.json").read_text())
+    settings = json.loads((out / "settings.json").read_text())
     for name in (
         "oracle-max",
         "oracle-rules",
@@ -157,7 +157,7 @@ def test_cli_evaluate_writes_metrics_report_and_plots(slice_csv, tmp_path):
             }
     assert policies["oracle-max"]["cpu_cores"]["under_provisioned_pct"] == 0.0
     assert policies["static-peak"]["mem_gb"]["rescales"] == 0
-    assert len(metrics["settings"]["test_ids"]) == 2
+    assert len(settings["test_ids"]) == 2
     for f in ("metrics.csv", "report.md", "allocation.png", "policies.png"):
         assert (out / f).stat().st_size > 0
     assert "| reactive-rules |" in (out / "report.md").read_text()
@@ -189,3 +189,39 @@ def test_kfold_tests_every_execution_once():
     for train, test in folds:
         assert not {e.exec_id for e in train} & {e.exec_id for e in test}
         assert len(train) + len(test) == 7
+
+
+def test_cli_evaluates_with_a_saved_phase_model(slice_csv, repo_root, tmp_path):
+    model = repo_root / "phases" / "models" / "default"
+    if not (model / "meta.json").is_file():
+        pytest.skip("no shipped phase model")
+    out = tmp_path / "m"
+    argv = [
+        "autoscale",
+        "evaluate",
+        "--traces",
+        str(slice_csv),
+        "--exec-id",
+        "exec_id",
+        "--features",
+        "cpu_cores,mem_gb",
+        "--time",
+        "time_s",
+        "--cycle",
+        "5",
+        "--folds",
+        "2",
+        "--model",
+        str(model),
+        "--policies",
+        "reactive-rules,phase-rules,phase-proactive",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
+    assert main(argv) == 0
+    policies = json.loads((out / "metrics.json").read_text())
+    settings = json.loads((out / "settings.json").read_text())
+    assert "loaded from" in settings["phase_model"]
+    assert len(settings["test_ids"]) == 8  # every execution tested once
+    assert policies["phase-rules"]["mem_gb"]["over_allocation_pct"] >= 0

@@ -83,8 +83,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     ev.add_argument(
         "--phase-features",
         choices=PHASE_FEATURES,
-        default="relative",
-        help="phase-model inputs: raw features or relative to the trailing level",
+        default=None,
+        help="phase-model inputs: raw features or relative to the trailing level "
+        "(default: relative when fitting, raw with --model)",
     )
     ev.add_argument("--phases", type=int, default=None, help="phases (k) of a fitted model")
     ev.add_argument("--delay", type=int, default=None, help="CRBM delay of a fitted model")
@@ -139,5 +140,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         for r in result.resources:
             print(f"\n{r}\n" + format_table(result, r, markdown=False))
-        print(f"\nwrote {out}/metrics.json, metrics.csv, report.md, allocation.png, policies.png")
+        print(
+            f"\nwrote {out}/metrics.json, metrics.csv, settings.json, report.md, allocation.png, policies.png"
+        )
     return 0
