@@ -1075,8 +1075,11 @@ class OfflineDataAnalyzer:
             gb = float(limits.median()) if not limits.empty else heuristic_memory_gb(
                 float(params.max()) if not params.empty else math.nan)
         else:
-            gb = float(peaks.max()) * 1.25  # 25 % headroom over the largest peak measured
-        gb = max(math.ceil(gb * 2) / 2, float(r.memory_min))
+            # The new job's data may be larger than the logged runs': 50 % (at least 0.5 GB)
+            # over the largest peak measured, since a limit hit is an OOM-killed trial.
+            gb = max(1.5 * float(peaks.max()), float(peaks.max()) + 0.5)
+        step = float(r.memory_step)
+        gb = max(math.ceil(gb / step - 1e-9) * step, float(r.memory_min))
         return min(gb, float(r.memory_max or gb))
 
     def _predict_from_history(self, query: pd.DataFrame, similar: pd.DataFrame,
@@ -1086,8 +1089,11 @@ class OfflineDataAnalyzer:
         prices = self._resources().prices()
         hourly = hourly_cost(rows["gpus"], rows["cpus"], rows["memory_gb"], prices)
         time_s = pred["time_s"].to_numpy()
-        # Rank by time and cost per sample when the job's size is unknown.
-        rank_time = time_s if np.isfinite(time_s).all() else 1 / pred["throughput"].to_numpy()
+        # Rank by time and cost per sample when the job's size is unknown: the start-up time
+        # of small logged runs would otherwise decide.
+        known_work = np.isfinite(query["work"].iloc[0])
+        rank_time = time_s if known_work and np.isfinite(time_s).all() \
+            else 1 / pred["throughput"].to_numpy()
         foot = resource_footprint(rows["gpus"], rows["cpus"], rows["memory_gb"], self._bounds())
         weights = preference if preference in PREFERENCES else \
             [float(w) for w in preference.split(",")]
