@@ -203,6 +203,8 @@ class ProcessMonitor(threading.Thread):
                     created = p.create_time()
             except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
                 continue
+            if mem == 0:
+                continue  # exiting: its memory is already released (a live process has RSS)
             cpu = ct.user + ct.system
             # A pid seen for the first time is averaged since its creation.
             prev_cpu, prev_t = self._last_cpu.get(p.pid, (0.0, created))
