@@ -43,6 +43,7 @@ Prediction (:meth:`OfflineDataAnalyzer.predict_resources`)
 
 from __future__ import annotations
 
+import csv
 import glob as _glob
 import math
 import os
@@ -191,16 +192,10 @@ def read_csv_table(path: str | os.PathLike) -> pd.DataFrame:
                             on_bad_lines="error", encoding="utf-8")
     except pd.errors.EmptyDataError:
         raise TraceFormatError(f"{p}: empty file, not a training log") from None
-    except (pd.errors.ParserError, UnicodeDecodeError, ValueError, csv_error()) as exc:
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError, csv.Error) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise TraceFormatError(f"{p}: not a readable CSV table ({first})") from None
     return frame
-
-
-def csv_error() -> type[Exception]:
-    import csv
-
-    return csv.Error
 
 
 @dataclass
