@@ -80,6 +80,7 @@ def summary(result) -> dict:
         "under_provisioned_pct",
         "reduction_vs_reactive_pct",
         "reduction_vs_reactive_matched_pct",
+        "reduction_vs_vpa_matched_pct",
     )
     return {
         name: {r: {k: v.get(k) for k in keys} for r, v in m.items()}
@@ -226,11 +227,12 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 "\ntarget (>=30% less over-allocation than reactive-rules, <=5% under, beats vpa):"
             )
-            for policy, checks in verdict.items():
-                print(
-                    f"  {policy}: "
-                    + ", ".join(f"{r} {'met' if ok else 'not met'}" for r, ok in checks.items())
-                )
+            for policy, readings in verdict.items():
+                for how, checks in readings.items():
+                    print(
+                        f"  {policy} ({how}): "
+                        + ", ".join(f"{r} {'met' if ok else 'not met'}" for r, ok in checks.items())
+                    )
             report["datasets"][key] = {
                 "summary": summary(result),
                 "metrics": result.metrics,
