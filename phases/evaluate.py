@@ -1,4 +1,4 @@
-"""Evaluate autoscaling policies on held-out executions (AI4DL, HotCloud 2020, Figure 4).
+"""Evaluate autoscaling policies on held-out executions (AI4DL, HotCloud'20, Figure 4).
 
 Executions are split by id with a seed; every policy of :mod:`phases.policies` is fitted on
 the training executions and replayed on the test executions, one allocation per cycle. For

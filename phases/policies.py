@@ -1,9 +1,11 @@
 """Autoscaling policies that set each execution's CPU and memory allocation once per cycle.
 
-The set-up follows the evaluation of AI4DL (Ariza, Mao et al., "Discovering behavioural phases
-of deep-learning training jobs for autoscaling", HotCloud 2020, Figure 4): every ``cycle``
-seconds a policy fixes the allocation of every resource for the coming cycle, and the
-allocation is held until the next cycle starts.
+The set-up follows the evaluation of AI4DL (Berral, Wang & Youssef, "AI4DL: Mining behaviors
+of deep learning workloads for resource management", HotCloud'20, Figure 4; the proactive
+policy follows the idea of Buchaca, Berral, Wang & Youssef, "Proactive container auto-scaling
+for cloud native machine learning services", IEEE CLOUD 2020): every ``cycle`` seconds a
+policy fixes the allocation of every resource for the coming cycle, and the allocation is held
+until the next cycle starts.
 
 Every policy is an :class:`AutoscalingPolicy`: ``fit(train)`` learns what it needs from the
 training executions and ``plan(execution)`` returns one allocation per cycle,
@@ -19,11 +21,12 @@ Policies (``name`` → class)
     The cycle just observed: its maximum, or its mean + 2 std (the paper's ``prev.step``).
 ``phase-rules``
     The phase detected at the last sample before the cycle; allocates that phase's mean + 2 std
-    learned on the training executions (the paper's ``phase.rule``). ``stats="relative"``
-    (default) learns each phase's usage as a ratio to the execution's own level (the mean of
-    the cycle before the sample) and multiplies by the level observed before the coming cycle,
-    so jobs of different sizes share phase statistics; ``stats="absolute"`` (registered as
-    ``phase-rules-pooled``) uses the pooled absolute statistics as in the paper.
+    learned on the training executions (the paper's ``phase.rule``). Relative statistics learn
+    each phase's usage as a ratio to the execution's own level in the cycle before the sample
+    and multiply by the level observed before the coming cycle, so jobs of different sizes
+    share phase statistics; absolute statistics are the paper's pooled ones (registered as
+    ``phase-rules-pooled``); the default ``stats="auto"`` takes, per phase and resource, the
+    one with the smaller coefficient of variation on the training samples.
 ``phase-proactive``
     As ``phase-rules``, but allocates the upper envelope over the current phase and every phase
     the transition graph reaches within the coming cycle with probability ≥ ``threshold``.
