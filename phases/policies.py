@@ -68,6 +68,8 @@ __all__ = [
     "POLICIES",
     "make_policy",
     "cycle_stats",
+    "cycle_level",
+    "decaying_percentile",
     "transition_matrix",
     "visit_probabilities",
 ]
