@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         "threads": args.threads,
     }
     if args.curve:
-        checkpoints = [1, 10, 30, 50, 100, 200, 400, 800]
+        checkpoints = [1, 10, 30, 50, 100, 200, 300, 400, 600, 1000]
         curve = error_curve(traces, checkpoints, args.seed)
         print(
             "reconstruction error by epoch: "
