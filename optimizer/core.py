@@ -84,10 +84,10 @@ def _effective_batch(t: TrialSummary, trial_dir: Path | None = None) -> int | No
         return int(t.allocation.batch_size)
     value = (t.model_info or {}).get("batch_size")
     if value is None and trial_dir is not None and (trial_dir / "stdout.log").exists():
-        from optimizer.training import _BATCH
+        from optimizer.training import BATCH_SIZE_PATTERN
 
         with open(trial_dir / "stdout.log", encoding="utf-8", errors="replace") as fh:
-            m = _BATCH.search(fh.read(20_000))
+            m = BATCH_SIZE_PATTERN.search(fh.read(20_000))
         value = m.group(1) if m else None
     try:
         return int(value) if value is not None else None
