@@ -86,16 +86,36 @@ def _refuse(what: str, data: _Data) -> None:
     )
 
 
-def _choose_free(d: _Data, device: str) -> tuple[list[str], dict[str, str], dict[str, float]]:
-    """Free parameters, fixed ones with reasons, and fixed values."""
+def _choose_free(
+    d: _Data, device: str, given: dict[str, float]
+) -> tuple[list[str], dict[str, str], dict[str, float]]:
+    """Free parameters, fixed ones with reasons, and fixed values (``given`` ones held)."""
+    for k, v in given.items():
+        if k not in _BOUNDS:
+            raise CloudoptError(
+                f"cannot hold {k!r} fixed; fittable parameters: {', '.join(sorted(_BOUNDS))}"
+            )
+        lo, hi = _BOUNDS[k]
+        if not lo <= v <= hi:
+            raise CloudoptError(f"fixed {k} = {v!r} is outside [{lo}, {hi}]")
+    free, fixed, values = _choose_free_from_data(d, device, given)
+    for k, v in given.items():
+        values[k] = float(v)
+        fixed[k] = "given"
+    return [k for k in free if k not in given], fixed, values
+
+
+def _choose_free_from_data(
+    d: _Data, device: str, given: dict[str, float]
+) -> tuple[list[str], dict[str, str], dict[str, float]]:
     local = d.b / np.maximum(d.g, 1)
-    if len(np.unique(local)) < 2:
+    if len(np.unique(local)) < 2 and not ({"alpha_c", "beta_c"} & set(given)):
         _refuse(
             f"every trial uses the same per-device batch size {local[0]:g}; "
             f"{_HINTS['beta_c']} are needed to separate fixed from per-sample time",
             d,
         )
-    if len(np.unique(d.c)) < 2:
+    if len(np.unique(d.c)) < 2 and "parallel_fraction" not in given:
         _refuse(
             f"every trial uses {d.c[0]:g} CPU(s); {_HINTS['parallel_fraction']} are needed "
             "to learn how CPU threads speed the job up",
@@ -185,14 +205,14 @@ def _r2(y: np.ndarray, pred: np.ndarray) -> float:
     return 1.0 - float(np.sum((y - pred) ** 2)) / ss if ss > 0 else float("nan")
 
 
-def fit_workload(trials, proto, *, noise_scale=None, ref_batch=None, gpu_mem_gb=None):
+def fit_workload(trials, proto, *, noise_scale=None, ref_batch=None, gpu_mem_gb=None, fixed=None):
     """Fit parameters; returns ``(WorkloadParams, FitReport)``. See ``WorkloadModel.fit``."""
 
     d = _usable(trials)
     device = "gpu" if (d.g > 0).any() else "cpu"
     if device == "gpu" and (d.g == 0).any():
         _refuse("trials mix CPU-only and GPU runs; fit them as separate workloads", d)
-    free, fixed, base = _choose_free(d, device)
+    free, fixed, base = _choose_free(d, device, dict(fixed or {}))
     if len(d.ids) < len(free):
         _refuse(f"{len(d.ids)} trial(s) for {len(free)} parameters ({', '.join(free)})", d)
     proto = dataclasses.replace(
@@ -207,6 +227,7 @@ def fit_workload(trials, proto, *, noise_scale=None, ref_batch=None, gpu_mem_gb=
         if device != "gpu" or not any(k in str(exc) for k in ("delta", "parallel_fraction")):
             raise
         free = [k for k in free if k not in ("delta", "parallel_fraction")]
+        base["delta"] = 0.0
         fixed["delta"] = fixed["parallel_fraction"] = (
             "the input pipeline never limited the measured trials (CPU threads do not matter "
             "in the measured range)"

@@ -440,6 +440,7 @@ class WorkloadModel:
         noise_scale: float | None = None,
         ref_batch: int | None = None,
         gpu_mem_gb: float | None = None,
+        fixed: Mapping[str, float] | None = None,
     ) -> WorkloadModel:
         """Calibrate the parameters from measured trials; returns ``self``.
 
@@ -455,6 +456,10 @@ class WorkloadModel:
             if present, else 0 (off); the smallest measured batch.
         gpu_mem_gb : float, optional
             Memory of one GPU for the out-of-memory check.
+        fixed : dict, optional
+            Step-time parameters to hold at given values instead of fitting them (e.g.
+            ``{"parallel_fraction": 0.9}`` when every trial used one CPU count); the
+            requirement on the trials that would identify them is dropped.
 
         Raises
         ------
@@ -464,7 +469,12 @@ class WorkloadModel:
         from envs._fit import fit_workload
 
         params, report = fit_workload(
-            trials, self.params, noise_scale=noise_scale, ref_batch=ref_batch, gpu_mem_gb=gpu_mem_gb
+            trials,
+            self.params,
+            noise_scale=noise_scale,
+            ref_batch=ref_batch,
+            gpu_mem_gb=gpu_mem_gb,
+            fixed=fixed,
         )
         self.params = params
         self.fit_report_ = report

@@ -196,3 +196,16 @@ def test_env_config_from_trials_and_preset_round_trip(tmp_path):
     loaded = WorkloadModel.from_preset(path)
     assert loaded.params.beta_c == pytest.approx(true.beta_c, rel=1e-3)
     assert loaded.meta["job"]["total_samples"] == 1e5 and loaded.meta["sla"]["time_max"] == 99.0
+
+
+def test_fit_holds_given_parameters():
+    true = WorkloadParams(device="cpu", alpha_c=0.004, beta_c=0.0002, parallel_fraction=0.8)
+    trials = synthetic_trials(true, [(0, 1, b) for b in (32, 128, 512)])
+    model = WorkloadModel().fit(trials, fixed={"parallel_fraction": 0.5})
+    assert model.params.parallel_fraction == 0.5
+    assert model.params.beta_c == pytest.approx(true.beta_c, rel=1e-3)
+    assert model.fit_report_.fixed["parallel_fraction"] == "given"
+    with pytest.raises(CloudoptError, match="cannot hold 'mem_base_gb' fixed"):
+        WorkloadModel().fit(trials, fixed={"mem_base_gb": 1.0})
+    with pytest.raises(CloudoptError, match="outside"):
+        WorkloadModel().fit(trials, fixed={"parallel_fraction": 1.5})
