@@ -148,8 +148,17 @@ class SLAConfig:
         n = 0
         for name in ("time", "cost", "throughput"):
             values = _history_column(history, name)
-            n = max(n, int(np.isfinite(values).sum()))
-            if np.isfinite(values).any():
+            finite = values[np.isfinite(values)]
+            n = max(n, len(finite))
+            if len(finite) == 0:
+                continue
+            if (finite > 0).all():
+                # Time, cost and throughput are positive and vary by factors, not offsets: a
+                # trend in log space cannot forecast a negative value.
+                log_mean, log_se = forecast_trend(np.log(values))
+                out[name] = float(np.exp(log_mean))
+                out[f"{name}_se"] = out[name] * log_se if math.isfinite(log_se) else math.inf
+            else:
                 out[name], out[f"{name}_se"] = forecast_trend(values)
         if not out:
             raise ConfigError(

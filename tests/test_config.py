@@ -114,3 +114,10 @@ def test_cli_bad_config_exits_2(tmp_path):
     assert proc.returncode == 2
     assert "bogus" in proc.stderr and str(p) in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_forecast_of_a_falling_positive_series_stays_positive():
+    # A straight line through 100, 60, 30, 10 would forecast below zero.
+    history = [{"throughput": v} for v in (100.0, 60.0, 30.0, 10.0)]
+    fc = SLAConfig().forecast_sla_values(history)
+    assert 0 < fc["throughput"] < 10
