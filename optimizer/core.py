@@ -75,6 +75,8 @@ class OptimizationResult:
     recommendation: dict[str, Any]
     comparison: dict[str, Any] = field(default_factory=dict)
     report_paths: dict[str, Path] = field(default_factory=dict)
+    sla_status: dict[str, dict[str, bool]] = field(default_factory=dict)
+    """Per run (``baseline``, ``optimized``): whether each SLA was met."""
 
 
 def _effective_batch(t: TrialSummary, trial_dir: Path | None = None) -> int | None:

@@ -178,6 +178,7 @@ def write_outputs(opt: Any, result: Any, reference: TrialSummary, profile: Any,
         sla_rows["optimized"] = _sla(optimized, sla)
     for source, status in sla_rows.items():
         tracker.add_sla_status(source, status)
+    result.sla_status = sla_rows
     csvs = tracker.save_all_metrics()
     paths: dict[str, Path] = {f"metrics/{k}": v for k, v in csvs.items()}
     paths["optimization_metrics"] = opt.save_optimization_metrics(result)

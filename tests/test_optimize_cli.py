@@ -59,13 +59,16 @@ def test_small_real_run_then_resume(tmp_path, repo_root):
     script.write_text(QUICK)
     out = tmp_path / "run"
     args = ["--train-file", str(script), "--preference", "time", "--baseline-samples", "3",
-            "--probe-seconds", "0", "--train-args", "--foo 1", "--output", str(out), "--quiet"]
+            "--probe-seconds", "0", "--agent-seconds", "1", "--train-args", "--foo 1",
+            "--output", str(out), "--quiet"]
     proc = cli(*args, cwd=repo_root)
     assert proc.returncode == 0, proc.stderr
-    assert "samples/s" in proc.stdout and "best for preference 'time'" in proc.stdout
-    assert "SLA: time met" in proc.stdout
+    assert "samples/s" in proc.stdout and "best baseline trial for preference 'time'" in proc.stdout
+    assert "SLA baseline: time met" in proc.stdout
     trials = pd.read_csv(out / "trials.csv")
-    assert len(trials) == 3 and set(trials["status"]) == {"completed"}
+    # three baseline trials and the real run of the recommendation
+    assert len(trials) == 4 and set(trials["status"]) == {"completed"}
+    assert trials["trial_id"].str.startswith("optimized-").sum() == 1
     assert set(trials["throughput_source"]) == {"stdout"}
     assert (out / "config.json").exists()
     assert json.loads((out / "run.json").read_text())["train_args"] == ["--foo", "1"]

@@ -1,13 +1,15 @@
-"""``python -m optimizer --train-file F ...``: measure a training script under several allocations.
+"""``python -m optimizer --train-file F ...``: optimize the resources of training scripts.
 
-Parses arguments, loads the configuration, validates the scripts and preference, then calls
-:mod:`optimizer.baseline` to run the baseline trials and prints their table, the best trial
-for the preference and its SLA status. The trial loop lives in the library, not here.
+Parses arguments, loads the configuration, validates the scripts and the preference, then hands
+each script to :class:`optimizer.core.CloudResourceOptimizer` (baseline trials, phases, workload
+fit, agents, a real run of the recommendation, report) and prints the baseline table and a
+summary. Every stage lives in the library, not here.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import re
 import sys
 import time
@@ -16,19 +18,13 @@ from typing import Any
 
 import pandas as pd
 
-from optimizer.baseline import (
-    best_trial,
-    format_trials_table,
-    plan_baseline,
-    rank_trials,
-    run_baseline,
-)
+from optimizer.baseline import best_trial, format_trials_table, rank_trials
 from optimizer.cli import commands_epilog
 from optimizer.config import OptimizerConfig, load_config, parse_preference
+from optimizer.core import CloudResourceOptimizer, JobOptions
 from optimizer.errors import CloudoptError, ConfigError
 from optimizer.records import atomic_write_json
-from optimizer.sla import calculate_sla_violations
-from optimizer.training import TrainingModuleManager
+from optimizer.training import TrainingModuleManager, describe_allocation
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -57,8 +53,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--resume", default=None, metavar="DIR",
                    help="continue a run folder, skipping recorded trials")
     p.add_argument("--dataset-path", default=None, help="dataset location (recorded with the run)")
-    p.add_argument("--offline-logs", nargs="*", default=None, metavar="CSV",
-                   help="training logs of earlier runs for offline analysis")
+    p.add_argument("--offline-logs", default=None, metavar="DIR_OR_GLOB",
+                   help="training logs of earlier runs: baseline sampling starts from the "
+                   "configuration they predict")
+    p.add_argument("--agent-seconds", type=float, default=None, metavar="S",
+                   help="training budget of each RL agent (default: [run].agent_seconds)")
     p.add_argument("--phase-model", default=None, metavar="DIR", help="saved phase model")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
@@ -96,45 +95,74 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "run"
 
 
-def optimize_file(manager: TrainingModuleManager, run_dir: Path, config: OptimizerConfig,
-                  args: argparse.Namespace) -> dict[str, Any]:
-    """Baseline trials of one script; prints their table, the best trial and the SLA status."""
-    info = manager.analyze_module()
-    allocations = plan_baseline(config.resources, config.run.baseline_samples,
-                                uses_gpu=bool(info.get("uses_gpu")))
-    probe = None if args.probe_seconds == 0 else config.run.probe_seconds
+def _sla_given(args: argparse.Namespace) -> frozenset[str]:
+    given = {"time_max": args.time_max, "cost_max": args.cost_max,
+             "throughput_min": args.throughput_min}
+    return frozenset(k for k, v in given.items() if v is not None)
+
+
+def optimize_file(optimizer: CloudResourceOptimizer, manager: TrainingModuleManager,
+                  run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The whole pipeline for one script; prints the baseline table and a summary."""
+    config = optimizer.config
     run_dir.mkdir(parents=True, exist_ok=True)
-    config.save(run_dir / "config.json")
     atomic_write_json(run_dir / "run.json", {
         "train_file": str(manager.module_path), "train_args": manager.train_args,
         "batch_size_arg": manager.batch_size_arg, "preference": args.preference,
-        "probe_seconds": probe, "total_samples": args.total_samples,
+        "probe_seconds": args.probe_seconds, "total_samples": args.total_samples,
         "dataset_path": args.dataset_path, "offline_logs": args.offline_logs,
-        "phase_model": args.phase_model, "analysis": info,
+        "phase_model": args.phase_model,
     })
-    print(f"{manager.module_path}: {info.get('model_family') or 'unknown'} model, "
-          f"{len(allocations)} baseline trial(s) "
-          f"({'probe ' + format(probe, 'g') + ' s each' if probe else 'full runs'}) -> {run_dir}")
-    summaries = run_baseline(manager, allocations, run_dir, config, probe_seconds=probe,
-                             total_samples=args.total_samples, quiet=args.quiet)
-    ranked = rank_trials(summaries, config, args.preference)
+    options = JobOptions(
+        train_args=manager.train_args, batch_size_arg=manager.batch_size_arg,
+        probe_seconds=args.probe_seconds, total_samples=args.total_samples,
+        dataset_path=args.dataset_path, offline_logs=args.offline_logs,
+        phase_model=args.phase_model, sla_given=_sla_given(args),
+        agent_seconds=args.agent_seconds)
+    result = optimizer.optimize_training(manager.module_path, run_dir, options)
+    ranked = rank_trials(result.baseline, config, args.preference)
     print(format_trials_table(ranked))
     best = best_trial(ranked)
-    if best is None:
-        print("no trial succeeded; see stderr.log in the trial folders")
-        return {"run_dir": str(run_dir), "best": None}
-    sla = calculate_sla_violations(
-        ranked.loc[[0], ["job_time_s", "job_cost", "throughput", "mem_gb_peak"]].rename(
-            columns={"job_time_s": "predicted_total_time_s", "job_cost": "predicted_total_cost"}),
-        config.sla)
-    bs = "default" if pd.isna(best["batch_size"]) else int(best["batch_size"])
-    rate = ("throughput unmeasured" if pd.isna(best["throughput"])
-            else f"{best['throughput']:.1f} samples/s")
-    print(f"best for preference {args.preference!r}: {best['trial_id']} "
-          f"({int(best['gpus'])} GPU, {int(best['cpus'])} CPU, {best['memory_gb']:g} GB, "
-          f"batch {bs}): job {best['job_time_s']:.1f} s, ${best['job_cost']:.6f}, {rate}")
-    print("SLA: " + ", ".join(f"{k} {'met' if v else 'VIOLATED'}" for k, v in sla.items()))
-    return {"run_dir": str(run_dir), "best": best, "sla": sla}
+    if best is not None:
+        bs = "default" if pd.isna(best["batch_size"]) else int(best["batch_size"])
+        rate = ("throughput unmeasured" if pd.isna(best["throughput"])
+                else f"{best['throughput']:.1f} samples/s")
+        print(f"best baseline trial for preference {args.preference!r}: {best['trial_id']} "
+              f"({int(best['gpus'])} GPU, {int(best['cpus'])} CPU, {best['memory_gb']:g} GB, "
+              f"batch {bs}): job {best['job_time_s']:.1f} s, ${best['job_cost']:.6f}, {rate}")
+    print(summary_table(result))
+    return {"run_dir": str(run_dir), "result": result}
+
+
+def summary_table(result: Any) -> str:
+    """Baseline (reference trial) against the optimized run, and where the report is."""
+    from optimizer.core import job_cost, job_time
+
+    rec = result.recommendation
+    rows = [("baseline", result.baseline[0]), ("optimized", result.optimized)]
+    lines = [f"{'run':<10} {'allocation':<34} {'job_time_s':>10} {'job_cost_$':>12} "
+             f"{'samples/s':>10}  figures"]
+    for name, t in rows:
+        if t is None or not t.ok:
+            lines.append(f"{name:<10} {'failed' if t is not None else '-':<34}")
+            continue
+        jt, jc = job_time(t), job_cost(t)
+        lines.append(
+            f"{name:<10} {describe_allocation(t.allocation):<34} "
+            f"{'-' if jt is None else format(jt, '.1f'):>10} "
+            f"{'-' if jc is None else format(jc, '.6f'):>12} "
+            f"{'-' if t.throughput is None else format(t.throughput, '.1f'):>10}  "
+            f"{'measured' if t.status == 'completed' else 'time/cost predicted from a probe'}")
+    lines.append(f"recommended by: {rec['agent']}")
+    for run_name, status in result.sla_status.items():
+        lines.append(f"SLA {run_name}: " + ", ".join(
+            f"{k} {'met' if ok else 'VIOLATED'}" for k, ok in status.items()))
+    for note in rec.get("notes", []):
+        lines.append(f"note: {note}")
+    for w in result.comparison.get("monitor", {}).get("warnings", []):
+        lines.append(f"warning: {w}")
+    lines.append(f"report: {result.report_paths.get('report_html')}")
+    return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -143,9 +171,10 @@ def run(args: argparse.Namespace) -> int:
                 for f in args.train_file]
     for m in managers:  # every script is checked before any trial runs
         m.load_module()
-    results = []
     for m in managers:
+        optimizer = CloudResourceOptimizer(copy.deepcopy(config), quiet=args.quiet)
+        optimizer.set_user_preference(args.preference)
         run_dir = _run_dir(args, config, m.module_path, len(managers))
-        results.append(optimize_file(m, run_dir, config, args))
+        optimize_file(optimizer, m, run_dir, args)
     sys.stdout.flush()
-    return 0 if all(r["best"] is not None for r in results) else 1
+    return 0

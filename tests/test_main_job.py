@@ -1,0 +1,153 @@
+"""The main job end to end on a tiny script: outputs, resume after a kill, infeasible SLAs."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from optimizer.config import ResourceConfig, SLAConfig
+from optimizer.records import Allocation, TrialSummary
+
+yaml = pytest.importorskip("yaml")
+
+TINY_ARGS = ["--train-args", "--samples 16000", "--baseline-samples", "4", "--probe-seconds", "0",
+             "--agent-seconds", "2"]
+
+
+def cli(repo_root, *args, **kw):
+    return subprocess.run([sys.executable, "-m", "optimizer", *args], capture_output=True,
+                          text=True, cwd=repo_root, timeout=300, **kw)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, repo_root):
+    out = tmp_path_factory.mktemp("main") / "run"
+    proc = cli(repo_root, "--train-file", "tests/data/tiny_train.py", "--preference", "cost",
+               *TINY_ARGS, "--output", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, proc
+
+
+def test_every_output_file_and_key(tiny_run):
+    out, proc = tiny_run
+    assert "report:" in proc.stdout and "optimized" in proc.stdout
+    rec = json.loads((out / "recommendation.json").read_text())
+    for key in ("preference", "agent", "share_of_optimum", "baseline", "optimized",
+                "predicted_vs_measured", "allocation", "planned_adjustments", "policies",
+                "sla_feasible", "comparison", "workload_fit", "notes"):
+        assert key in rec, key
+    assert rec["preference"] == "cost"
+    assert rec["agent"] in ("reinforce", "morl", "best-static")
+    assert {p["name"] for p in rec["policies"]} == {"reinforce", "morl", "best-static", "optimal"}
+    # The optimized run is measured (it completed), not predicted.
+    assert rec["optimized"]["status"] == "completed"
+    assert rec["optimized"]["figures"] == "measured"
+    assert rec["predicted_vs_measured"]["throughput"]["measured"] > 0
+    assert set(rec["optimized"]["sla"]) >= {"time", "cost"}
+    for key in ("hourly_cost_baseline", "hourly_cost_optimized", "tradeoff_acceptable"):
+        assert key in rec["comparison"]
+
+    k8s = yaml.safe_load((out / "k8s-resources.yaml").read_text())
+    alloc = rec["allocation"]
+    assert k8s["resources"]["limits"]["cpu"] == str(alloc["cpus"])
+    assert k8s["resources"]["requests"]["memory"].endswith("Mi")
+    env = {e["name"]: e["value"] for e in k8s["env"]}
+    assert env["OMP_NUM_THREADS"] == str(alloc["cpus"])
+    assert env["OPTIMIZER_BATCH_SIZE"] == str(alloc["batch_size"])
+
+    for name, cols in {"allocation_history": {"step", "action", "description", "cpus"},
+                       "reward_components": {"cost", "time", "efficiency", "sla"},
+                       "sla_metrics": {"source", "all_met"},
+                       "pareto_front": {"cost", "time_s", "pareto"},
+                       "performance_metrics": {"run", "throughput", "job_time_s"}}.items():
+        frame = pd.read_csv(out / "metrics" / f"{name}.csv")
+        assert cols <= set(frame.columns), name
+        assert len(frame) > 0, name
+    assert len(list((out / "trials").glob("optimized-*/summary.json"))) == 1
+    assert len(list((out / "trials").glob("0*/summary.json"))) == 4
+
+
+def test_report_embeds_its_images(tiny_run):
+    out, _ = tiny_run
+    md = (out / "report.md").read_text()
+    html = (out / "report.html").read_text()
+    pngs = sorted((out / "plots").glob("*.png"))
+    assert len(pngs) >= 4
+    for p in pngs:
+        assert f"(plots/{p.name})" in md
+    assert html.count('src="data:image/png;base64,') == len(pngs)
+    assert 'src="plots/' not in html
+    for heading in ("Baseline vs optimized", "SLA", "Cost/time trade-off", "Every decision",
+                    "Learning curves", "Allocation over time", "Phases"):
+        assert heading in md
+
+
+def test_kill_midway_then_resume_does_not_rerun_trials(tmp_path, repo_root):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "optimizer", "--train-file", "tests/data/tiny_train.py",
+           "--preference", "time", *TINY_ARGS, "--output", str(out), "--quiet"]
+    proc = subprocess.Popen(cmd, cwd=repo_root, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 120
+    try:
+        while len(list(out.glob("trials/*/summary.json"))) < 2 and time.time() < deadline:
+            assert proc.poll() is None, "finished before it could be interrupted"
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the optimizer and its training process
+        proc.wait()
+    done = sorted(out.glob("trials/*/summary.json"))
+    assert len(done) >= 2
+    stamps = {p: p.stat().st_mtime_ns for p in done}
+    again = cli(repo_root, "--train-file", "tests/data/tiny_train.py", "--preference", "time",
+                *TINY_ARGS, "--resume", str(out), "--quiet")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())  # not rerun
+    assert len(list(out.glob("trials/0*/summary.json"))) == 4
+    assert (out / "report.html").exists()
+
+
+def test_infeasible_sla_is_reported_with_the_closest_recommendation(tmp_path, repo_root):
+    out = tmp_path / "run"
+    proc = cli(repo_root, "--train-file", "tests/data/tiny_train.py", "--preference",
+               "balanced", *TINY_ARGS, "--time-max", "0.001", "--output", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = json.loads((out / "recommendation.json").read_text())
+    assert rec["sla_feasible"] is False
+    assert any("no allocation meets the SLA" in n for n in rec["notes"])
+    assert "no allocation meets the SLA" in (out / "report.md").read_text()
+    assert "no allocation meets the SLA" in proc.stdout
+    assert rec["optimized"]["sla"]["time"] is False
+
+
+def _synthetic_trials() -> list[TrialSummary]:
+    """Trials of a CPU job whose step time is (a + b·B)·(0.2 + 0.8/threads)."""
+    out = []
+    for i, (c, b) in enumerate([(1, 64), (2, 64), (1, 256), (2, 256), (2, 128)]):
+        step = (0.004 + 0.00005 * b) * (0.2 + 0.8 / c)
+        out.append(TrialSummary(
+            trial_id=f"t{i}", status="completed", allocation=Allocation(0, c, 4.0, b),
+            wall_time_s=10.0, samples=10.0 * b / step, throughput=b / step,
+            mem_gb_peak=0.05 + 0.0003 * b, cpu_util_mean=80.0, total_samples=1e5))
+    return out
+
+
+def test_cost_and_time_preferences_recommend_different_allocations():
+    from envs import EnvConfig
+    from envs.oracle import optimal_policy
+    from envs.workload import WorkloadModel
+    from optimizer.recommend import held_allocation
+
+    fitted = WorkloadModel().fit(_synthetic_trials())
+    base = EnvConfig(workload=fitted, sla=SLAConfig(time_max=60.0, cost_max=0.01),
+                     resources=ResourceConfig(gpu_count_max=0, cpu_count_max=2, memory_max=4.0),
+                     n_steps=10, total_samples=1e5, batch_sizes=[64, 128, 256],
+                     initial=Allocation(0, 2, 4.0, 64), restart_s=0.0)
+    cheap = held_allocation(optimal_policy(base, "cost").allocations)
+    fast = held_allocation(optimal_policy(base, "time").allocations)
+    assert cheap.cpus == 1 and fast.cpus == 2
