@@ -161,6 +161,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help=f"preset path (default {PRESET_DIR}/NAME.toml)")
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument(
+        "--total-samples",
+        type=float,
+        default=None,
+        help="work of the modelled job (default: the largest total_samples a trial reports)",
+    )
+    ap.add_argument("--n-steps", type=int, default=10, help="adjustment intervals per job")
+    ap.add_argument(
+        "--fix",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="hold a step-time parameter at a value (repeatable), e.g. parallel_fraction=0.7",
+    )
+    ap.add_argument(
         "--from-run",
         default=None,
         help="fit trials already recorded in this run folder (fastest per allocation) "
@@ -186,8 +200,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             quiet=args.quiet,
         )
     try:
+        fixed = {}
+        for item in args.fix:
+            key, _, value = item.partition("=")
+            fixed[key.strip()] = float(value)
         model = WorkloadModel(name=args.name).fit(
-            trials, noise_scale=args.noise_scale, ref_batch=args.ref_batch
+            trials, noise_scale=args.noise_scale, ref_batch=args.ref_batch, fixed=fixed
         )
     except CloudoptError as exc:
         print(f"error: {exc}")
@@ -215,6 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "repeat(s) kept (other processes only slow a run down).",
             f"Gradient noise scale {args.noise_scale:g} (given, not measured; "
             "0 = statistical efficiency off).",
+            *[f"Held fixed (--fix): {item}." for item in args.fix],
         ],
     )
     atomic_write_text(out, text)
@@ -235,7 +254,9 @@ def _job_settings(model: WorkloadModel, trials: Sequence[TrialSummary], args, cp
         memory_step=0.5,
         cost_per_gpu_hour=0.0,
     )
-    meta = job_settings(model, trials, resources=res, batch_sizes=batches)
+    meta = job_settings(model, trials, resources=res, batch_sizes=batches, n_steps=args.n_steps)
+    if args.total_samples:
+        meta["job"]["total_samples"] = float(args.total_samples)
     init = meta["job"]["initial"]
     init.update(cpus=min(cpus), memory_gb=args.memory_gb)
     meta["sla"] = baseline_sla(model, meta, res)
