@@ -13,8 +13,9 @@ from envs.state import SLA_NAMES
 @pytest.mark.parametrize("workload", envs.list_presets())
 def test_check_env_passes_on_every_preset(workload):
     check_env(CloudEnvironment(workload=workload), skip_render_check=True)
-    check_env(CloudEnvironment(workload=workload, noise=0.1, batch_actions=False),
-              skip_render_check=True)
+    check_env(
+        CloudEnvironment(workload=workload, noise=0.1, batch_actions=False), skip_render_check=True
+    )
 
 
 def test_gymnasium_make_and_spaces():
@@ -72,6 +73,7 @@ def test_episode_ends_after_n_steps_and_progress_is_exact():
         obs, r, term, trunc, info = env.step(env.actions.noop)
         assert obs[i] == pytest.approx((k + 1) / 5)
         assert term == (k == 4) and not trunc
+    assert env._check_done()
     with pytest.raises(RuntimeError):
         env.step(0)
 

@@ -209,3 +209,47 @@ def test_fit_holds_given_parameters():
         WorkloadModel().fit(trials, fixed={"mem_base_gb": 1.0})
     with pytest.raises(CloudoptError, match="outside"):
         WorkloadModel().fit(trials, fixed={"parallel_fraction": 1.5})
+
+
+def test_calibrate_cli_fits_a_recorded_run_into_a_preset(tmp_path):
+    from envs import CloudEnvironment
+    from envs.calibrate import main
+
+    true = WorkloadParams(
+        device="cpu",
+        alpha_c=0.004,
+        beta_c=0.0002,
+        parallel_fraction=0.8,
+        mem_base_gb=0.6,
+        mem_per_sample_gb=0.002,
+    )
+    trials = synthetic_trials(true, [(0, c, b) for c in (1, 2) for b in (32, 128, 512)] * 2)
+    for i, t in enumerate(trials):
+        t.trial_id = f"t{i:02d}"
+        t.total_samples, t.samples, t.wall_time_s = 1e5, 5e3, 5e3 / t.throughput + 1.0
+        if i >= 6:
+            t.throughput *= 0.5  # a slowed-down repeat: the faster one must be kept
+        t.save(tmp_path / "run" / "trials" / t.trial_id)
+    out = tmp_path / "fitted.toml"
+    argv = [
+        "train.py",
+        "--name",
+        "fitted",
+        "--cpus",
+        "1,2",
+        "--batch",
+        "32,128,512",
+        "--from-run",
+        str(tmp_path / "run"),
+        "--out",
+        str(out),
+        "--noise-scale",
+        "100",
+    ]
+    assert main(argv) == 0
+    model = WorkloadModel.from_preset(out)
+    assert model.params.parallel_fraction == pytest.approx(0.8, rel=1e-3)
+    assert "Trials (allocation: measured -> fitted" in out.read_text()
+    env = CloudEnvironment(workload=str(out))
+    assert env.resolved.restart_s == pytest.approx(1.0)
+    assert env.model.grid.cpus.tolist() == [1, 2]
