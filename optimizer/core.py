@@ -241,16 +241,7 @@ class CloudResourceOptimizer:
     def _baseline(self, manager: TrainingModuleManager, analysis: dict[str, Any],
                   run_dir: Path, opts: JobOptions) -> list[TrialSummary]:
         cfg = self.config
-        allocations = plan_baseline(cfg.resources, cfg.run.baseline_samples,
-                                    uses_gpu=bool(analysis.get("uses_gpu")))
-        if opts.offline_logs:
-            from optimizer.offline import predict_start_allocation
-
-            start = predict_start_allocation(opts.offline_logs, analysis, self.user_preference,
-                                             resources=cfg.resources)
-            allocations = [start, *[a for a in allocations if a != start]]
-            allocations = allocations[: cfg.run.baseline_samples]
-            self._say(f"offline logs suggest starting from {start.key()}")
+        allocations = self.plan_trials(analysis, opts.offline_logs)
         probe = None if opts.probe_seconds == 0 else (opts.probe_seconds or cfg.run.probe_seconds)
         self._say(f"{manager.module_path}: {len(allocations)} baseline trial(s), "
                   f"{'probes of ' + format(probe, 'g') + ' s' if probe else 'full runs'}")
@@ -258,6 +249,22 @@ class CloudResourceOptimizer:
                               total_samples=opts.total_samples, quiet=self.quiet)
         return [_with_batch(t, run_dir / "trials" / self._trial_folder(run_dir, t))
                 for t in trials]
+
+    def plan_trials(self, analysis: dict[str, Any],
+                    offline_logs: str | None = None) -> list[Allocation]:
+        """Baseline allocations; with offline logs, the one they predict comes first."""
+        cfg = self.config
+        allocations = plan_baseline(cfg.resources, cfg.run.baseline_samples,
+                                    uses_gpu=bool(analysis.get("uses_gpu")))
+        if offline_logs:
+            from optimizer.offline import predict_start_allocation
+
+            start = predict_start_allocation(offline_logs, analysis, self.user_preference,
+                                             resources=cfg.resources)
+            allocations = [start, *[a for a in allocations if a != start]]
+            allocations = allocations[: cfg.run.baseline_samples]
+            self._say(f"offline logs suggest starting from {start.key()}")
+        return allocations
 
     def _set_sla(self, trials: list[TrialSummary], opts: JobOptions) -> str:
         """Limits not given explicitly come from the baseline (forecast + 25%) when enabled."""

@@ -151,3 +151,21 @@ def test_cost_and_time_preferences_recommend_different_allocations():
     cheap = held_allocation(optimal_policy(base, "cost").allocations)
     fast = held_allocation(optimal_policy(base, "time").allocations)
     assert cheap.cpus == 1 and fast.cpus == 2
+
+
+def test_offline_logs_choose_the_first_baseline_trial(repo_root):
+    from optimizer.config import load_config
+    from optimizer.core import CloudResourceOptimizer
+    from optimizer.offline import predict_start_allocation
+    from optimizer.training import TrainingModuleManager
+
+    cfg = load_config(overrides={"run": {"baseline_samples": 3}})
+    opt = CloudResourceOptimizer(cfg, quiet=True)
+    opt.set_user_preference("cost")
+    analysis = TrainingModuleManager(repo_root / "examples" / "train_mlp.py").analyze_module()
+    logs = str(repo_root / "examples" / "logs")
+    plan = opt.plan_trials(analysis, logs)
+    expected = predict_start_allocation(logs, analysis, "cost", resources=cfg.resources)
+    assert plan[0] == expected and len(plan) == 3
+    # The shipped logs favour a smaller allocation than the default first trial (all CPUs).
+    assert plan[0] != opt.plan_trials(analysis, None)[0]
