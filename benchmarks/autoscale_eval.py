@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
                 "target": verdict,
                 "cold_start_ceiling_pct": ceiling,
                 "wall_s": wall,
-                "phase_model_s": result.settings.get("phase_model_s"),
+                "replay_s": result.settings.get("replay_s"),
                 "test_ids": result.settings.get("test_ids"),
             }
             if args.out is not None:
