@@ -8,10 +8,14 @@ for ``configs/workloads`` whose comments record how it was made (command, trials
 Usage::
 
     python -m envs.calibrate examples/train_mlp.py --name mlp-cpu --cpus 1,2 \
-        --batch 32,64,128,256,512,1024 --repeats 2 --noise-scale 256
+        --batch 32,64,128,256,512,1024 --repeats 2 --noise-scale 256 --ref-batch 128 \
+        --args "--epochs 1 --samples 6000" --total-samples 2e6
 
 Each allocation can be measured ``--repeats`` times; the fastest repeat is kept, because on a
-shared machine other processes only ever slow a run down.
+shared machine other processes only ever slow a run down. ``--from-run DIR`` fits trials
+already recorded under ``DIR/trials`` instead of running new ones; ``--fix NAME=VALUE`` holds
+a parameter the trials cannot inform (see ``configs/workloads/mlp-cpu.toml`` for a preset
+made this way).
 """
 
 from __future__ import annotations
