@@ -80,10 +80,17 @@ class CloudEnvironment(gym.Env):
     none; an episode has at most ``n_steps`` steps. Passing the job's time or cost limit does not
     end it: it is recorded (``info["time_limit_violated"]``, ``info["cost_limit_violated"]``).
 
+    ## Info
+    ``reward_vector`` (float32, 4), ``allocation`` ``(gpus, cpus, memory_gb, batch_size)`` the
+    chunk ran with, ``phase`` (id), ``step_time_s``, ``step_cost``, ``elapsed_s``, ``cost``
+    (cumulative), ``changed``, ``oom``, ``time_limit_violated``, ``cost_limit_violated``.
+
     ## Arguments
     ``CloudEnvironment(config=EnvConfig(...), render_mode=None, **overrides)``; ``overrides`` are
     :class:`envs.EnvConfig` fields, so ``gymnasium.make("cloudopt/CloudEnv-v0",
-    workload="vgg16-v100", preference="cost")`` works.
+    workload="vgg16-v100", preference="cost")`` works. Workload presets: ``envs.list_presets()``
+    (``configs/workloads/*.toml``). The exact model is ``env.model``
+    (:class:`envs.model.EnvModel`); :func:`envs.oracle.optimal_policy` solves it.
 
     ## Version History
     * v0: initial version.
