@@ -156,6 +156,19 @@ def test_single_gpu_fit_is_limited_to_the_measured_gpu_count():
     model = WorkloadModel().fit(synthetic_trials(true, grid))
     assert "alpha_r" in model.fit_report_.fixed
     assert model.meta["fitted_gpu_range"] == [1, 1]
+    # VGG-16 is GPU-bound from two threads on: the input pipeline cannot be identified, so the
+    # fit drops it and says why instead of inventing one
+    assert "delta" in model.fit_report_.fixed and model.params.delta == 0.0
+    assert model.fit_report_.max_rel_error < 0.01
+    from envs import CloudEnvironment, EnvConfig
+
+    from optimizer.config import ResourceConfig
+
+    res = ResourceConfig(gpu_count_max=4, cpu_count_max=8, memory_max=32.0, memory_step=8.0)
+    env = CloudEnvironment(EnvConfig(workload=model, batch_sizes=(32, 64), resources=res))
+    assert env.model.grid.gpus.tolist() == [1]  # 2-4 GPUs were never measured
+    with pytest.raises(CloudoptError, match="runs on GPUs"):
+        CloudEnvironment(EnvConfig(workload=model, resources=ResourceConfig(gpu_count_max=0)))
 
 
 def test_env_config_from_trials_and_preset_round_trip(tmp_path):
