@@ -126,9 +126,10 @@ class CloudEnvironmentState:
     def vectorize(self, m: Mapping[str, Any]) -> np.ndarray:
         """Normalised observation(s) from metrics arrays, shape ``(..., state_dim)`` float32.
 
-        ``m`` needs ``gpus, cpus, memory_gb, batch_size, gpu_util, cpu_util, mem_util,
-        throughput, progress, elapsed_s, cost, phase`` (one-hot slot, -1 for none),
-        ``step_time_s, step_cost, mem_gb``.
+        ``m`` needs ``gpus, cpus, memory_gb, batch_size`` (the allocation), ``gpu_util,
+        cpu_util, mem_util`` (fractions in [0, 1]), ``throughput`` (samples/s), ``progress``
+        (fraction of the job done), ``elapsed_s, cost`` (job so far), ``phase`` (one-hot slot,
+        -1 for none), ``step_time_s, step_cost`` (last interval) and ``mem_gb`` (footprint).
         """
         g = self.grid
         s = self.sla_config
@@ -205,3 +206,33 @@ class CloudEnvironmentState:
         """Share of the checked SLAs met in the last interval, in [0, 1]."""
         status = np.array(list(self.get_sla_status().values()))
         return float(self.compliance_rate(status))
+
+
+def metrics_from_trial(
+    trial: Any, *, progress: float = 0.0, phase: int = 0, n_steps: int = 1
+) -> dict[str, Any]:
+    """Metrics for :meth:`CloudEnvironmentState.update_from_metrics` from a measured
+    :class:`optimizer.records.TrialSummary` (percentages become fractions).
+
+    The trial stands for one adjustment interval of a job ``n_steps`` intervals long, so its
+    wall time and cost are the interval's, and ``progress`` says how much of the job is done.
+    """
+    a = trial.allocation
+    mem = float(a.memory_gb) if a.memory_gb else 1.0
+    return {
+        "gpus": a.gpus,
+        "cpus": a.cpus,
+        "memory_gb": a.memory_gb,
+        "batch_size": a.batch_size or 1,
+        "gpu_util": (trial.gpu_util_mean or 0.0) / 100.0,
+        "cpu_util": trial.cpu_util_mean / 100.0,
+        "mem_util": min(1.0, trial.mem_gb_peak / mem),
+        "throughput": trial.throughput or 0.0,
+        "progress": progress,
+        "elapsed_s": trial.wall_time_s * progress * n_steps,
+        "cost": trial.cost * progress * n_steps,
+        "phase": phase,
+        "step_time_s": trial.wall_time_s,
+        "step_cost": trial.cost,
+        "mem_gb": trial.mem_gb_peak,
+    }

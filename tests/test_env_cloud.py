@@ -252,3 +252,27 @@ def test_phases_from_detector_labels_and_stats():
     env = CloudEnvironment(phase_sequence=phases)  # five phases: the one-hot grows to five
     assert env.state.max_phases == 5 and env.observation_space.shape == (23,)
     check_env(env, skip_render_check=True)
+
+
+def test_update_metrics_from_a_trial_summary():
+    from envs.state import metrics_from_trial
+    from optimizer.records import Allocation, TrialSummary
+
+    trial = TrialSummary(
+        trial_id="t",
+        status="completed",
+        allocation=Allocation(2, 16, 24.0, 256),
+        wall_time_s=600.0,
+        throughput=700.0,
+        cost=1.0,
+        cpu_util_mean=50.0,
+        gpu_util_mean=90.0,
+        mem_gb_peak=12.0,
+    )
+    env = CloudEnvironment()
+    env.reset(seed=0)
+    vec = env.update_metrics(metrics_from_trial(trial, progress=0.5, phase=1, n_steps=20))
+    idx = env.state.index
+    assert vec[idx["gpu_util"]] == pytest.approx(0.9) and vec[idx["mem_util"]] == 0.5
+    assert vec[idx["time_used"]] == pytest.approx(6000 / env.resolved.sla.time_max)
+    assert env.state.get_sla_status()["time"]  # 600 s within the 1440 s pro-rata budget
