@@ -91,6 +91,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     ev.add_argument("--delay", type=int, default=None, help="CRBM delay of a fitted model")
     ev.add_argument("--epochs", type=int, default=None, help="CRBM epochs of a fitted model")
     ev.add_argument(
+        "--vpa-half-life",
+        type=float,
+        default=None,
+        help="vpa histogram half-life in seconds (VPA: 86400; default: 1/8 of the median "
+        "training execution, as VPA's 24 h against its 8-day window)",
+    )
+    ev.add_argument(
         "--plot-exec", default=None, help="test execution to plot (default: the longest)"
     )
     ev.add_argument("--out", required=True, help="output directory")
@@ -125,6 +132,9 @@ def run(args: argparse.Namespace) -> int:
                 seed=args.seed,
                 tolerance=args.tolerance,
                 policies=args.policies,
+                policy_params=(
+                    {"vpa": {"half_life_s": args.vpa_half_life}} if args.vpa_half_life else None
+                ),
                 model=args.model,
                 detector_params=detector_params,
                 phase_features=args.phase_features,
