@@ -781,8 +781,9 @@ def render_report(result: EvaluationResult, plot_exec: str) -> str:
             else "all training samples"
         )
         + "; `after 1st cycle` columns leave that shared rule out",
-        "- `Δ vs reactive-rules @ same under %`: reactive-rules scaled by the smallest factor "
-        "that brings its under-provisioning down to the policy's",
+        "- `Δ vs reactive-rules/vpa @ same under %`: the reference scaled by the smallest factor "
+        "that brings its under-provisioning down to the policy's (the reference against "
+        "itself reads negative when it could be scaled down at no extra risk)",
         "",
     ]
     for r in result.resources:
