@@ -8,8 +8,9 @@ sorted by time, with the original row positions kept so that predictions map bac
 Cleaning rules (applied per execution, in this order)
 -----------------------------------------------------
 1. Rows whose execution id is missing are dropped.
-2. Rows are sorted by the time column (stable, so ties keep file order); rows whose time is
-   missing or not numeric are dropped. Without a time column the file order is the time order.
+2. Rows are sorted by the time column (stable, so ties keep file order); date-time text is
+   read as seconds since the Unix epoch; rows whose time is missing or unreadable are dropped.
+   Without a time column the file order is the time order.
 3. Missing feature values (NaN, empty, non-numeric text) are filled from the previous sample of
    the same execution, and leading ones from the next valid sample (forward- then back-fill).
    A feature that is missing throughout an execution makes the execution unusable: it is skipped
@@ -222,7 +223,7 @@ def traces_from_frame(
     data = frame.reset_index(drop=True)
     values = data[features].apply(pd.to_numeric, errors="coerce")
     table = pd.DataFrame({"_row": np.arange(len(data), dtype=np.int64), "_id": data[exec_id]})
-    table["_t"] = pd.to_numeric(data[time], errors="coerce") if time else table["_row"]
+    table["_t"] = _time_values(data[time]) if time else table["_row"]
     table = pd.concat([table, values.set_axis(features, axis=1)], axis=1)
     table = table[table["_id"].notna() & table["_t"].notna()]
     # executions in order of first appearance in the file, samples in time order within each
@@ -263,6 +264,18 @@ def traces_from_frame(
             f"(column {exec_id!r}, features {features})"
         )
     return out
+
+
+def _time_values(column: pd.Series) -> pd.Series:
+    """Numeric times as they are; date-time text or values as seconds since the Unix epoch."""
+    if pd.api.types.is_numeric_dtype(column):
+        return column.astype(np.float64)
+    numeric = pd.to_numeric(column, errors="coerce")
+    if numeric.notna().any():
+        return numeric
+    stamps = pd.to_datetime(column, errors="coerce", utc=True)
+    seconds = (stamps - pd.Timestamp(0, tz="UTC")).dt.total_seconds()
+    return seconds
 
 
 def _exit_trim(x: np.ndarray) -> int:

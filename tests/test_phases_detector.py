@@ -97,6 +97,9 @@ def test_dataframe_input_uses_exec_id_and_numeric_columns(synthetic):
 
 
 def test_sklearn_contract(fitted, synthetic):
+    # parametrize_with_checks does not apply: fit takes a list of executions (2-D arrays of
+    # different lengths) and predict returns one sequence per execution, not an (n_samples,)
+    # array. The data-free checks and the contract itself are tested here.
     check_parameters_default_constructible("PhaseDetector", PhaseDetector())
     check_no_attributes_set_in_init("PhaseDetector", PhaseDetector())
     est = PhaseDetector(n_phases=3, epochs=2)

@@ -120,3 +120,16 @@ def test_scaler_json_round_trip(tmp_path):
     (tmp_path / "bad.json").write_text('{"mean": [1], "scale": [0], "var": [1]}')
     with pytest.raises(ModelFileError):
         FeatureScaler.from_json(tmp_path / "bad.json")
+
+
+def test_datetime_time_column(tmp_path):
+    frame = pd.DataFrame(
+        {
+            "id": ["a"] * 3,
+            "t": ["2024-01-01T00:00:10", "2024-01-01T00:00:00", "bad"],
+            "cpu": [2.0, 1.0, 3.0],
+        }
+    )
+    ts = read_traces(write(tmp_path, frame), "id", ["cpu"], "t")
+    np.testing.assert_array_equal(ts.arrays[0][:, 0], [1.0, 2.0])  # sorted; bad time dropped
+    assert ts.times[0][1] - ts.times[0][0] == 10.0

@@ -17,7 +17,10 @@ from optimizer.errors import TraceFormatError
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Discover workload phases in resource traces (AI4DL: CRBM + k-means).",
+    )
     sub = parser.add_subparsers(dest="action", required=True, metavar="{fit,predict,report}")
 
     fit = sub.add_parser("fit", help="fit a phase model on a trace file and save it")
