@@ -7,11 +7,12 @@ front (:mod:`agents.pareto`). Each pair is a discrete-action soft actor-critic (
 2018; discrete form: Christodoulou, 2019, "Soft Actor-Critic for Discrete Action Settings"):
 
     critic target  y = r + gamma * (1 - done) * sum_a' pi'(a'|s') [Q'(s', a') - alpha log pi'(a'|s')]
-    critic loss    (Q(s, a) - y)^2
+    critic loss    (Q_1(s, a) - y)^2 + (Q_2(s, a) - y)^2
     actor loss     sum_a pi(a|s) [alpha log pi(a|s) - Q(s, a)]
 
-where ``pi'`` and ``Q'`` are the target actor and target critic, moved towards the online
-networks by Polyak averaging ``theta' <- tau theta + (1 - tau) theta'`` after each update, and
+where ``Q = min(Q_1, Q_2)`` (clipped double Q, Fujimoto et al., 2018: each pair's critic is a
+:class:`agents.networks.TwinCritic`), ``pi'`` and ``Q'`` are the target actor and target
+critic, moved towards the online networks by Polyak averaging ``theta' <- tau theta + (1 - tau) theta'`` after each update, and
 ``alpha`` is ``RLConfig.entropy_coef``. Exploration while collecting adds epsilon-random actions
 (``RLConfig.exploration_noise``); the update is off-policy, so that is harmless.
 
@@ -35,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from agents.buffer import ReplayBuffer
-from agents.networks import Actor, Critic, make_adam, mc_dropout_probs
+from agents.networks import Actor, TwinCritic, make_adam, mc_dropout_probs
 from agents.persist import load_state, save_state
 from optimizer.config import OBJECTIVES, MultiObjectiveConfig, RLConfig
 from optimizer.errors import ConfigError, ModelFileError
@@ -73,10 +74,11 @@ class _PolicyPair:
         device: torch.device,
         seed: int,
         action_factors: Sequence[int] | None,
+        critic_dropout: float,
     ) -> None:
         h, p = cfg.hidden_dim, cfg.dropout_rate
         self.actor = Actor(state_dim, action_dim, h, p, action_factors=action_factors).to(device)
-        self.critic = Critic(state_dim, action_dim, h, p).to(device)
+        self.critic = TwinCritic(state_dim, action_dim, h, critic_dropout).to(device)
         self.target_actor = copy.deepcopy(self.actor).eval()  # targets never use dropout
         self.target_critic = copy.deepcopy(self.critic).eval()
         self.actor_optimizer = make_adam(self.actor.parameters(), cfg.lr_actor)
@@ -122,6 +124,10 @@ class MultiObjectiveRLAgent:
     action_factors : sequence of int, optional
         Sub-action sizes whose product is ``action_dim``: factored actor heads
         (:func:`agents.networks.joint_log_probs`); the critic still scores every joint action.
+    critic_dropout : float, optional
+        Dropout rate of the critics; default ``rl_config.dropout_rate`` as in the design. The
+        uncertainty estimate needs dropout in the actor only, and critic dropout costs about a
+        third of each update on CPU, so fast training may set it to 0.
 
     Attributes
     ----------
@@ -143,6 +149,7 @@ class MultiObjectiveRLAgent:
         device: str = "cpu",
         mc_samples: int = 10,
         action_factors: Sequence[int] | None = None,
+        critic_dropout: float | None = None,
     ) -> None:
         self.rl_config = rl_config if rl_config is not None else RLConfig()
         self.multi_objective_config = multi_objective_config or MultiObjectiveConfig()
@@ -164,6 +171,7 @@ class MultiObjectiveRLAgent:
                 self.device,
                 seed + i,
                 action_factors,
+                self.rl_config.dropout_rate if critic_dropout is None else critic_dropout,
             )
             for i in range(len(self.policy_names))
         ]
@@ -303,11 +311,15 @@ class MultiObjectiveRLAgent:
         with torch.no_grad():
             next_probs = pair.target_actor(data.next_states)
             next_log_probs = torch.log(next_probs.clamp_min(1e-8))
-            next_q = pair.target_critic(data.next_states)
+            next_q = pair.target_critic.min_q(data.next_states)
             next_v = (next_probs * (next_q - alpha * next_log_probs)).sum(dim=1)
             td_target = data.rewards + cfg.gamma * (1.0 - data.dones) * next_v
-        q_taken = pair.critic(data.states).gather(1, data.actions.view(-1, 1)).squeeze(1)
-        critic_loss = F.mse_loss(q_taken, td_target)
+        q1, q2 = pair.critic(data.states)
+        taken = data.actions.view(-1, 1)
+        q_taken = q1.gather(1, taken).squeeze(1)
+        critic_loss = F.mse_loss(q_taken, td_target) + F.mse_loss(
+            q2.gather(1, taken).squeeze(1), td_target
+        )
         pair.critic_optimizer.zero_grad()
         critic_loss.backward()
         nn.utils.clip_grad_norm_(pair.critic.parameters(), 10.0)
@@ -317,7 +329,7 @@ class MultiObjectiveRLAgent:
         probs = torch.softmax(logits, dim=1)
         log_probs = torch.log_softmax(logits, dim=1)
         with torch.no_grad():
-            q_all = pair.critic(data.states)
+            q_all = pair.critic.min_q(data.states)
         actor_loss = (probs * (alpha * log_probs - q_all)).sum(dim=1).mean()
         pair.actor_optimizer.zero_grad()
         actor_loss.backward()

@@ -23,14 +23,19 @@ import torch
 from torch import nn
 
 
+def _dropout(rate: float) -> nn.Module:
+    # A zero-rate dropout still samples a mask on every call; skip it outright.
+    return nn.Dropout(rate) if rate > 0 else nn.Identity()
+
+
 def _mlp(in_dim: int, out_dim: int, hidden_dim: int, dropout_rate: float) -> nn.Sequential:
     return nn.Sequential(
         nn.Linear(in_dim, hidden_dim),
         nn.ReLU(),
-        nn.Dropout(dropout_rate),
+        _dropout(dropout_rate),
         nn.Linear(hidden_dim, hidden_dim),
         nn.ReLU(),
-        nn.Dropout(dropout_rate),
+        _dropout(dropout_rate),
         nn.Linear(hidden_dim, out_dim),
     )
 
@@ -147,9 +152,9 @@ class Critic(nn.Module):
         self.dropout_rate = dropout_rate
         self.enable_dropout = enable_dropout
         self.l1 = nn.Linear(state_dim, hidden_dim)
-        self.drop1 = nn.Dropout(dropout_rate)
+        self.drop1 = _dropout(dropout_rate)
         self.l2 = nn.Linear(hidden_dim, hidden_dim)
-        self.drop2 = nn.Dropout(dropout_rate)
+        self.drop2 = _dropout(dropout_rate)
         self.l3 = nn.Linear(hidden_dim, action_dim)
 
     def forward(self, state: torch.Tensor) -> torch.Tensor:
@@ -163,6 +168,31 @@ class Critic(nn.Module):
     def q_value(self, state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """Q of given state-action pairs, shape ``(batch,)``; ``action`` holds indices ``(batch,)``."""
         return self(state).gather(1, action.long().view(-1, 1)).squeeze(1)
+
+
+class TwinCritic(nn.Module):
+    """Two independent :class:`Critic` s; targets and the actor use their minimum.
+
+    Clipped double Q-learning (Fujimoto et al., 2018, TD3; used by SAC): the minimum of two
+    estimates counters the over-estimation a single bootstrapped critic accumulates, which
+    otherwise lets the actor chase actions whose value is an error (here: out of memory).
+    """
+
+    def __init__(
+        self, state_dim: int, action_dim: int, hidden_dim: int = 128, dropout_rate: float = 0.1
+    ) -> None:
+        super().__init__()
+        self.q1 = Critic(state_dim, action_dim, hidden_dim, dropout_rate)
+        self.q2 = Critic(state_dim, action_dim, hidden_dim, dropout_rate)
+
+    def forward(self, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Both estimates, each ``(batch, action_dim)``."""
+        return self.q1(state), self.q2(state)
+
+    def min_q(self, state: torch.Tensor) -> torch.Tensor:
+        """Element-wise minimum of the two estimates, ``(batch, action_dim)``."""
+        q1, q2 = self(state)
+        return torch.minimum(q1, q2)
 
 
 class MCDropoutResult(NamedTuple):

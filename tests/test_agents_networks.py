@@ -38,3 +38,31 @@ def test_critic_all_actions_and_pairs():
     a = torch.tensor([0, 4, 2, 2])
     torch.testing.assert_close(critic.q_value(s, a), q[torch.arange(4), a])
     assert set(dict(critic.named_children())) == {"l1", "drop1", "l2", "drop2", "l3"}
+
+
+def test_joint_log_probs_is_product_of_factor_softmaxes():
+    from agents.networks import joint_log_probs
+
+    torch.manual_seed(0)
+    raw = torch.randn(2, 3 + 2)
+    joint = joint_log_probs(raw, (3, 2)).exp()
+    assert joint.shape == (2, 6)
+    torch.testing.assert_close(joint.sum(dim=1), torch.ones(2))
+    p1, p2 = torch.softmax(raw[:, :3], 1), torch.softmax(raw[:, 3:], 1)
+    # index = d0 * 2 + d1 (first factor most significant)
+    torch.testing.assert_close(joint[:, 1 * 2 + 0], p1[:, 1] * p2[:, 0])
+    torch.testing.assert_close(joint[:, 2 * 2 + 1], p1[:, 2] * p2[:, 1])
+    actor = Actor(4, 81, hidden_dim=8, dropout_rate=0.0, action_factors=(3, 3, 3, 3))
+    assert actor.net[-1].out_features == 12
+    torch.testing.assert_close(actor(torch.randn(3, 4)).sum(1), torch.ones(3))
+
+
+def test_twin_critic_minimum():
+    from agents.networks import TwinCritic
+
+    torch.manual_seed(0)
+    twin = TwinCritic(3, 4, hidden_dim=8, dropout_rate=0.0)
+    s = torch.randn(5, 3)
+    q1, q2 = twin(s)
+    torch.testing.assert_close(twin.min_q(s), torch.minimum(q1, q2))
+    assert not torch.equal(q1, q2)  # independently initialised
