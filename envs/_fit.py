@@ -86,6 +86,31 @@ def _refuse(what: str, data: _Data) -> None:
     )
 
 
+def _check_cpu_monotone(d: _Data, slack: float = 0.8) -> None:
+    """Refuse trials where more CPU threads ran much slower than fewer at the same batch.
+
+    The model (Amdahl) cannot express that, and it is the signature of an oversubscribed
+    machine (threads waiting for descheduled peers), not of the job: fitting it would mislead.
+    """
+    for g, b in {(g, b) for g, b in zip(d.g, d.b, strict=True)}:
+        same = (d.g == g) & (d.b == b)
+        if len(np.unique(d.c[same])) < 2:
+            continue
+        order = np.argsort(d.c[same])
+        c, thr = d.c[same][order], d.thr[same][order]
+        best_fewer = np.maximum.accumulate(thr)
+        bad = np.flatnonzero(thr[1:] < slack * best_fewer[:-1])
+        if bad.size:
+            i = bad[0] + 1
+            _refuse(
+                f"at batch {b:g} the trial on {c[i]:g} CPUs ran at {thr[i]:.4g} samples/s, "
+                f"slower than {best_fewer[i - 1]:.4g} on fewer CPUs; more threads should not "
+                "slow a job down this much, so the machine was probably oversubscribed (other "
+                "processes on the same cores). Measure again on a quiet machine",
+                d,
+            )
+
+
 def _choose_free(
     d: _Data, device: str, given: dict[str, float]
 ) -> tuple[list[str], dict[str, str], dict[str, float]]:
@@ -212,6 +237,7 @@ def fit_workload(trials, proto, *, noise_scale=None, ref_batch=None, gpu_mem_gb=
     device = "gpu" if (d.g > 0).any() else "cpu"
     if device == "gpu" and (d.g == 0).any():
         _refuse("trials mix CPU-only and GPU runs; fit them as separate workloads", d)
+    _check_cpu_monotone(d)
     free, fixed, base = _choose_free(d, device, dict(fixed or {}))
     if len(d.ids) < len(free):
         _refuse(f"{len(d.ids)} trial(s) for {len(free)} parameters ({', '.join(free)})", d)

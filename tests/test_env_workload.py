@@ -161,7 +161,6 @@ def test_single_gpu_fit_is_limited_to_the_measured_gpu_count():
     assert "delta" in model.fit_report_.fixed and model.params.delta == 0.0
     assert model.fit_report_.max_rel_error < 0.01
     from envs import CloudEnvironment, EnvConfig
-
     from optimizer.config import ResourceConfig
 
     res = ResourceConfig(gpu_count_max=4, cpu_count_max=8, memory_max=32.0, memory_step=8.0)
@@ -266,3 +265,11 @@ def test_calibrate_cli_fits_a_recorded_run_into_a_preset(tmp_path):
     env = CloudEnvironment(workload=str(out))
     assert env.resolved.restart_s == pytest.approx(1.0)
     assert env.model.grid.cpus.tolist() == [1, 2]
+
+
+def test_fit_refuses_trials_where_more_cpus_ran_slower():
+    true = WorkloadParams(device="cpu", alpha_c=0.004, beta_c=0.0002, parallel_fraction=0.8)
+    trials = synthetic_trials(true, [(0, c, b) for c in (1, 2) for b in (32, 512)])
+    trials[2].throughput = 0.1 * trials[0].throughput  # 2 CPUs at batch 32: ten times slower
+    with pytest.raises(CloudoptError, match="oversubscribed"):
+        WorkloadModel().fit(trials)
