@@ -169,3 +169,38 @@ def test_offline_logs_choose_the_first_baseline_trial(repo_root):
     assert plan[0] == expected and len(plan) == 3
     # The shipped logs favour a smaller allocation than the default first trial (all CPUs).
     assert plan[0] != opt.plan_trials(analysis, None)[0]
+
+
+HOURLONG = """
+import sys, time
+# Paced steps: 2000 samples/s whatever the machine; --steps sets the job's length.
+steps = int(sys.argv[sys.argv.index("--steps") + 1])
+batch, dt = 100, 0.05
+print(f"batch_size={batch} total_samples={batch * steps}", flush=True)
+t0 = time.perf_counter()
+for i in range(1, steps + 1):
+    time.sleep(max(t0 + i * dt - time.perf_counter(), 0))
+    if i % 4 == 0:
+        print(f"step {i} {batch / dt:.1f} samples/s", flush=True)
+"""
+
+
+def test_probe_of_an_hour_long_job_predicts_the_measured_rate(tmp_path):
+    from optimizer.config import ResourceConfig
+    from optimizer.training import TrainingModuleManager
+
+    script = tmp_path / "long.py"
+    script.write_text(HOURLONG)
+    res = ResourceConfig(gpu_count_max=0, cpu_count_max=1, memory_max=4.0)
+    alloc = Allocation(0, 1, 2.0, None)
+    long_run = TrainingModuleManager(script, "--steps 72000").run_training(
+        alloc, tmp_path / "long", resource_config=res, probe_seconds=3.0, monitor_interval=0.2)
+    assert long_run.status == "probe" and long_run.wall_time_s < 10
+    short = TrainingModuleManager(script, "--steps 80").run_training(
+        alloc, tmp_path / "short", resource_config=res, probe_seconds=None,
+        monitor_interval=0.2)
+    assert short.status == "completed"
+    # Same throughput, 900 times the work: the full job would take 900 x the short one.
+    measured_equivalent = short.wall_time_s * 72000 / 80
+    assert long_run.predicted_total_time_s == pytest.approx(measured_equivalent, rel=0.15)
+    assert 3000 < long_run.predicted_total_time_s < 4200
