@@ -24,6 +24,9 @@ class ReplayBufferSamples(NamedTuple):
     """``(batch, state_dim)`` float32."""
     dones: torch.Tensor
     """``(batch,)`` float32, 1.0 where the episode terminated at this transition."""
+    discounts: torch.Tensor
+    """``(batch,)`` float32, the factor on the bootstrapped value: ``gamma ** k`` for a
+    transition spanning ``k`` steps (n-step returns), ``gamma`` for a single step."""
 
 
 class ReplayBuffer:
@@ -58,6 +61,7 @@ class ReplayBuffer:
         self.next_state = np.zeros((self.max_size, self.state_dim), dtype=np.float32)
         # "done" means terminated (no bootstrap); time-limit truncation must be passed as False.
         self.done = np.zeros(self.max_size, dtype=np.float32)
+        self.discount = np.ones(self.max_size, dtype=np.float32)
 
     def add(
         self,
@@ -66,6 +70,7 @@ class ReplayBuffer:
         reward: float | np.ndarray,
         next_state: np.ndarray,
         done: bool | np.ndarray,
+        discount: float | np.ndarray = 1.0,
     ) -> None:
         """Store one transition, or a batch of them with a leading ``(n,)`` axis."""
         state = np.asarray(state, dtype=np.float32).reshape(-1, self.state_dim)
@@ -74,6 +79,7 @@ class ReplayBuffer:
         action = np.broadcast_to(np.asarray(action, dtype=np.int64).reshape(-1), (n,))
         reward = np.broadcast_to(np.asarray(reward, dtype=np.float32).reshape(-1), (n,))
         done = np.broadcast_to(np.asarray(done, dtype=np.float32).reshape(-1), (n,))
+        discount = np.broadcast_to(np.asarray(discount, dtype=np.float32).reshape(-1), (n,))
         if next_state.shape[0] != n:
             raise ValueError(f"state has {n} rows but next_state has {next_state.shape[0]}")
         idx = (self.ptr + np.arange(n)) % self.max_size
@@ -82,6 +88,7 @@ class ReplayBuffer:
         self.reward[idx] = reward
         self.next_state[idx] = next_state
         self.done[idx] = done
+        self.discount[idx] = discount
         self.ptr = int((self.ptr + n) % self.max_size)
         self.size = min(self.size + n, self.max_size)
 
@@ -100,6 +107,7 @@ class ReplayBuffer:
             rewards=to(self.reward),
             next_states=to(self.next_state),
             dones=to(self.done),
+            discounts=to(self.discount),
         )
 
     def clear(self) -> None:

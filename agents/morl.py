@@ -84,6 +84,12 @@ class _PolicyPair:
         self.actor_optimizer = make_adam(self.actor.parameters(), cfg.lr_actor)
         self.critic_optimizer = make_adam(self.critic.parameters(), cfg.lr_critic)
         self.buffer = ReplayBuffer(cfg.buffer_size, state_dim, device, seed=seed)
+        # Temperature for automatic entropy tuning (used when a target entropy is set).
+        self.log_alpha = torch.tensor(
+            float(np.log(max(cfg.entropy_coef, 1e-6))), device=device, requires_grad=True
+        )
+        # The temperature must track the annealed target quickly: 10x the actor step size.
+        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=10 * cfg.lr_actor)
 
     def reinitialize_critic(self) -> None:
         for layer in self.critic.modules():
@@ -101,6 +107,7 @@ class _PolicyPair:
             "target_critic": self.target_critic,
             "actor_optimizer": self.actor_optimizer,
             "critic_optimizer": self.critic_optimizer,
+            "alpha_optimizer": self.alpha_optimizer,
         }
 
 
@@ -124,6 +131,12 @@ class MultiObjectiveRLAgent:
     action_factors : sequence of int, optional
         Sub-action sizes whose product is ``action_dim``: factored actor heads
         (:func:`agents.networks.joint_log_probs`); the critic still scores every joint action.
+    target_entropy : float, optional
+        Automatic temperature (SAC v2, Haarnoja et al., 2018b): ``alpha`` is learned so that the
+        actor's entropy stays at ``target_entropy * log(action_dim)`` (a fraction of the uniform
+        policy's), scaled by :meth:`set_exploration`. ``None``: fixed ``alpha = entropy_coef``.
+        A fixed alpha is blind to the scale of Q; with Q-values of ~10 and action gaps of ~0.1
+        a small alpha lets the actor collapse early onto a safe but poor action.
     critic_dropout : float, optional
         Dropout rate of the critics; default ``rl_config.dropout_rate`` as in the design. The
         uncertainty estimate needs dropout in the actor only, and critic dropout costs about a
@@ -150,7 +163,9 @@ class MultiObjectiveRLAgent:
         mc_samples: int = 10,
         action_factors: Sequence[int] | None = None,
         critic_dropout: float | None = None,
+        target_entropy: float | None = None,
     ) -> None:
+        self.target_entropy_ratio = target_entropy
         self.rl_config = rl_config if rl_config is not None else RLConfig()
         self.multi_objective_config = multi_objective_config or MultiObjectiveConfig()
         self.state_dim, self.action_dim = int(state_dim), int(action_dim)
@@ -181,11 +196,16 @@ class MultiObjectiveRLAgent:
         self.active_policy = 0
         self.epsilon = self.rl_config.exploration_noise
         self.entropy_coef = self.rl_config.entropy_coef
+        self.target_entropy = (
+            None if target_entropy is None else target_entropy * float(np.log(self.action_dim))
+        )
 
     def set_exploration(self, scale: float) -> None:
-        """Scale epsilon and alpha to ``scale`` (in [0, 1]) times their configured values."""
+        """Scale epsilon and alpha (or the target entropy) to ``scale`` times their settings."""
         self.epsilon = self.rl_config.exploration_noise * scale
         self.entropy_coef = self.rl_config.entropy_coef * scale
+        if self.target_entropy_ratio is not None:
+            self.target_entropy = self.target_entropy_ratio * scale * float(np.log(self.action_dim))
 
     # Design-named views of the per-policy parts.
     actors = property(lambda self: [p.actor for p in self.pairs])
@@ -285,13 +305,18 @@ class MultiObjectiveRLAgent:
         reward: float | np.ndarray,
         next_state: np.ndarray,
         done: bool | np.ndarray,
+        discount: float | np.ndarray | None = None,
     ) -> None:
         """Store transitions (one, or a batch with a leading axis) in ``policy``'s buffer.
 
         ``reward`` is the scalar reward under that policy's preference; ``done`` must be
-        ``terminated`` only (a time-limit truncation still bootstraps).
+        ``terminated`` only (a time-limit truncation still bootstraps). ``discount`` multiplies
+        the bootstrapped value: default ``gamma``; ``gamma ** k`` when ``reward`` sums ``k``
+        steps and ``next_state`` is ``k`` steps on (n-step returns).
         """
-        self.pairs[self.policy_index(policy)].buffer.add(state, action, reward, next_state, done)
+        discount = self.rl_config.gamma if discount is None else discount
+        buffer = self.pairs[self.policy_index(policy)].buffer
+        buffer.add(state, action, reward, next_state, done, discount)
 
     # ------------------------------------------------------------ learning
     def train(self, policy: str | int, batch_size: int | None = None) -> dict[str, float] | None:
@@ -306,14 +331,17 @@ class MultiObjectiveRLAgent:
         if len(pair.buffer) < batch_size:
             return None
         data = pair.buffer.sample(batch_size)
-        alpha = self.entropy_coef
+        if self.target_entropy is None:
+            alpha = self.entropy_coef
+        else:
+            alpha = float(pair.log_alpha.detach().exp()) if self.target_entropy > 0 else 0.0
 
         with torch.no_grad():
             next_probs = pair.target_actor(data.next_states)
             next_log_probs = torch.log(next_probs.clamp_min(1e-8))
             next_q = pair.target_critic.min_q(data.next_states)
             next_v = (next_probs * (next_q - alpha * next_log_probs)).sum(dim=1)
-            td_target = data.rewards + cfg.gamma * (1.0 - data.dones) * next_v
+            td_target = data.rewards + data.discounts * (1.0 - data.dones) * next_v
         q1, q2 = pair.critic(data.states)
         taken = data.actions.view(-1, 1)
         q_taken = q1.gather(1, taken).squeeze(1)
@@ -336,6 +364,14 @@ class MultiObjectiveRLAgent:
         nn.utils.clip_grad_norm_(pair.actor.parameters(), 10.0)
         pair.actor_optimizer.step()
 
+        entropy = -(probs.detach() * log_probs.detach()).sum(dim=1).mean()
+        if self.target_entropy is not None and self.target_entropy > 0:
+            # d loss / d log_alpha = H - H*: alpha grows while the entropy is below target.
+            alpha_loss = pair.log_alpha * (entropy - self.target_entropy)
+            pair.alpha_optimizer.zero_grad()
+            alpha_loss.backward()
+            pair.alpha_optimizer.step()
+
         soft_update(pair.target_critic, pair.critic, cfg.tau)
         soft_update(pair.target_actor, pair.actor, cfg.tau)
         self.train_steps[index] += 1
@@ -343,7 +379,8 @@ class MultiObjectiveRLAgent:
             "critic_loss": critic_loss.item(),
             "actor_loss": actor_loss.item(),
             "q_mean": q_taken.mean().item(),
-            "entropy": -(probs * log_probs).sum(dim=1).mean().item(),
+            "entropy": entropy.item(),
+            "alpha": alpha,
         }
 
     def check_adaptive_reset(self, policy: str | int, sla_violated: bool) -> bool:

@@ -154,6 +154,42 @@ def _run_batch(envs: Sequence[gym.Env], seeds: Sequence[int], agent: SimplePolic
         alive = alive[~dones]
 
 
+class NStepAccumulator:
+    """Turns one env's steps into n-step transitions (Sutton & Barto 2018, section 7.1).
+
+    Each emitted transition is ``(state, action, R, next_state, done, discount)`` with
+    ``R = sum_{i<k} gamma^i r_{t+i}``, ``next_state = s_{t+k}`` and ``discount = gamma^k``;
+    ``k = n`` except at the end of an episode, where the pending steps are flushed with the
+    steps left. With ``n = 1`` these are the ordinary one-step transitions. Fewer hops of
+    bootstrapping carry the end-of-job value back through a 20-step episode in fewer updates;
+    the price is a bias from the behaviour policy's actions inside the window, small for short n.
+    """
+
+    def __init__(self, n: int, gamma: float) -> None:
+        if n < 1:
+            raise ValueError(f"n_step must be >= 1 (got {n})")
+        self.n, self.gamma = n, gamma
+        self.pending: list[tuple[np.ndarray, int, float]] = []
+
+    def push(
+        self,
+        state: np.ndarray,
+        action: int,
+        reward: float,
+        next_state: np.ndarray,
+        terminated: bool,
+        episode_over: bool,
+    ) -> list[tuple[np.ndarray, int, float, np.ndarray, bool, float]]:
+        self.pending.append((np.array(state, copy=True), int(action), float(reward)))
+        out = []
+        while self.pending and (len(self.pending) == self.n or episode_over):
+            ret = sum(r * self.gamma**i for i, (_, _, r) in enumerate(self.pending))
+            s0, a0, _ = self.pending.pop(0)
+            k = len(self.pending) + 1
+            out.append((s0, a0, ret, np.array(next_state, copy=True), terminated, self.gamma**k))
+        return out
+
+
 def train_morl(
     env_fn: EnvFn,
     policy: str | int,
@@ -170,12 +206,15 @@ def train_morl(
     action_factors: Sequence[int] | None = None,
     anneal_fraction: float = 0.0,
     critic_dropout: float | None = None,
+    n_step: int = 1,
+    target_entropy: float | None = None,
 ) -> TrainResult:
     """Train one policy of a :class:`MultiObjectiveRLAgent` on ``env_fn``'s scalar reward.
 
     ``env_fn`` must build the environment whose reward is scalarised with ``policy``'s
     preference vector. Pass ``agent`` to train another policy of an existing agent.
-    ``anneal_fraction`` as in :func:`train_reinforce` (epsilon and alpha).
+    ``anneal_fraction`` as in :func:`train_reinforce` (epsilon and alpha). ``n_step > 1``
+    stores n-step transitions (:class:`NStepAccumulator`).
     """
     config = config or (agent.rl_config if agent else RLConfig())
     episodes = episodes or config.episodes
@@ -188,12 +227,14 @@ def train_morl(
             device=device,
             action_factors=action_factors,
             critic_dropout=critic_dropout,
+            target_entropy=target_entropy,
         )
     index = agent.policy_index(policy)
     started = [config.seed * TRAIN_SEED_STRIDE + i for i in range(n_envs)]
     obs = np.stack([env.reset(seed=s)[0] for env, s in zip(envs, started, strict=True)])
     next_seed = config.seed * TRAIN_SEED_STRIDE + n_envs
     running = np.zeros(n_envs)
+    accumulators = [NStepAccumulator(n_step, config.gamma) for _ in range(n_envs)]
     rows: list[dict[str, float]] = []
     finished: list[float] = []
     stats: dict[str, float] = {}
@@ -209,21 +250,22 @@ def train_morl(
                 )
             )
             actions = agent.select_action(obs, index, uncertainty=False).action
-            next_obs = np.empty_like(obs)  # the true next states, stored in the buffer
-            rewards = np.empty(n_envs)
-            terminated = np.zeros(n_envs, dtype=bool)
+            next_obs = np.empty_like(obs)
             restart_obs = {}
             for i, env in enumerate(envs):
-                next_obs[i], rewards[i], terminated[i], truncated, _ = env.step(int(actions[i]))
-                running[i] += rewards[i]
-                if terminated[i] or truncated:
+                next_obs[i], reward, terminated, truncated, _ = env.step(int(actions[i]))
+                running[i] += reward
+                # A truncated episode ends without a terminal state: it still bootstraps.
+                for transition in accumulators[i].push(
+                    obs[i], actions[i], reward, next_obs[i], terminated, terminated or truncated
+                ):
+                    agent.add_experience(index, *transition)
+                if terminated or truncated:
                     finished.append(float(running[i]))
                     running[i] = 0.0
                     restart_obs[i] = env.reset(seed=next_seed)[0]
                     next_seed += 1
                     bar.update(1)
-            # Truncated episodes are stored with done=False: the time limit is not a terminal state.
-            agent.add_experience(index, obs, actions, rewards, next_obs, terminated)
             obs = next_obs
             for i, o in restart_obs.items():
                 obs[i] = o
@@ -363,4 +405,6 @@ def morl_train_kwargs() -> dict[str, Any]:
         "updates_per_step": 1,
         "anneal_fraction": 0.8,
         "critic_dropout": 0.0,
+        "n_step": 1,
+        "target_entropy": None,
     }

@@ -142,3 +142,47 @@ def test_learns_chain_mdp():
     result = train_morl(ChainMDP, "balanced", cfg, episodes=600, n_envs=8)
     ev = evaluate(morl_act(result.agent, "balanced"), ChainMDP, heldout_seeds(2))
     assert ev.mean_return == pytest.approx(env.optimal_return)
+
+
+def test_n_step_accumulator():
+    from agents.train import NStepAccumulator
+
+    acc = NStepAccumulator(2, gamma=0.5)
+    s = [np.full(1, i, dtype=np.float32) for i in range(4)]
+    assert acc.push(s[0], 0, 1.0, s[1], False, False) == []
+    (t,) = acc.push(s[1], 1, 2.0, s[2], False, False)
+    assert t[1] == 0 and t[2] == pytest.approx(1.0 + 0.5 * 2.0) and t[3][0] == 2 and t[5] == 0.25
+    out = acc.push(s[2], 2, 4.0, s[3], True, True)  # episode ends: flush what is pending
+    assert [o[1] for o in out] == [1, 2]
+    assert out[0][2] == pytest.approx(2.0 + 0.5 * 4.0) and out[0][5] == 0.25 and out[0][4]
+    assert out[1][2] == pytest.approx(4.0) and out[1][5] == 0.5 and out[1][3][0] == 3
+    assert acc.pending == []
+
+
+def test_automatic_temperature_follows_target_entropy():
+    rng = np.random.default_rng(0)
+
+    def trained_alphas(target: float, peaked: bool) -> list[float]:
+        agent = MultiObjectiveRLAgent(
+            4, 3, RLConfig(**FAST, entropy_coef=0.01), target_entropy=target
+        )
+        if peaked:  # a near-deterministic actor: entropy far below any sizeable target
+            with torch.no_grad():
+                agent.actors[0].net[-1].bias.copy_(torch.tensor([20.0, 0.0, 0.0]))
+        agent.add_experience(
+            0,
+            rng.random((200, 4)),
+            np.zeros(200, int),
+            np.ones(200),
+            rng.random((200, 4)),
+            np.ones(200, bool),
+        )
+        return [agent.train(0)["alpha"] for _ in range(20)]
+
+    up = trained_alphas(0.9, peaked=True)
+    assert up[-1] > up[0]
+    down = trained_alphas(0.01, peaked=False)
+    assert down[-1] < down[0]
+    agent = MultiObjectiveRLAgent(4, 3, RLConfig(**FAST), target_entropy=0.5)
+    agent.set_exploration(0.0)
+    assert agent.target_entropy == 0.0
