@@ -86,8 +86,8 @@ def _refuse(what: str, data: _Data) -> None:
     )
 
 
-def _check_cpu_monotone(d: _Data, slack: float = 0.8) -> None:
-    """Refuse trials where more CPU threads ran much slower than fewer at the same batch.
+def _check_cpu_monotone(d: _Data, slack: float = 0.5) -> None:
+    """Refuse trials where more CPU threads ran over twice slower than fewer at the same batch.
 
     The model (Amdahl) cannot express that, and it is the signature of an oversubscribed
     machine (threads waiting for descheduled peers), not of the job: fitting it would mislead.
