@@ -152,14 +152,13 @@ class SLAConfig:
             n = max(n, len(finite))
             if len(finite) == 0:
                 continue
-            if (finite > 0).all():
-                # Time, cost and throughput are positive and vary by factors, not offsets: a
-                # trend in log space cannot forecast a negative value.
+            out[name], out[f"{name}_se"] = forecast_trend(values)
+            if out[name] <= 0 and (finite > 0).all():
+                # A falling line crossed zero; time, cost and throughput are positive, so
+                # extrapolate the trend in log space instead (a steady relative decline).
                 log_mean, log_se = forecast_trend(np.log(values))
                 out[name] = float(np.exp(log_mean))
                 out[f"{name}_se"] = out[name] * log_se if math.isfinite(log_se) else math.inf
-            else:
-                out[name], out[f"{name}_se"] = forecast_trend(values)
         if not out:
             raise ConfigError(
                 "cannot forecast SLA values: the history has no time, cost or throughput column"
