@@ -276,3 +276,11 @@ def test_update_metrics_from_a_trial_summary():
     assert vec[idx["gpu_util"]] == pytest.approx(0.9) and vec[idx["mem_util"]] == 0.5
     assert vec[idx["time_used"]] == pytest.approx(6000 / env.resolved.sla.time_max)
     assert env.state.get_sla_status()["time"]  # 600 s within the 1440 s pro-rata budget
+
+
+def test_check_env_through_make_with_render_mode():
+    env = gym.make(envs.ENV_ID, render_mode="ansi")
+    check_env(env.unwrapped)  # with a spec: the render modes are checked too
+    env.reset(seed=0)
+    env.step(env.unwrapped.actions.noop)
+    assert env.render().startswith("step 1/20 alloc g1 c8 m16 b128")
