@@ -398,7 +398,11 @@ class CloudResourceOptimizer:
             return TrialSummary.load(trial_dir)
         probe = None if opts.probe_seconds == 0 else (opts.probe_seconds or
                                                        self.config.run.probe_seconds)
-        self._say(f"running the recommendation for real: {alloc.key()}")
+        predicted = rec.get("predicted", {}).get("time_s")
+        if predicted is not None and predicted < 0.5 * self.config.run.trial_timeout_s:
+            probe = None  # affordable: the recommendation is measured whole, not predicted
+        self._say(f"running the recommendation for real ({'probe' if probe else 'whole job'}):"
+                  f" {alloc.key()}")
         summary = manager.run_training(
             alloc, trial_dir, resource_config=self.config.resources, probe_seconds=probe,
             timeout_s=self.config.run.trial_timeout_s,
