@@ -62,10 +62,11 @@ class RLMetricsTracker:
         step = d.get("step")
         self._rows["allocation_history"].append({
             "policy": policy, "step": step, "phase": d.get("phase"), "action": d.get("action"),
-            "description": d.get("description"), "gpus": d.get("gpus"), "cpus": d.get("cpus"),
+            "description": d.get("description"), "effect": d.get("effect"),
+            "gpus": d.get("gpus"), "cpus": d.get("cpus"),
             "memory_gb": d.get("memory_gb"), "batch_size": d.get("batch_size"),
             "changed": d.get("changed"), "reward": d.get("reward"),
-            "uncertainty": d.get("uncertainty")})
+            "confidence": d.get("confidence"), "uncertainty": d.get("uncertainty")})
         self._rows["reward_components"].append({
             "policy": policy, "step": step, "cost": d.get("r_cost"), "time": d.get("r_time"),
             "efficiency": d.get("r_efficiency"), "sla": d.get("r_sla"),

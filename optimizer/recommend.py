@@ -76,14 +76,31 @@ class Recommendation:
         return next(o for o in self.outcomes if o.name == name)
 
 
-def _replay(env: Any, act: Any, uncertainty: Any = None) -> tuple[float, list[dict[str, Any]]]:
-    """One greedy noise-free episode; a row per step with the decision and its outcome."""
+def describe_change(before: Allocation, after: Allocation) -> str:
+    """What an action did, bounds applied: ``CPUs 2→1, memory 6.5→5.5 GB`` or ``no change``."""
+    parts = []
+    for label, attr, unit in (("GPUs", "gpus", ""), ("CPUs", "cpus", ""),
+                              ("memory", "memory_gb", " GB"), ("batch", "batch_size", "")):
+        a, b = getattr(before, attr), getattr(after, attr)
+        if a != b:
+            parts.append(f"{label} {a:g}→{b:g}{unit}")
+    return ", ".join(parts) or "no change"
+
+
+def _replay(env: Any, act: Any, uncertainty: Any = None,
+            confidence: Any = None) -> tuple[float, list[dict[str, Any]]]:
+    """One greedy noise-free episode; a row per step with the decision and its outcome.
+
+    ``uncertainty(obs, action)`` is the MC-dropout spread of the chosen action's probability and
+    ``confidence(obs, action)`` that probability itself (for policies that have them).
+    """
     obs, _ = env.reset(seed=0)
     rows, total, done, k = [], 0.0, False, 0
     while not done:
         before = env.current_allocation
         action = int(act(obs))
         spread = float(uncertainty(obs, action)) if uncertainty else None
+        prob = float(confidence(obs, action)) if confidence else None
         obs, reward, done, trunc, info = env.step(action)
         done = done or trunc
         total += reward
@@ -92,13 +109,14 @@ def _replay(env: Any, act: Any, uncertainty: Any = None) -> tuple[float, list[di
         rows.append({
             "step": k, "phase": info["phase"], "action": action,
             "description": env.actions.get_action_description(action),
+            "effect": describe_change(before, after),
             "gpus": after.gpus, "cpus": after.cpus, "memory_gb": after.memory_gb,
             "batch_size": after.batch_size, "changed": after != before,
             "reward": float(reward), "r_cost": float(vec[0]), "r_time": float(vec[1]),
             "r_efficiency": float(vec[2]), "r_sla": float(vec[3]),
             "step_time_s": info["step_time_s"], "step_cost": info["step_cost"],
             "elapsed_s": info["elapsed_s"], "spent": info["cost"], "oom": info["oom"],
-            "uncertainty": spread,
+            "confidence": prob, "uncertainty": spread,
         })
         k += 1
     return total, rows
@@ -186,6 +204,7 @@ def recommend(env_config: Any, config: OptimizerConfig, *, time_budget_s: float,
             act_fn = reinforce_act(agent)
             greedy = lambda o, a=agent: a.select_action(o, evaluate=True)  # noqa: E731
             spread = None
+            prob = lambda o, u, a=agent: a.action_probabilities(o)[0][u]  # noqa: E731
         else:
             policy = agent.policy_index(env_config.preference)
             act_fn = morl_act(agent, policy)
@@ -194,7 +213,10 @@ def recommend(env_config: Any, config: OptimizerConfig, *, time_budget_s: float,
 
             def spread(o, u, a=agent, p=policy):
                 return a.select_action(o, p, evaluate=True, uncertainty=True).uncertainty
-        total, rows = _replay(CloudEnvironment(clean), greedy, spread)
+
+            def prob(o, u, a=agent, p=policy):
+                return a.select_action(o, p, evaluate=True, uncertainty=False).probs[u]
+        total, rows = _replay(CloudEnvironment(clean), greedy, spread, prob)
         out = _outcome(name, total, rows, optimum.total_return, sla)
         out.train_seconds, out.episodes = seconds, result.episodes
         out.heldout_return = evaluate(act_fn, env_fn, seeds).mean_return

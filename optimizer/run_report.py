@@ -327,8 +327,13 @@ def _build_report(opt: Any, result: Any, reference: TrialSummary, rec: dict[str,
         r.paragraph("No phases were detected (see notes).")
     r.heading("Every decision")
     if not decisions.empty:
-        cols = ["step", "phase", "description", "cpus", "memory_gb", "batch_size", "reward",
-                "r_cost", "r_time", "r_efficiency", "r_sla", "uncertainty"]
+        r.paragraph("Each step of the recommended plan on the noise-free model: the action the "
+                    "policy chose, what it changed (bounds applied), the reward and its "
+                    "components, the probability the policy gave the action (confidence) and "
+                    "its Monte Carlo dropout spread (uncertainty, multi-objective agent).")
+        cols = ["step", "phase", "description", "effect", "cpus", "memory_gb", "batch_size",
+                "reward", "r_cost", "r_time", "r_efficiency", "r_sla", "confidence",
+                "uncertainty"]
         r.table(decisions[[c for c in cols if c in decisions]])
     else:
         r.paragraph("No RL decisions (see notes).")
