@@ -65,10 +65,10 @@ def _plot_comparison(path: Path, base: TrialSummary, opt: TrialSummary,
     for ax, (label, b, o, p) in zip(axes, specs, strict=True):
         ax.bar(["baseline", "optimized"], [b or 0, o or 0], color=["0.6", "C0"])
         if p:
-            ax.plot([1], [p], "r_", markersize=30, mew=2, label="plan (predicted)")
-            ax.legend(fontsize=7, loc="lower right")
+            ax.plot([1], [p], "r_", markersize=30, mew=2)
         ax.set_title(label, fontsize=10)
-    fig.suptitle("Baseline vs optimized (bars: real runs)", fontsize=11)
+    fig.suptitle("Baseline vs optimized (bars: real runs; red line: the plan's prediction)",
+                 fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -81,8 +81,9 @@ def _plot_pareto(path: Path, sweep: pd.DataFrame, trials: list[TrialSummary],
     fig, ax = plt.subplots(figsize=(6, 4.2))
     if not sweep.empty:
         front = sweep[sweep["pareto"]].sort_values("cost")
-        ax.plot(front["cost"], front["time_s"], "o-", c="C0",
-                label="Pareto front (DP optimum per cost/time weight, predicted)")
+        ax.plot(front["cost"], front["time_s"], "o-", c="C0", zorder=6, ms=5,
+                label=f"Pareto front ({len(front)} point(s): DP optimum per cost/time weight, "
+                "predicted)")
     pts = [(job_cost(t), job_time(t)) for t in trials if t.ok and job_time(t)]
     if pts:
         ax.scatter(*zip(*pts, strict=True), c="0.5", marker="s", label="baseline trials")
