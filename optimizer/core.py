@@ -313,46 +313,50 @@ class CloudResourceOptimizer:
             return read_json(cache)
         from optimizer.recommend import recommend
 
-        fitted, reason = self._fit(usable)
-        if fitted is None:
-            rec = self._fallback(usable, reason)
+        try:
+            env_config = self._env_config(usable, reference, total, profile)
+        except CloudoptError as exc:
+            rec = self._fallback(usable, str(exc))
         else:
-            env_config = self._env_config(fitted, reference, total, profile, usable)
             budget = opts.agent_seconds or self.config.run.agent_seconds
             self._say(f"training agents ({budget:g} s each) on the fitted workload model")
             r = recommend(env_config, self.config, time_budget_s=budget, quiet=self.quiet)
-            rec = self._rec_dict(r, fitted)
+            rec = self._rec_dict(r, env_config.workload)
             self._save_rl(run_dir / "rl", r)
         atomic_write_json(cache, rec)
         return rec
 
-    def _fit(self, usable: list[TrialSummary]):
-        from envs.workload import WorkloadModel
+    def _env_config(self, usable: list[TrialSummary], reference: TrialSummary,
+                    total: float | None, profile: Any) -> Any:
+        """A CloudEnvironment over the workload model fitted to the trials (raises
+        CloudoptError when they cannot identify it), started from the reference allocation."""
+        from envs.calibrate import env_config_from_trials
 
         trials = [t for t in usable if t.allocation.batch_size is not None]
+        phases = {}
+        if profile is not None:
+            phases = {"phase_sequence": profile.sequence, "phase_scales": profile.scales,
+                      "max_phases": max(4, len(profile.scales))}
+        config = env_config_from_trials(
+            trials, resources=self.config.resources, sla=self.config.sla,
+            preference=self.user_preference, n_steps=ENV_STEPS,
+            preferences=self.config.multi_objective, noise=0.05, **phases)
+        if total:
+            config = config.replace(total_samples=float(total))
+        return config.replace(initial=self._initial_allocation(config, reference))
+
+    @staticmethod
+    def _initial_allocation(config: Any, reference: TrialSummary) -> Allocation:
+        """Where the plan starts: the model's best static allocation, found by exact
+        enumeration with no restart cost (nothing has run yet); the agents then plan the
+        adjustments the phases call for. The reference trial's allocation if that fails."""
+        from envs.oracle import best_static
+
         try:
-            return WorkloadModel().fit(trials), ""
-        except CloudoptError as exc:
-            return None, str(exc)
-
-    def _env_config(self, fitted: Any, reference: TrialSummary, total: float | None,
-                    profile: Any, usable: list[TrialSummary]) -> Any:
-        from envs import EnvConfig
-        from envs.actions import powers_of_two
-
-        batches = sorted({int(t.allocation.batch_size) for t in usable})
-        grid_batches = powers_of_two(min(batches), max(batches))
-        seq = profile.sequence if profile is not None else None
-        init = reference.allocation
-        return EnvConfig(
-            workload=fitted, preference=self.user_preference, sla=self.config.sla,
-            resources=self.config.resources, n_steps=ENV_STEPS,
-            total_samples=float(total or reference.samples or 1.0),
-            batch_sizes=grid_batches or batches, initial=init, phase_sequence=seq,
-            phase_scales=profile.scales if profile is not None else None,
-            max_phases=max(4, len(profile.scales) if profile is not None else 0),
-            preferences=self.config.multi_objective, restart_s=0.0, noise=0.05,
-        )
+            target = best_static(config.replace(initial=reference.allocation, restart_s=0.0))
+        except CloudoptError:
+            return reference.allocation
+        return target.allocation or reference.allocation
 
     def _fallback(self, usable: list[TrialSummary], reason: str) -> dict[str, Any]:
         ranked = rank_trials(usable, self.config, self.user_preference)

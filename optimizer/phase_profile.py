@@ -7,6 +7,10 @@ baseline trace: short runs are merged into their neighbours (a phase the job spe
 ``min_fraction`` of its time in cannot be provisioned for anyway), CPU scales are normalised
 so that their time-weighted mean is 1 (the fitted throughput already averages over phases), and
 memory scales so that their maximum is 1 (the fitted memory is the trial's peak).
+
+:func:`envs.workload.phases_from_labels` does the same for labels with phase statistics of a
+trace set; it keeps every run and scales memory to the mean, which would make a one-trace
+profile predict out-of-memory for allocations the job actually fitted in.
 """
 
 from __future__ import annotations

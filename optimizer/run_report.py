@@ -304,8 +304,12 @@ def _build_report(opt: Any, result: Any, reference: TrialSummary, rec: dict[str,
              for k, v in sla_rows.items()])
     r.heading("Policies against the exact optimum")
     if rec.get("outcomes"):
-        r.paragraph("Each policy replayed on the noise-free fitted workload model; share of "
-                    "optimum = return / DP-optimal return. Agents trained on the noisy model.")
+        r.paragraph("The plan starts from the fitted model's best static allocation (exact "
+                    "enumeration, no restart cost since nothing has run yet); the agents, trained "
+                    "on the model with throughput noise, plan the adjustments from there, where "
+                    "each change costs a restart as long as the measured start-up. Each policy "
+                    "is replayed on the noise-free model; share of optimum = return / "
+                    "DP-optimal return.")
         r.table(rec["outcomes"])
     fit = rec.get("fit")
     if fit:
