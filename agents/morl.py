@@ -137,6 +137,10 @@ class MultiObjectiveRLAgent:
         policy's), scaled by :meth:`set_exploration`. ``None``: fixed ``alpha = entropy_coef``.
         A fixed alpha is blind to the scale of Q; with Q-values of ~10 and action gaps of ~0.1
         a small alpha lets the actor collapse early onto a safe but poor action.
+    critic_combine : {"min", "mean"}
+        How the twin critics' estimates are combined for targets and the actor: the minimum
+        (clipped double Q, against over-estimation) or the mean (no built-in pessimism, which
+        can favour "safe" but poor allocations far from the out-of-memory cliff).
     critic_dropout : float, optional
         Dropout rate of the critics; default ``rl_config.dropout_rate`` as in the design. The
         uncertainty estimate needs dropout in the actor only, and critic dropout costs about a
@@ -164,7 +168,11 @@ class MultiObjectiveRLAgent:
         action_factors: Sequence[int] | None = None,
         critic_dropout: float | None = None,
         target_entropy: float | None = None,
+        critic_combine: str = "min",
     ) -> None:
+        if critic_combine not in ("min", "mean"):
+            raise ValueError(f"critic_combine must be 'min' or 'mean' (got {critic_combine!r})")
+        self.critic_combine = critic_combine
         self.target_entropy_ratio = target_entropy
         self.rl_config = rl_config if rl_config is not None else RLConfig()
         self.multi_objective_config = multi_objective_config or MultiObjectiveConfig()
@@ -339,7 +347,7 @@ class MultiObjectiveRLAgent:
         with torch.no_grad():
             next_probs = pair.target_actor(data.next_states)
             next_log_probs = torch.log(next_probs.clamp_min(1e-8))
-            next_q = pair.target_critic.min_q(data.next_states)
+            next_q = pair.target_critic.combined_q(data.next_states, self.critic_combine)
             next_v = (next_probs * (next_q - alpha * next_log_probs)).sum(dim=1)
             td_target = data.rewards + data.discounts * (1.0 - data.dones) * next_v
         q1, q2 = pair.critic(data.states)
@@ -357,7 +365,7 @@ class MultiObjectiveRLAgent:
         probs = torch.softmax(logits, dim=1)
         log_probs = torch.log_softmax(logits, dim=1)
         with torch.no_grad():
-            q_all = pair.critic.min_q(data.states)
+            q_all = pair.critic.combined_q(data.states, self.critic_combine)
         actor_loss = (probs * (alpha * log_probs - q_all)).sum(dim=1).mean()
         pair.actor_optimizer.zero_grad()
         actor_loss.backward()

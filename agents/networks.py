@@ -194,6 +194,11 @@ class TwinCritic(nn.Module):
         q1, q2 = self(state)
         return torch.minimum(q1, q2)
 
+    def combined_q(self, state: torch.Tensor, how: str = "min") -> torch.Tensor:
+        """``"min"`` (clipped double Q, pessimistic) or ``"mean"`` (an ensemble average)."""
+        q1, q2 = self(state)
+        return torch.minimum(q1, q2) if how == "min" else 0.5 * (q1 + q2)
+
 
 class MCDropoutResult(NamedTuple):
     mean_probs: torch.Tensor

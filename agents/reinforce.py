@@ -14,7 +14,13 @@ with advantages ``A_t = G_t - V(s_t)`` normalised over the batch. Exploration is
 bonus ``beta`` (``RLConfig.entropy_coef``) plus epsilon-mixing: actions are drawn from
 ``(1 - eps) * pi + eps / |A|`` (``RLConfig.exploration_noise``) and the gradient uses the log
 probability of that mixture, so the update stays on-policy for the actions actually taken.
-Evaluation is greedy (arg max of ``pi``).
+Evaluation is greedy (arg max of ``pi``). The training loop may anneal both to zero
+(:meth:`SimplePolicy.set_exploration`) so the policy ends close to the greedy one it is graded as.
+
+For a product action set (``CloudEnvironment``'s 81 actions = GPU x CPU x memory x batch moves)
+the policy can have one softmax per sub-action (``action_factors``, "action branching",
+Tavakoli et al., 2018): 12 logits instead of 81, and exploring "one more GPU" is shared by the
+27 joint actions that include it.
 
 The design stores a log-probability per step with its autograd graph; here the states and actions
 are stored and the log-probabilities recomputed in one batched pass at update time, which gives
@@ -153,6 +159,13 @@ class SimplePolicy:
         """
         self.epsilon = self.config.exploration_noise * scale
         self.entropy_coef = self.config.entropy_coef * scale
+
+    def set_learning_rate_scale(self, scale: float) -> None:
+        """Set both optimizers' step sizes to ``scale`` times the configured ones."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.config.lr_actor * scale
+        for group in self.value_optimizer.param_groups:
+            group["lr"] = self.config.lr_critic * scale
 
     # ---------------------------------------------------------------- acting
     def _logits(self, states: torch.Tensor) -> torch.Tensor:

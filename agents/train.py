@@ -103,13 +103,16 @@ def train_reinforce(
     device: str = "cpu",
     action_factors: Sequence[int] | None = None,
     anneal_fraction: float = 0.0,
+    anneal_lr: bool = False,
 ) -> TrainResult:
     """Train a :class:`SimplePolicy` for ``episodes`` (default ``config.episodes``) episodes.
 
     Stops early once ``time_budget_s`` of wall time is spent. ``n_envs`` episodes run in
     lockstep and form one update's batch. With ``anneal_fraction > 0`` epsilon and the entropy
     bonus fall linearly to zero over that share of the training (episodes or time budget,
-    whichever runs out first).
+    whichever runs out first). ``anneal_lr`` lets the step sizes fall linearly to zero over the
+    whole training (as CleanRL's PPO does): once the policy is nearly deterministic, a full-size
+    policy-gradient step on a rare action can throw a good policy away.
     """
     config = config or RLConfig()
     episodes = episodes or config.episodes
@@ -122,11 +125,10 @@ def train_reinforce(
         while done_episodes < episodes:
             n = min(n_envs, episodes - done_episodes)
             seeds = [config.seed * TRAIN_SEED_STRIDE + done_episodes + i for i in range(n)]
-            agent.set_exploration(
-                exploration_scale(
-                    _progress(done_episodes, episodes, start, time_budget_s), anneal_fraction
-                )
-            )
+            progress = _progress(done_episodes, episodes, start, time_budget_s)
+            agent.set_exploration(exploration_scale(progress, anneal_fraction))
+            if anneal_lr:
+                agent.set_learning_rate_scale(1.0 - progress)
             _run_batch(envs[:n], seeds, agent)
             stats = agent.train() or {}
             done_episodes += n
@@ -208,6 +210,7 @@ def train_morl(
     critic_dropout: float | None = None,
     n_step: int = 1,
     target_entropy: float | None = None,
+    critic_combine: str = "min",
 ) -> TrainResult:
     """Train one policy of a :class:`MultiObjectiveRLAgent` on ``env_fn``'s scalar reward.
 
@@ -228,6 +231,7 @@ def train_morl(
             action_factors=action_factors,
             critic_dropout=critic_dropout,
             target_entropy=target_entropy,
+            critic_combine=critic_combine,
         )
     index = agent.policy_index(policy)
     started = [config.seed * TRAIN_SEED_STRIDE + i for i in range(n_envs)]
@@ -392,7 +396,7 @@ def recommended_config(agent: str, seed: int = 0, base: RLConfig | None = None) 
 
 def reinforce_train_kwargs() -> dict[str, Any]:
     """Loop settings paired with :func:`recommended_config` for REINFORCE."""
-    return {"n_envs": 16, "episodes": 200_000, "anneal_fraction": 0.8}
+    return {"n_envs": 16, "episodes": 200_000, "anneal_fraction": 0.8, "anneal_lr": True}
 
 
 def morl_train_kwargs() -> dict[str, Any]:

@@ -65,4 +65,5 @@ def test_twin_critic_minimum():
     s = torch.randn(5, 3)
     q1, q2 = twin(s)
     torch.testing.assert_close(twin.min_q(s), torch.minimum(q1, q2))
+    torch.testing.assert_close(twin.combined_q(s, "mean"), (q1 + q2) / 2)
     assert not torch.equal(q1, q2)  # independently initialised
