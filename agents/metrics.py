@@ -54,8 +54,10 @@ class RLMetricsTracker:
         description: str = "",
         policy: str = "",
         uncertainty: float | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> None:
-        """Record one resource adjustment (allocations as (gpus, cpus, memory_gb, batch))."""
+        """Record one resource adjustment (allocations as (gpus, cpus, memory_gb, batch));
+        ``extra`` adds columns to its allocation-history row (phase, effect, confidence...)."""
         keys = ("gpus", "cpus", "memory_gb", "batch_size")
         row: dict[str, Any] = {
             "time": time.time(),
@@ -68,9 +70,15 @@ class RLMetricsTracker:
         }
         row.update({f"old_{k}": v for k, v in zip(keys, old_allocation, strict=False)})
         row.update({f"new_{k}": v for k, v in zip(keys, new_allocation, strict=False)})
+        row.update(dict(extra or {}))
         self._allocations.append(row)
         self._rewards.append({"step": int(step), **dict(reward_components or {})})
         self._sla.append({"step": int(step), **{k: bool(v) for k, v in (sla_status or {}).items()}})
+
+    def add_sla_status(self, source: str, status: Mapping[str, bool]) -> None:
+        """Whether each SLA was met by a measured run (``source`` names it: ``baseline``...)."""
+        self._sla.append({"source": source, **{k: bool(v) for k, v in status.items()},
+                          "all_met": all(status.values())})
 
     def add_performance_metrics(self, **metrics: Any) -> None:
         """Record one row of performance figures, e.g. ``throughput=..., cost=...``."""

@@ -34,7 +34,6 @@ from optimizer.config import OptimizerConfig, load_config, validate_preference
 from optimizer.cost import ResourceCostCalculator
 from optimizer.errors import CloudoptError, ConfigError
 from optimizer.gpu import nvml_device_count, visible_device_indices
-from optimizer.metrics import RLMetricsTracker
 from optimizer.records import (
     Allocation,
     TrialSummary,
@@ -139,7 +138,7 @@ class CloudResourceOptimizer:
         self.agent: Any = None
         self.user_preference: str | tuple[float, float, float] = "balanced"
         self.rl_metrics = pd.DataFrame()
-        self.metrics_tracker: RLMetricsTracker | None = None
+        self.metrics_tracker: Any = None
 
     # ------------------------------------------------------------------ settings and checks
     def set_user_preference(self, preference: str | Sequence[float]) -> None:
@@ -427,6 +426,8 @@ class CloudResourceOptimizer:
             preferences=self.config.multi_objective) if optimized.ok else {}
         flags = self.monitor_cost_time_efficiency(_figures(reference), _figures(optimized))
         comparison["monitor"] = flags
+        from agents.metrics import RLMetricsTracker
+
         self.metrics_tracker = RLMetricsTracker(run_dir / "metrics")
         result = OptimizationResult(run_dir, self.user_preference, baseline, optimized, rec,
                                     comparison)

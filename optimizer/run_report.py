@@ -166,14 +166,13 @@ def write_outputs(opt: Any, result: Any, reference: TrialSummary, profile: Any,
     rec, optimized, sla = result.recommendation, result.optimized, opt.config.sla
     decisions, sweep, curves = _read_rl(run_dir)
     tracker = opt.metrics_tracker
-    for d in decisions.to_dict("records"):
-        tracker.add_adjustment_metrics(d, policy=rec["agent"])
+    _track_decisions(tracker, decisions, rec)
     if not sweep.empty:
-        tracker.add_pareto_front(sweep)
+        _track_pareto(tracker, sweep, opt.config.resources)
     for t in result.baseline:
-        tracker.add_performance_metrics(_row("baseline", t))
+        tracker.add_performance_metrics(**_row("baseline", t))
     if optimized is not None:
-        tracker.add_performance_metrics(_row("optimized", optimized))
+        tracker.add_performance_metrics(**_row("optimized", optimized))
     sla_rows = {"baseline": _sla(reference, sla)}
     if optimized is not None and optimized.ok:
         sla_rows["optimized"] = _sla(optimized, sla)
@@ -200,6 +199,38 @@ def write_outputs(opt: Any, result: Any, reference: TrialSummary, profile: Any,
     md, page = report.write(run_dir)
     paths["report_md"], paths["report_html"] = md, page
     return paths
+
+
+def _track_decisions(tracker: Any, decisions: pd.DataFrame, rec: dict[str, Any]) -> None:
+    """Every step of the recommended plan, as the design's adjustment records."""
+    keys = ("gpus", "cpus", "memory_gb", "batch_size")
+    init = _alloc(rec.get("initial") or rec["allocation"])
+    old = tuple(getattr(init, k) for k in keys)
+    for d in decisions.to_dict("records"):
+        new = tuple(d[k] for k in keys)
+        tracker.add_adjustment_metrics(
+            d["step"], d["action"], old, new, d["reward"],
+            reward_components={"cost": d["r_cost"], "time": d["r_time"],
+                               "efficiency": d["r_efficiency"], "sla": d["r_sla"]},
+            sla_status={"all_met": d["r_sla"] >= 0, "oom": bool(d["oom"])},
+            description=d["description"], policy=rec["agent"],
+            uncertainty=None if pd.isna(d.get("uncertainty")) else d["uncertainty"],
+            extra={"phase": d["phase"], "effect": d.get("effect"),
+                   "confidence": d.get("confidence")})
+        old = new
+
+
+def _track_pareto(tracker: Any, sweep: pd.DataFrame, resources: Any) -> None:
+    """The DP optimum per cost/time weight as (cost, time, resource) outcomes, with their
+    front and hypervolume against 10% beyond the worst cost and time and a full machine."""
+    share = [sweep["cpus"] / max(resources.cpu_count_max, 1),
+             sweep["memory_gb"] / max(resources.memory_max, 1e-9)]
+    if resources.gpu_count_max:
+        share.append(sweep["gpus"] / resources.gpu_count_max)
+    outcomes = sweep.assign(time=sweep["time_s"], resource=sum(share) / len(share),
+                            label=[f"w_cost={w:.1f}" for w in sweep["w_cost"]])
+    reference = (1.1 * outcomes["cost"].max(), 1.1 * outcomes["time"].max(), 1.0)
+    tracker.add_pareto_front(outcomes, reference, label="dp-sweep")
 
 
 def _write_recommendation(run_dir: Path, result: Any, reference: TrialSummary,

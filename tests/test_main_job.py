@@ -60,10 +60,11 @@ def test_every_output_file_and_key(tiny_run):
     assert env["OMP_NUM_THREADS"] == str(alloc["cpus"])
     assert env["OPTIMIZER_BATCH_SIZE"] == str(alloc["batch_size"])
 
-    for name, cols in {"allocation_history": {"step", "action", "description", "cpus"},
+    for name, cols in {"allocation_history": {"step", "action", "description", "effect",
+                                              "old_cpus", "new_cpus", "confidence"},
                        "reward_components": {"cost", "time", "efficiency", "sla"},
                        "sla_metrics": {"source", "all_met"},
-                       "pareto_front": {"cost", "time_s", "pareto"},
+                       "pareto_front": {"cost", "time", "resource", "on_front", "hypervolume"},
                        "performance_metrics": {"run", "throughput", "job_time_s"}}.items():
         frame = pd.read_csv(out / "metrics" / f"{name}.csv")
         assert cols <= set(frame.columns), name
