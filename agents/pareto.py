@@ -132,7 +132,7 @@ def plot_front(
     on = front[front["on_front"]].sort_values(x)
     off = front[~front["on_front"]]
     ax.scatter(off[x], off[y], c="0.6", label="dominated")
-    ax.plot(on[x], on[y], "o-", c="C0", label="Pareto front")
+    ax.plot(on[x], on[y], "o-", c="C0", label=f"Pareto front over {len(columns)} objectives")
     if label in front.columns:
         for _, row in front.iterrows():
             ax.annotate(
