@@ -167,7 +167,10 @@ def recommend(env_config: Any, config: OptimizerConfig, *, time_budget_s: float,
         evaluate,
         heldout_seeds,
         morl_act,
+        morl_train_kwargs,
+        recommended_config,
         reinforce_act,
+        reinforce_train_kwargs,
         train_morl,
         train_reinforce,
     )
@@ -188,12 +191,17 @@ def recommend(env_config: Any, config: OptimizerConfig, *, time_budget_s: float,
     curves: dict[str, pd.DataFrame] = {}
     plans: dict[str, list[dict[str, Any]]] = {}
     seeds = heldout_seeds(16)
+    # The agents' own recipe (benchmarks/agents_quality.py measures it) on top of [rl]: the
+    # learning rates, widths and annealing it sets are what trains them within a minute.
+    seed = config.rl.seed
     trainers = {
-        "reinforce": lambda: train_reinforce(env_fn, config.rl, time_budget_s=time_budget_s,
-                                             quiet=quiet, action_factors=factors),
-        "morl": lambda: train_morl(env_fn, env_config.preference, config.rl,
-                                   config.multi_objective, time_budget_s=time_budget_s,
-                                   quiet=quiet, action_factors=factors),
+        "reinforce": lambda: train_reinforce(
+            env_fn, recommended_config("reinforce", seed, config.rl), quiet=quiet,
+            time_budget_s=time_budget_s, action_factors=factors, **reinforce_train_kwargs()),
+        "morl": lambda: train_morl(
+            env_fn, env_config.preference, recommended_config("morl", seed, config.rl),
+            config.multi_objective, time_budget_s=time_budget_s, quiet=quiet,
+            action_factors=factors, **morl_train_kwargs()),
     }
     for name in AGENTS:
         started = time.perf_counter()
