@@ -53,6 +53,12 @@ def _sla(t: TrialSummary, sla: Any) -> dict[str, bool]:
 
 
 # ---------------------------------------------------------------------------------- plots
+def _save(fig: Any, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def _plot_comparison(path: Path, base: TrialSummary, opt: TrialSummary,
                      predicted: dict[str, Any]) -> None:
     from optimizer.core import job_cost, job_time
@@ -69,9 +75,7 @@ def _plot_comparison(path: Path, base: TrialSummary, opt: TrialSummary,
         ax.set_title(label, fontsize=10)
     fig.suptitle("Baseline vs optimized (bars: real runs; red line: the plan's prediction)",
                  fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def _plot_pareto(path: Path, sweep: pd.DataFrame, trials: list[TrialSummary],
@@ -97,9 +101,7 @@ def _plot_pareto(path: Path, sweep: pd.DataFrame, trials: list[TrialSummary],
     ax.set_ylabel("job time (s)")
     ax.legend(fontsize=7)
     ax.set_title("Cost/time trade-off", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def _plot_allocation(path: Path, decisions: pd.DataFrame) -> None:
@@ -116,9 +118,7 @@ def _plot_allocation(path: Path, decisions: pd.DataFrame) -> None:
         ax.set_ylabel(label, fontsize=9)
     axes[-1].set_xlabel("adjustment interval (tenths of the job); background: phase")
     fig.suptitle("Recommended allocation over the job", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def _plot_curves(path: Path, curves: dict[str, pd.DataFrame], optimum: float | None) -> None:
@@ -132,9 +132,7 @@ def _plot_curves(path: Path, curves: dict[str, pd.DataFrame], optimum: float | N
     ax.set_ylabel("mean episode return")
     ax.legend(fontsize=8)
     ax.set_title("Learning curves (noisy training episodes)", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def _plot_phases(path: Path, trace: pd.DataFrame, labels: np.ndarray) -> None:
