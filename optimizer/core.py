@@ -20,7 +20,6 @@ the report says why.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,13 +31,12 @@ import pandas as pd
 from optimizer.baseline import plan_baseline, rank_trials, run_baseline
 from optimizer.config import OptimizerConfig, load_config, validate_preference
 from optimizer.cost import ResourceCostCalculator
-from optimizer.errors import CloudoptError, ConfigError
+from optimizer.errors import CloudoptError
 from optimizer.gpu import nvml_device_count, visible_device_indices
 from optimizer.records import (
     Allocation,
     TrialSummary,
     atomic_write_json,
-    atomic_write_text,
     read_json,
 )
 from optimizer.training import TrainingModuleManager
@@ -471,19 +469,4 @@ def _figures(t: TrialSummary | None) -> dict[str, Any]:
             "time_is": "measured" if t.status == "completed" else "predicted"}
 
 
-def write_k8s(path: Path, allocation: Allocation, env: dict[str, str], name: str,
-              comment: str) -> None:
-    from optimizer.k8s import k8s_resources_yaml
-
-    atomic_write_text(path, k8s_resources_yaml(allocation, env, name=name, comment=comment))
-
-
-def finite(x: Any) -> float | None:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
-
-
-__all__ = ["CloudResourceOptimizer", "ConfigError", "JobOptions", "OptimizationResult"]
+__all__ = ["CloudResourceOptimizer", "JobOptions", "OptimizationResult"]

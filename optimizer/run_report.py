@@ -15,7 +15,8 @@ import matplotlib
 import numpy as np
 import pandas as pd
 
-from optimizer.records import Allocation, TrialSummary, atomic_write_json
+from optimizer.k8s import k8s_resources_yaml
+from optimizer.records import Allocation, TrialSummary, atomic_write_json, atomic_write_text
 from optimizer.report import Report
 from optimizer.resources import ResourceManager
 from optimizer.sla import calculate_sla_violations
@@ -184,10 +185,9 @@ def write_outputs(opt: Any, result: Any, reference: TrialSummary, profile: Any,
     alloc = _alloc(rec["allocation"])
     env = ResourceManager.apply_configuration(alloc, env={}, resource_config=opt.config.resources)
     env = {k: v for k, v in env.items() if not k.startswith("COST_PER")}
-    from optimizer.core import write_k8s
-
-    write_k8s(run_dir / "k8s-resources.yaml", alloc, env, Path(result.run_dir).name,
-              f"cloudopt recommendation ({rec['agent']}, preference {result.preference})")
+    atomic_write_text(run_dir / "k8s-resources.yaml", k8s_resources_yaml(
+        alloc, env, name=Path(result.run_dir).name,
+        comment=f"cloudopt recommendation ({rec['agent']}, preference {result.preference})"))
     paths["k8s"] = run_dir / "k8s-resources.yaml"
     paths["recommendation"] = _write_recommendation(run_dir, result, reference, rec, sla_rows)
 
