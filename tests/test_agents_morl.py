@@ -186,3 +186,31 @@ def test_automatic_temperature_follows_target_entropy():
     agent = MultiObjectiveRLAgent(4, 3, RLConfig(**FAST), target_entropy=0.5)
     agent.set_exploration(0.0)
     assert agent.target_entropy == 0.0
+
+
+@pytest.mark.parametrize("factors", [None, (2, 2)])
+def test_projection_actor_follows_the_critic_from_a_saturated_start(factors):
+    # The critic is (all but) frozen and prefers action 3; the actor starts almost surely on 0.
+    cfg = RLConfig(
+        **{**FAST, "lr_critic": 1e-12, "lr_actor": 1e-2, "entropy_coef": 0.01, "dropout_rate": 0.0}
+    )
+    agent = MultiObjectiveRLAgent(4, 4, cfg, MultiObjectiveConfig(), action_factors=factors)
+    pair = agent.pairs[0]
+    with torch.no_grad():
+        for critic in (pair.critic, pair.target_critic):
+            for q in (critic.q1, critic.q2):
+                q.l3.weight.zero_()
+                q.l3.bias.copy_(torch.tensor([0.0, 0.2, 0.1, 1.0]))
+        last = pair.actor.net[-1]
+        last.weight.zero_()
+        last.bias.copy_(torch.tensor([8.0, 0.0, 8.0, 0.0] if factors else [12.0, 0.0, 0.0, 0.0]))
+    rng = np.random.default_rng(0)
+    states = rng.random((256, 4))
+    agent.add_experience(0, states, rng.integers(0, 4, 256), 0.0, states, True)
+    before = agent.select_action(states[:32], 0, evaluate=True, uncertainty=False)
+    assert (before.action == 0).all() and before.probs[:, 0].min() > 0.99
+    for _ in range(150):
+        agent.train(0)
+    after = agent.select_action(states[:32], 0, evaluate=True, uncertainty=False)
+    assert (after.action == 3).all()
+    assert after.probs[:, 3].mean() > 0.9
