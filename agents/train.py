@@ -395,7 +395,7 @@ def recommended_config(agent: str, seed: int = 0, base: RLConfig | None = None) 
             # epsilon: as for REINFORCE, uniformly random moves mostly run out of memory, and
             # the critic then learns the value of a random walk. Over the 15 preset/preference
             # cases, against the earlier epsilon 0.2 / alpha 0.05 / expected-Q recipe, the mean
-            # share of the optimum was 0.67 against 0.58 over 6 and 4 whole runs (30 and 55 s
+            # share of the optimum was 0.66 against 0.58 over 7 and 4 whole runs (30 and 55 s
             # budgets, several seeds); single runs range 0.61-0.70 and 0.47-0.77, so the gain is
             # within the spread of one run, and the median case (~0.75) did not move.
             entropy_coef=0.2,
