@@ -59,7 +59,9 @@ def measure(
 
     res = resource_config or ResourceConfig(gpu_count_max=0)
     mgr = TrainingModuleManager(str(train_file), list(train_args))
-    jobs = [(i, a, r) for i, a in enumerate(allocations) for r in range(repeats)]
+    # Round-robin over allocations, so a burst of load on the machine slows one repeat of
+    # several allocations rather than every repeat of one.
+    jobs = [(i, a, r) for r in range(repeats) for i, a in enumerate(allocations)]
     best: dict[int, TrialSummary] = {}
     for i, alloc, r in tqdm(jobs, desc="trials", disable=quiet):
         trial_dir = Path(run_dir) / "trials" / f"{i:02d}-{alloc.key()}-r{r}"
