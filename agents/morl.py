@@ -1,4 +1,4 @@
-"""Multi-objective actor-critic: one soft actor-critic pair per preference vector.
+"""Multi-objective actor-critic: one actor-critic pair per preference vector.
 
 Multi-objective RL by linear scalarisation (Roijers et al., 2013, "A Survey of Multi-Objective
 Sequential Decision-Making"): each preference vector ``w`` over (cost, time, resource) gets its
@@ -28,6 +28,21 @@ its mind; the projection gradient is ``pi_a - target_a`` whatever ``pi`` is. Mea
 ``CloudEnvironment`` (vgg16-v100, balanced, 15 s of training, fixed alpha 0.05): with
 "expected_q" the actor chose the critic's best action on only 8% of replayed states and gave up
 1.39 of Q against it on average. "projection" is the default.
+
+``actor_update="advantage"`` trains the actor on-policy instead, as an advantage actor-critic
+(Mnih et al., 2016) with generalised advantage estimates (Schulman et al., 2016):
+
+    actor loss     -mean[log pi(a_t|s_t) A_t] - alpha H(pi(.|s_t)),  A_t = GAE(lambda) of
+                   r_t + gamma V(s_{t+1}) - V(s_t),  V(s) = sum_a pi(a|s) Q'(s, a)
+
+on each batch of freshly finished episodes (:meth:`MultiObjectiveRLAgent.train_actor`), while
+the twin critic keeps learning off-policy from the replay buffer with target networks as above.
+The critic serves as the baseline (``lambda = 1``) and, for ``lambda < 1``, bootstraps the
+advantage. On ``CloudEnvironment`` within a minute of CPU this learned much better than either
+replayed actor update (benchmarks/agents_quality.py; ``agents.train.morl_train_kwargs``): the
+replayed updates are only as good as the critic, and one critic update (batch 256) costs
+about 5 ms here, so about 10k fit in a minute, too few for the 81-action critic to rank the
+moves of a 20-step episode, while the policy gradient needs only Monte Carlo returns.
 
 Decisions carry an uncertainty from Monte Carlo dropout over the actor (Gal & Ghahramani, 2016);
 ``select_policy`` switches to the time-focused policy when the time SLA is at risk and to the
@@ -63,6 +78,43 @@ def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
     torch._foreach_lerp_(t_params, s_params, tau)  # one fused call instead of a Python loop
 
 
+ACTOR_UPDATES = ("projection", "expected_q", "advantage")
+
+
+class Episode(NamedTuple):
+    """One finished episode, for the on-policy actor update (``actor_update="advantage"``)."""
+
+    states: np.ndarray
+    """``(T, state_dim)`` states the actions were taken in."""
+    actions: np.ndarray
+    """``(T,)`` action indices."""
+    rewards: np.ndarray
+    """``(T,)`` scalar rewards under the policy's preference."""
+    last_state: np.ndarray
+    """``(state_dim,)`` the state after the last action."""
+    terminated: bool
+    """Whether the episode reached a terminal state (``False``: truncated, so it bootstraps)."""
+
+
+def lambda_advantages(
+    rewards: np.ndarray, values: np.ndarray, last_value: float, gamma: float, lam: float
+) -> np.ndarray:
+    """Generalised advantage estimates of one episode (Schulman et al., 2016, eq. 16).
+
+    ``A_t = sum_k (gamma lam)^k delta_{t+k}`` with ``delta_t = r_t + gamma V(s_{t+1}) - V(s_t)``
+    and ``V(s_T) = last_value`` (0 for a terminal state). ``lam = 1`` gives the Monte Carlo
+    return minus the baseline, ``lam = 0`` the one-step TD error.
+    """
+    next_values = np.append(values[1:], last_value)
+    deltas = rewards + gamma * next_values - values
+    advantages = np.empty(len(rewards), dtype=np.float64)
+    running = 0.0
+    for t in range(len(rewards) - 1, -1, -1):
+        running = deltas[t] + gamma * lam * running
+        advantages[t] = running
+    return advantages
+
+
 class Decision(NamedTuple):
     """What :meth:`MultiObjectiveRLAgent.select_action` chose and how sure it was."""
 
@@ -71,7 +123,7 @@ class Decision(NamedTuple):
     policy: int
     """Index of the policy that decided."""
     probs: np.ndarray
-    """Mean action probabilities, ``(action_dim,)`` or ``(n, action_dim)``."""
+    """Action probabilities (dropout off), ``(action_dim,)`` or ``(n, action_dim)``."""
     uncertainty: float | np.ndarray
     """Monte Carlo dropout standard deviation of the chosen action's probability (0 without)."""
 
@@ -189,9 +241,9 @@ class MultiObjectiveRLAgent:
         critic_combine: str = "min",
         actor_update: str = "projection",
     ) -> None:
-        if actor_update not in ("expected_q", "projection"):
+        if actor_update not in ACTOR_UPDATES:
             raise ValueError(
-                f"actor_update must be 'expected_q' or 'projection' (got {actor_update!r})"
+                f"actor_update must be one of {', '.join(ACTOR_UPDATES)} (got {actor_update!r})"
             )
         self.actor_update = actor_update
         if critic_combine not in ("min", "mean"):
@@ -238,6 +290,16 @@ class MultiObjectiveRLAgent:
         self.entropy_coef = self.rl_config.entropy_coef * scale
         if self.target_entropy_ratio is not None:
             self.target_entropy = self.target_entropy_ratio * scale * float(np.log(self.action_dim))
+
+    def set_learning_rate_scale(self, scale: float, policy: str | int | None = None) -> None:
+        """Set the actor and critic step sizes of one policy (default all) to ``scale`` times
+        the configured ones."""
+        pairs = self.pairs if policy is None else [self.pairs[self.policy_index(policy)]]
+        for pair in pairs:
+            for group in pair.actor_optimizer.param_groups:
+                group["lr"] = self.rl_config.lr_actor * scale
+            for group in pair.critic_optimizer.param_groups:
+                group["lr"] = self.rl_config.lr_critic * scale
 
     # Design-named views of the per-policy parts.
     actors = property(lambda self: [p.actor for p in self.pairs])
@@ -300,22 +362,20 @@ class MultiObjectiveRLAgent:
     ) -> Decision:
         """Choose an action for one state ``(state_dim,)`` or a batch ``(n, state_dim)``.
 
-        ``evaluate=True`` takes the most probable action of the mean (MC dropout) probabilities;
-        otherwise an action is sampled, uniformly at random with probability epsilon. With
-        ``uncertainty``, ``mc_samples`` dropout passes give the spread; without, one
-        deterministic pass (faster, zero uncertainty).
+        The action comes from one deterministic pass (dropout off), the policy the training loop
+        samples from and, for inverted dropout, the usual stand-in for the mean over masks:
+        ``evaluate=True`` takes its most probable action, otherwise one is sampled (uniformly at
+        random with probability epsilon). With ``uncertainty``, ``mc_samples`` further passes
+        with dropout on give the spread of the chosen action's probability; without, it is 0.
         """
         index = self.active_policy if policy is None else self.policy_index(policy)
         actor = self.pairs[index].actor
         x = torch.as_tensor(np.asarray(state, dtype=np.float32), device=self.device)
         single = x.ndim == 1
         x = x.view(-1, self.state_dim)
-        actor.enable_dropout = uncertainty and actor.dropout_rate > 0
-        try:
-            mc = mc_dropout_probs(actor, x, self.mc_samples if actor.enable_dropout else 1)
-        finally:
-            actor.enable_dropout = False
-        probs = mc.mean_probs.cpu().numpy().astype(np.float64)
+        with torch.no_grad():
+            probs = torch.softmax(actor.deterministic_logits(x), dim=-1)
+        probs = probs.cpu().numpy().astype(np.float64)
         if evaluate:
             actions = probs.argmax(axis=1)
         else:
@@ -324,7 +384,14 @@ class MultiObjectiveRLAgent:
             actions = np.minimum((u > cdf).sum(axis=1), self.action_dim - 1)
             explore = self.rng.random(len(probs)) < self.epsilon
             actions[explore] = self.rng.integers(0, self.action_dim, size=int(explore.sum()))
-        spread = mc.std_probs.cpu().numpy()[np.arange(len(actions)), actions]
+        spread = np.zeros(len(actions))
+        if uncertainty and actor.dropout_rate > 0:
+            actor.enable_dropout = True
+            try:
+                mc = mc_dropout_probs(actor, x, self.mc_samples)
+            finally:
+                actor.enable_dropout = False
+            spread = mc.std_probs.cpu().numpy()[np.arange(len(actions)), actions]
         if single:
             return Decision(int(actions[0]), index, probs[0], float(spread[0]))
         return Decision(actions.astype(np.int64), index, probs, spread)
@@ -385,6 +452,11 @@ class MultiObjectiveRLAgent:
         nn.utils.clip_grad_norm_(pair.critic.parameters(), 10.0)
         pair.critic_optimizer.step()
 
+        if self.actor_update == "advantage":  # the actor learns on-policy: train_actor
+            soft_update(pair.target_critic, pair.critic, cfg.tau)
+            self.train_steps[index] += 1
+            return {"critic_loss": critic_loss.item(), "q_mean": q_taken.mean().item()}
+
         logits = pair.actor.logits(data.states)
         probs = torch.softmax(logits, dim=1)
         log_probs = torch.log_softmax(logits, dim=1)
@@ -418,6 +490,75 @@ class MultiObjectiveRLAgent:
             "q_mean": q_taken.mean().item(),
             "entropy": entropy.item(),
             "alpha": alpha,
+        }
+
+    def train_actor(
+        self,
+        policy: str | int,
+        episodes: Sequence[Episode],
+        lam: float = 1.0,
+    ) -> dict[str, float] | None:
+        """On-policy actor update from finished episodes (``actor_update="advantage"``).
+
+        The advantage actor-critic of Mnih et al. (2016) with generalised advantage estimates:
+        ``V(s) = sum_a pi(a|s) Q'(s, a)`` from the policy's target critic (trained off-policy
+        by :meth:`train`) is the baseline, and with ``lam < 1`` also bootstraps the advantages
+        (:func:`lambda_advantages`). The loss is ``-mean[log pi(a|s) A] - alpha H(pi(.|s))``
+        with ``A`` normalised over the batch, so ``alpha`` (the annealed entropy coefficient)
+        is on the same scale whatever the size of the rewards. Returns ``None`` without
+        episodes.
+        """
+        if not episodes:
+            return None
+        cfg = self.rl_config
+        pair = self.pairs[self.policy_index(policy)]
+        lengths = [len(ep.rewards) for ep in episodes]
+        states = np.concatenate([ep.states for ep in episodes]).astype(np.float32)
+        ends = np.stack([ep.last_state for ep in episodes]).astype(np.float32)
+        with torch.no_grad():
+            x = torch.as_tensor(np.concatenate([states, ends]), device=self.device)
+            pi = torch.softmax(pair.actor.deterministic_logits(x), dim=1)
+            v = (pi * pair.target_critic.combined_q(x, self.critic_combine)).sum(1)
+            v = v.cpu().numpy().astype(np.float64)
+        values, last_values = v[: len(states)], v[len(states) :]
+        advantages = np.concatenate(
+            [
+                lambda_advantages(
+                    np.asarray(ep.rewards, dtype=np.float64),
+                    values[lo : lo + n],
+                    0.0 if ep.terminated else last_values[i],
+                    cfg.gamma,
+                    lam,
+                )
+                for i, (ep, lo, n) in enumerate(
+                    zip(episodes, np.cumsum([0, *lengths[:-1]]), lengths, strict=True)
+                )
+            ]
+        )
+        if len(advantages) > 1:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        actions = torch.as_tensor(
+            np.concatenate([ep.actions for ep in episodes]), dtype=torch.int64, device=self.device
+        )
+        adv = torch.as_tensor(advantages, dtype=torch.float32, device=self.device)
+        # The gradient must be that of the policy the actions were drawn from: training
+        # samples without dropout (select_action), so dropout stays off here too. With it on,
+        # the update followed log-probabilities of randomly thinned networks and collapsed
+        # onto out-of-memory moves in 3 of the first 8 preset cases.
+        logits = pair.actor.deterministic_logits(torch.as_tensor(states, device=self.device))
+        log_probs = torch.log_softmax(logits, dim=1)
+        entropy = -(log_probs.exp() * log_probs).sum(dim=1).mean()
+        taken = log_probs.gather(1, actions.view(-1, 1)).squeeze(1)
+        actor_loss = -(taken * adv).mean() - self.entropy_coef * entropy
+        pair.actor_optimizer.zero_grad()
+        actor_loss.backward()
+        nn.utils.clip_grad_norm_(pair.actor.parameters(), 1.0)
+        pair.actor_optimizer.step()
+        soft_update(pair.target_actor, pair.actor, cfg.tau)
+        return {
+            "actor_loss": actor_loss.item(),
+            "entropy": entropy.item(),
+            "episode_return": float(np.mean([float(np.sum(ep.rewards)) for ep in episodes])),
         }
 
     def check_adaptive_reset(self, policy: str | int, sla_violated: bool) -> bool:

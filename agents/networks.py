@@ -132,6 +132,18 @@ class Actor(nn.Module):
         """Action probabilities, shape ``(batch, action_dim)``, rows summing to one."""
         return torch.softmax(self.logits(state), dim=-1)
 
+    def deterministic_logits(self, state: torch.Tensor) -> torch.Tensor:
+        """:meth:`logits` with dropout skipped, whatever the module's mode.
+
+        Equal to ``logits`` in ``eval()`` mode, without switching modes: toggling ``train`` /
+        ``eval`` on every acting step cost about a quarter of the training loop's time.
+        """
+        x = state
+        for layer in self.net:
+            if not isinstance(layer, nn.Dropout):
+                x = layer(x)
+        return joint_log_probs(x, self.action_factors) if self.action_factors else x
+
 
 class Critic(nn.Module):
     """Action-value network: state -> ``Q(s, a)`` for every discrete action.

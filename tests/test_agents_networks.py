@@ -67,3 +67,14 @@ def test_twin_critic_minimum():
     torch.testing.assert_close(twin.min_q(s), torch.minimum(q1, q2))
     torch.testing.assert_close(twin.combined_q(s, "mean"), (q1 + q2) / 2)
     assert not torch.equal(q1, q2)  # independently initialised
+
+
+def test_deterministic_logits_skip_dropout_in_any_mode():
+    actor = Actor(4, 81, 16, dropout_rate=0.5, action_factors=(3, 3, 3, 3))
+    x = torch.randn(7, 4)
+    actor.eval()
+    expected = actor.logits(x)
+    actor.train()  # dropout active for logits(), not for deterministic_logits()
+    assert not torch.allclose(actor.logits(x), expected)
+    torch.testing.assert_close(actor.deterministic_logits(x), expected)
+    assert actor.training
