@@ -28,13 +28,19 @@ def _dropout(rate: float) -> nn.Module:
     return nn.Dropout(rate) if rate > 0 else nn.Identity()
 
 
-def _mlp(in_dim: int, out_dim: int, hidden_dim: int, dropout_rate: float) -> nn.Sequential:
+ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh}
+
+
+def _mlp(
+    in_dim: int, out_dim: int, hidden_dim: int, dropout_rate: float, activation: str = "relu"
+) -> nn.Sequential:
+    act = ACTIVATIONS[activation]
     return nn.Sequential(
         nn.Linear(in_dim, hidden_dim),
-        nn.ReLU(),
+        act(),
         _dropout(dropout_rate),
         nn.Linear(hidden_dim, hidden_dim),
-        nn.ReLU(),
+        act(),
         _dropout(dropout_rate),
         nn.Linear(hidden_dim, out_dim),
     )
@@ -99,6 +105,8 @@ class Actor(nn.Module):
     action_factors : sequence of int, optional
         Sizes of sub-actions whose product is ``action_dim``: one softmax head per factor
         (:func:`joint_log_probs`) instead of one over all actions.
+    activation : {"relu", "tanh"}
+        Hidden-layer activation; ReLU as in the design.
     """
 
     def __init__(
@@ -109,6 +117,7 @@ class Actor(nn.Module):
         dropout_rate: float = 0.1,
         enable_dropout: bool = False,
         action_factors: Sequence[int] | None = None,
+        activation: str = "relu",
     ) -> None:
         super().__init__()
         self.dropout_rate = dropout_rate
@@ -119,7 +128,11 @@ class Actor(nn.Module):
                 f"action_factors {self.action_factors} do not multiply to {action_dim}"
             )
         out_dim = sum(self.action_factors) if self.action_factors else action_dim
-        self.net = _mlp(state_dim, out_dim, hidden_dim, dropout_rate)
+        if activation not in ACTIVATIONS:
+            raise ValueError(
+                f"activation must be one of {sorted(ACTIVATIONS)} (got {activation!r})"
+            )
+        self.net = _mlp(state_dim, out_dim, hidden_dim, dropout_rate, activation)
 
     def logits(self, state: torch.Tensor) -> torch.Tensor:
         """(Log-)probabilities up to a constant, shape ``(batch, action_dim)``."""

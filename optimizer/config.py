@@ -290,6 +290,9 @@ class RLConfig:
     """Probability of re-initialising the critic once ``reset_interval`` is reached."""
     dropout_rate: float = 0.1
     entropy_coef: float = 0.01
+    actor_activation: str = "relu"
+    """Hidden-layer activation of the multi-objective agent's actors: ``"relu"`` (the design)
+    or ``"tanh"`` (the usual choice for policy-gradient actors, e.g. PPO's and A2C's)."""
     episodes: int = 300
     """Training episodes per agent."""
     seed: int = 0
@@ -308,6 +311,8 @@ class RLConfig:
             v = getattr(self, name)
             _check(isinstance(v, (int, float)) and v > 0, f"[rl].{name}", "must be > 0", v)
         _check(self.entropy_coef >= 0, "[rl].entropy_coef", "must be >= 0", self.entropy_coef)
+        _check(self.actor_activation in ("relu", "tanh"), "[rl].actor_activation",
+               "must be 'relu' or 'tanh'", self.actor_activation)
 
 
 def _default_preferences() -> dict[str, list[float]]:

@@ -78,3 +78,20 @@ def test_deterministic_logits_skip_dropout_in_any_mode():
     assert not torch.allclose(actor.logits(x), expected)
     torch.testing.assert_close(actor.deterministic_logits(x), expected)
     assert actor.training
+
+
+def test_actor_activation_choice():
+    import pytest
+    from torch import nn
+
+    from optimizer.config import RLConfig
+    from optimizer.errors import ConfigError
+
+    assert any(isinstance(m, nn.ReLU) for m in Actor(4, 3, 8).modules())  # the design's default
+    tanh = Actor(4, 3, 8, activation="tanh")
+    assert any(isinstance(m, nn.Tanh) for m in tanh.modules())
+    assert not any(isinstance(m, nn.ReLU) for m in tanh.modules())
+    with pytest.raises(ValueError, match="activation"):
+        Actor(4, 3, 8, activation="gelu")
+    with pytest.raises(ConfigError, match="actor_activation"):
+        RLConfig(actor_activation="gelu")
