@@ -273,3 +273,25 @@ def test_fit_refuses_trials_where_more_cpus_ran_slower():
     trials[2].throughput = 0.1 * trials[0].throughput  # 2 CPUs at batch 32: ten times slower
     with pytest.raises(CloudoptError, match="oversubscribed"):
         WorkloadModel().fit(trials)
+
+
+def test_measure_runs_repeats_round_robin_and_keeps_the_fastest(tmp_path, monkeypatch, repo_root):
+    from envs import calibrate
+    from optimizer.training import TrainingModuleManager
+
+    calls = []
+    speeds = {("a", 0): 10.0, ("a", 1): 30.0, ("b", 0): 20.0, ("b", 1): 5.0}
+
+    def fake_run(self, alloc, trial_dir, **kw):
+        name = "a" if alloc.cpus == 1 else "b"
+        calls.append((name, trial_dir.name))
+        thr = speeds[(name, len([c for c in calls if c[0] == name]) - 1)]
+        return TrialSummary(trial_dir.name, "completed", alloc, throughput=thr)
+
+    monkeypatch.setattr(TrainingModuleManager, "run_training", fake_run)
+    allocs = [Allocation(0, 1, 2.0, 64), Allocation(0, 2, 2.0, 64)]
+    best = calibrate.measure(repo_root / "examples" / "train_mlp.py", allocs, tmp_path, repeats=2)
+    # a burst of load then slows one repeat of each allocation, not every repeat of one
+    assert [c[0] for c in calls] == ["a", "b", "a", "b"]
+    assert [c[1].split("-")[0] + c[1][-3:] for c in calls] == ["00-r0", "01-r0", "00-r1", "01-r1"]
+    assert [t.throughput for t in best] == [30.0, 20.0]
