@@ -215,11 +215,13 @@ class MultiObjectiveRLAgent:
         How the twin critics' estimates are combined for targets and the actor: the minimum
         (clipped double Q, against over-estimation) or the mean (no built-in pessimism, which
         can favour "safe" but poor allocations far from the out-of-memory cliff).
-    actor_update : {"projection", "expected_q"}
+    actor_update : {"projection", "expected_q", "advantage"}
         The actor loss (module docstring): cross-entropy to the critic's Boltzmann policy
         ``softmax(Q / alpha)``, whose gradient does not fade as the actor commits, or discrete
-        SAC's expected Q with an entropy term. At ``alpha = 0`` the projection target is the
-        critic's greedy action.
+        SAC's expected Q with an entropy term (both in :meth:`train`; at ``alpha = 0`` the
+        projection target is the critic's greedy action); or ``"advantage"``, an on-policy
+        policy gradient on finished episodes (:meth:`train_actor`), with :meth:`train` then
+        updating the critic only. The training loop's recipe uses ``"advantage"``.
     critic_dropout : float, optional
         Dropout rate of the critics; default ``rl_config.dropout_rate`` as in the design. The
         uncertainty estimate needs dropout in the actor only, and critic dropout costs about a
