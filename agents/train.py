@@ -490,7 +490,7 @@ def recommended_config(agent: str, seed: int = 0, base: RLConfig | None = None) 
             # The actor learns by policy gradient on normalised advantages (morl_train_kwargs:
             # actor_update="advantage"), so it takes REINFORCE's step size, exploration and
             # tanh units. With the design's ReLU it stalled on cheap, too-slow allocations in
-            # vgg16-p100/cost (0.17 of the optimum) and resnet50-v100/balanced (0.79), where
+            # vgg16-p100/cost (0.14 of the optimum) and resnet50-v100/balanced (0.84), where
             # tanh reached 0.97 and 1.02 (same seed, 55 s).
             actor_activation="tanh",
             lr_actor=1e-2,
