@@ -232,35 +232,23 @@ def test_lambda_advantages_by_hand():
     np.testing.assert_allclose(lambda_advantages(r, v, 4.0, 0.5, 0.5), [d[0] + 0.25 * a1, a1, d[2]])
 
 
+def _train_advantage(env_fn, policy, seed, **kw):
+    cfg = RLConfig(**{**FAST, "lr_actor": 1e-2}, entropy_coef=0.01, seed=seed)
+    return train_morl(env_fn, policy, cfg, actor_update="advantage", **kw)
+
+
 def test_advantage_actor_critic_learns_bandit_and_chain():
     from agents.toy_envs import TwoArmedBandit
 
-    cfg = RLConfig(**{**FAST, "lr_actor": 1e-2}, entropy_coef=0.01, seed=0)
-    result = train_morl(
-        TwoArmedBandit,
-        "cost",
-        cfg,
-        episodes=400,
-        n_envs=8,
-        actor_update="advantage",
-        learning_starts=64,
-        updates_per_step=1,
+    result = _train_advantage(
+        TwoArmedBandit, "cost", 0, episodes=400, n_envs=8, learning_starts=64, updates_per_step=1
     )
     probs = result.agent.select_action(np.ones((1, 1), dtype=np.float32), "cost").probs[0]
     assert probs[1] > 0.9
     assert result.agent.train_steps[result.agent.policy_index("cost")] > 0  # critic trained
 
     env = ChainMDP()
-    cfg = RLConfig(**{**FAST, "lr_actor": 1e-2}, entropy_coef=0.01, seed=1)
-    result = train_morl(
-        ChainMDP,
-        "balanced",
-        cfg,
-        episodes=1600,
-        n_envs=16,
-        actor_update="advantage",
-        gae_lambda=0.9,
-    )
+    result = _train_advantage(ChainMDP, "balanced", 1, episodes=1600, n_envs=16, gae_lambda=0.9)
     ev = evaluate(morl_act(result.agent, "balanced"), ChainMDP, heldout_seeds(4))
     assert ev.mean_return == pytest.approx(env.optimal_return)
     assert {"critic_loss", "actor_loss", "entropy"} <= set(result.curve.columns)
