@@ -73,6 +73,9 @@ class CloudEnvironment(gym.Env):
     ## Starting State
     The preset's (or ``initial``) allocation, progress 0, nothing spent; the utilisation and
     throughput entries show the model's prediction for that allocation in the first phase.
+    ``reset(options={"allocation": a})`` starts the job at another allocation instead
+    (``start_candidates()`` lists those whose first chunk fits in memory); the training loops
+    use it for exploring starts.
 
     ## Episode End
     Termination: all ``n_steps`` chunks done, or out of memory (footprint of the batch in the
@@ -194,15 +197,48 @@ class CloudEnvironment(gym.Env):
         return self.model.grid.allocation(self._a)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Start a job; ``options={"allocation": a}`` starts it at ``a`` instead of the initial one.
+
+        ``a`` is a grid index, an :class:`Allocation` or a ``(gpus, cpus, memory_gb,
+        batch_size)`` tuple (snapped to the grid). Training loops use it for exploring starts.
+        """
         super().reset(seed=seed)
         self._reset_counters()
         self.metrics_history = []
         m = self.model
+        if options and options.get("allocation") is not None:
+            self._a = self._start_index(options["allocation"])
         p0 = int(m.step_phase[0])
         obs = m.obs[p0, self._a, 0].copy()
         obs[self._i_phase + m.phase_slot[p0]] = 1.0
         self.state.set_vector(obs)
         return obs.copy(), {"allocation": self._allocs[self._a], "phase": self._phase_ids[p0]}
+
+    def _start_index(self, alloc: Any) -> int:
+        m = self.model
+        if isinstance(alloc, (int, np.integer)):
+            if not 0 <= int(alloc) < m.n_alloc:
+                raise ValueError(
+                    f"reset option 'allocation' index {alloc} is outside the grid (0..{m.n_alloc - 1})"
+                )
+            return int(alloc)
+        if isinstance(alloc, (tuple, list)):
+            if len(alloc) != 4:
+                raise ValueError(
+                    "reset option 'allocation' tuple must be (gpus, cpus, memory_gb, batch_size), "
+                    f"got {alloc!r}"
+                )
+            alloc = Allocation(*alloc)
+        if not isinstance(alloc, Allocation):
+            raise ValueError(
+                f"reset option 'allocation' must be a grid index, an Allocation or a tuple, got {alloc!r}"
+            )
+        return m.grid.index_of(alloc)
+
+    def start_candidates(self) -> np.ndarray:
+        """Grid indices a job can start at without running out of memory in its first chunk."""
+        m = self.model
+        return np.flatnonzero(~m.oom[int(m.step_phase[0])])
 
     def step(self, action: int):
         m = self.model

@@ -1,5 +1,7 @@
 """CloudEnvironment: Gymnasium contract, registration, vector env, determinism, rewards."""
 
+import dataclasses
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -284,3 +286,42 @@ def test_check_env_through_make_with_render_mode():
     env.reset(seed=0)
     env.step(env.unwrapped.actions.noop)
     assert env.render().startswith("step 1/20 alloc g1 c8 m16 b128")
+
+
+def test_reset_at_a_chosen_allocation():
+    env = CloudEnvironment(workload="vgg16-v100", preference="cost")
+    grid = env.model.grid
+    default_obs, info = env.reset(seed=0)
+    assert info["allocation"] == env._allocs[env.model.initial]
+    alloc = dataclasses.replace(grid.allocation(env.model.initial), gpus=3, memory_gb=12.0)
+    target = grid.index_of(alloc)
+    as_tuple = (alloc.gpus, alloc.cpus, alloc.memory_gb, alloc.batch_size)
+    for how in (target, grid.allocation(target), as_tuple):
+        obs, info = env.reset(seed=0, options={"allocation": how})
+        assert env.current_allocation == grid.allocation(target)
+        assert info["allocation"] == env._allocs[target]
+        assert not np.array_equal(obs, default_obs)  # the allocation entries differ
+        _, _, _, _, step_info = env.step(env.actions.noop)
+        assert step_info["allocation"] == env._allocs[target] and not step_info["changed"]
+    # the next plain reset is back at the initial allocation
+    assert np.array_equal(env.reset(seed=0)[0], default_obs)
+    bad_options = (
+        (env.model.n_alloc, "outside the grid"),
+        ((1, 2), "tuple must be"),
+        ("x", "must be"),
+    )
+    for bad, match in bad_options:
+        with pytest.raises(ValueError, match=match):
+            env.reset(seed=0, options={"allocation": bad})
+
+
+def test_start_candidates_fit_the_first_chunk():
+    env = CloudEnvironment(workload="vgg16-v100", preference="cost")
+    starts = env.start_candidates()
+    assert env.model.initial in starts and 0 < len(starts) < env.model.n_alloc
+    for k in starts[:: max(1, len(starts) // 25)]:
+        env.reset(seed=1, options={"allocation": int(k)})
+        assert not env.step(env.actions.noop)[4]["oom"]
+    outside = np.setdiff1d(np.arange(env.model.n_alloc), starts)[0]
+    env.reset(seed=1, options={"allocation": int(outside)})
+    assert env.step(env.actions.noop)[4]["oom"]
