@@ -252,3 +252,69 @@ def test_advantage_actor_critic_learns_bandit_and_chain():
     ev = evaluate(morl_act(result.agent, "balanced"), ChainMDP, heldout_seeds(4))
     assert ev.mean_return == pytest.approx(env.optimal_return)
     assert {"critic_loss", "actor_loss", "entropy"} <= set(result.curve.columns)
+
+
+def test_critic_fit_regresses_q_on_the_batch_returns():
+    from agents.morl import Episode
+
+    agent = MultiObjectiveRLAgent(
+        4,
+        3,
+        RLConfig(**{**FAST, "lr_critic": 1e-2}),
+        MultiObjectiveConfig(),
+        actor_update="advantage",
+        critic_fit_epochs=4,
+        critic_dropout=0.0,
+    )
+    rng = np.random.default_rng(0)
+    episodes = []
+    for _ in range(8):
+        states = rng.random((5, 4)).astype(np.float32)
+        states[:, 0] = np.arange(5, 0, -1) / 5  # steps left: the return-to-go is 5 * s[0]
+        actions = rng.integers(0, 3, 5)
+        rewards = np.ones(5)
+        episodes.append(Episode(states, actions, rewards, states[-1], True))
+    pair = agent.pairs[0]
+
+    def q_error():
+        with torch.no_grad():
+            errs = []
+            for ep in episodes:
+                q = pair.critic.q1(torch.as_tensor(ep.states))
+                taken = q.gather(1, torch.as_tensor(ep.actions).view(-1, 1)).squeeze(1).numpy()
+                errs.append(taken - np.cumsum(ep.rewards[::-1])[::-1])
+            return float(np.mean(np.concatenate(errs) ** 2))
+
+    before = q_error()
+    target_before = [p.clone() for p in pair.target_critic.parameters()]
+    for _ in range(30):
+        stats = agent.train_actor(0, episodes, lam=1.0)
+    assert "critic_fit_loss" in stats
+    assert q_error() < 0.1 * before
+    # the target critic followed by soft updates
+    assert any(
+        not torch.equal(a, b)
+        for a, b in zip(target_before, pair.target_critic.parameters(), strict=True)
+    )
+    # without fitting, train_actor leaves the critic alone
+    plain = MultiObjectiveRLAgent(
+        4, 3, RLConfig(**FAST), MultiObjectiveConfig(), actor_update="advantage"
+    )
+    critic_before = [p.clone() for p in plain.pairs[0].critic.parameters()]
+    assert "critic_fit_loss" not in plain.train_actor(0, episodes)
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(critic_before, plain.pairs[0].critic.parameters(), strict=True)
+    )
+    with pytest.raises(ValueError, match="critic_fit_epochs"):
+        MultiObjectiveRLAgent(4, 3, RLConfig(**FAST), critic_fit_epochs=-1)
+
+
+def test_advantage_agent_with_critic_fit_learns_the_chain():
+    env = ChainMDP()
+    result = _train_advantage(
+        ChainMDP, "balanced", 2, episodes=1600, n_envs=16, critic_fit_epochs=1, updates_per_step=0.1
+    )
+    ev = evaluate(morl_act(result.agent, "balanced"), ChainMDP, heldout_seeds(4))
+    assert ev.mean_return == pytest.approx(env.optimal_return)
+    assert "critic_fit_loss" in result.curve.columns

@@ -7,6 +7,7 @@ from agents.baselines import cloud_action_index, static_act
 from agents.metrics import RLMetricsTracker
 from agents.toy_envs import ChainMDP
 from agents.train import (
+    ExploringStarts,
     evaluate,
     exploration_scale,
     heldout_seeds,
@@ -98,3 +99,63 @@ def test_metrics_tracker_writes_csvs(tmp_path):
     alloc = pd.read_csv(written["allocation_history"])
     assert alloc.loc[0, "new_gpus"] == 2 and alloc.loc[0, "description"] == "Increase GPUs by 1"
     assert pd.read_csv(written["sla_metrics"]).loc[0, "cost"] == False  # noqa: E712
+
+
+def test_exploring_starts_sample_fitting_allocations():
+    from envs import CloudEnvironment
+
+    env = CloudEnvironment(workload="vgg16-v100", preference="cost")
+    fits = set(env.start_candidates().tolist())
+    assert ExploringStarts(env, 0.0, seed=0).options() is None
+    always = ExploringStarts(env, 1.0, seed=0)
+    picked = [always.options()["allocation"] for _ in range(200)]
+    assert set(picked) <= fits and len(set(picked)) > 50
+    half = ExploringStarts(env, 0.5, seed=0)
+    share = np.mean([half.options() is not None for _ in range(2000)])
+    assert 0.45 < share < 0.55
+    half.scale = 0.0  # annealed away: every episode from the job's own start
+    assert all(half.options() is None for _ in range(100))
+    # same seed, same starts; reset() applies them
+    a, b = ExploringStarts(env, 1.0, seed=3), ExploringStarts(env, 1.0, seed=3)
+    envs = [CloudEnvironment(workload="vgg16-v100", preference="cost") for _ in range(4)]
+    obs = a.reset(envs, [0, 1, 2, 3])
+    assert obs.shape == (4, env.observation_space.shape[0])
+    assert [e.model.grid.index_of(e.current_allocation) for e in envs] == [
+        b.options()["allocation"] for _ in range(4)
+    ]
+
+
+def test_exploring_starts_reject_bad_settings():
+    from envs import CloudEnvironment
+
+    with pytest.raises(ValueError, match="probability"):
+        ExploringStarts(CloudEnvironment(), 1.5, seed=0)
+    with pytest.raises(ValueError, match="start_candidates"):
+        ExploringStarts(ChainMDP(), 0.5, seed=0)
+    ExploringStarts(ChainMDP(), 0.0, seed=0)  # off: any env will do
+
+
+def test_training_with_exploring_starts_still_learns_the_start():
+    # The mlp-cpu job from its own start: half the training episodes start elsewhere, and the
+    # greedy policy from the real start must still beat never changing the allocation.
+    from envs import CloudEnvironment, EnvConfig
+    from envs.oracle import noop_return, optimal_policy
+
+    cfg = EnvConfig(workload="mlp-cpu", preference="cost")
+    result = train_reinforce(
+        lambda: CloudEnvironment(cfg),
+        recommended_config("reinforce", seed=0),
+        episodes=3000,
+        n_envs=16,
+        anneal_fraction=0.8,
+        anneal_lr=True,
+        exploring_starts=0.5,
+    )
+    ev = evaluate(
+        lambda o, e: result.agent.select_action(o, evaluate=True),
+        lambda: CloudEnvironment(cfg),
+        heldout_seeds(4),
+    )
+    assert ev.mean_return > noop_return(cfg) + 0.5 * (
+        optimal_policy(cfg).total_return - noop_return(cfg)
+    )
