@@ -202,12 +202,15 @@ class CloudEnvironment(gym.Env):
         ``a`` is a grid index, an :class:`Allocation` or a ``(gpus, cpus, memory_gb,
         batch_size)`` tuple (snapped to the grid). Training loops use it for exploring starts.
         """
+        start = None
+        if options and options.get("allocation") is not None:
+            start = self._start_index(options["allocation"])  # a bad option changes nothing
         super().reset(seed=seed)
         self._reset_counters()
         self.metrics_history = []
         m = self.model
-        if options and options.get("allocation") is not None:
-            self._a = self._start_index(options["allocation"])
+        if start is not None:
+            self._a = start
         p0 = int(m.step_phase[0])
         obs = m.obs[p0, self._a, 0].copy()
         obs[self._i_phase + m.phase_slot[p0]] = 1.0
