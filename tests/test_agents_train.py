@@ -26,6 +26,9 @@ def test_exploration_schedule():
     assert exploration_scale(0.9, 0.8) == 0.0
     assert exploration_scale(0.9, 0.8, floor=0.1) == pytest.approx(0.1)
     assert exploration_scale(0.5, 0.0) == 1.0
+    assert exploration_scale(0.4, 0.8, power=2.0) == pytest.approx(0.25)
+    assert exploration_scale(0.4, 0.8, floor=0.2, power=2.0) == pytest.approx(0.4)
+    assert exploration_scale(0.0, 0.8, power=2.0) == 1.0
 
 
 def test_evaluate_same_seeds_same_episodes_and_heldout():
