@@ -74,6 +74,8 @@ def exploration_scale(
     ``floor + (1 - floor) * (1 - progress / anneal_fraction) ** power``: linear for
     ``power = 1``; a larger power keeps the start but spends less of the run near it.
     """
+    if power <= 0:
+        raise ValueError(f"anneal_power must be > 0 (got {power})")
     if anneal_fraction <= 0:
         return 1.0
     left = max(0.0, 1.0 - progress / anneal_fraction)

@@ -29,6 +29,8 @@ def test_exploration_schedule():
     assert exploration_scale(0.4, 0.8, power=2.0) == pytest.approx(0.25)
     assert exploration_scale(0.4, 0.8, floor=0.2, power=2.0) == pytest.approx(0.4)
     assert exploration_scale(0.0, 0.8, power=2.0) == 1.0
+    with pytest.raises(ValueError, match="anneal_power"):
+        exploration_scale(0.5, 0.8, power=0.0)
 
 
 def test_evaluate_same_seeds_same_episodes_and_heldout():
