@@ -31,6 +31,7 @@ from tqdm.auto import tqdm
 
 from agents.morl import Episode, MultiObjectiveRLAgent
 from agents.reinforce import SimplePolicy
+from envs.lockstep import Lockstep, lockstep
 from optimizer.config import MultiObjectiveConfig, RLConfig
 from optimizer.records import atomic_write_csv
 
@@ -181,9 +182,9 @@ def train_reinforce(
     """
     config = config or RLConfig()
     episodes = episodes or config.episodes
-    envs = [env_fn() for _ in range(n_envs)]
-    starts = ExploringStarts(envs[0], exploring_starts, config.seed)
-    agent = SimplePolicy(*_dims(envs[0]), config, device=device, action_factors=action_factors)
+    envs = lockstep(env_fn, n_envs)
+    starts = ExploringStarts(envs.env, exploring_starts, config.seed)
+    agent = SimplePolicy(*_dims(envs.env), config, device=device, action_factors=action_factors)
     rows: list[dict[str, float]] = []
     start = time.perf_counter()
     done_episodes = 0
@@ -195,7 +196,7 @@ def train_reinforce(
             _anneal_exploration(agent, starts, progress, anneal_fraction, anneal_power)
             if anneal_lr:
                 agent.set_learning_rate_scale(1.0 - progress)
-            _run_batch(envs[:n], starts.reset(envs[:n], seeds), agent)
+            _run_batch(envs, envs.reset(seeds, [starts.options() for _ in seeds]), agent)
             stats = agent.train() or {}
             done_episodes += n
             rows.append({"episode": done_episodes, "wall_s": time.perf_counter() - start, **stats})
@@ -206,17 +207,12 @@ def train_reinforce(
     return TrainResult(agent, pd.DataFrame(rows), time.perf_counter() - start, done_episodes)
 
 
-def _run_batch(envs: Sequence[gym.Env], obs: np.ndarray, agent: SimplePolicy) -> None:
-    """One episode per env in lockstep, from the envs' just-reset observations ``obs``."""
-    alive = np.arange(len(envs))
+def _run_batch(envs: Lockstep, obs: np.ndarray, agent: SimplePolicy) -> None:
+    """One episode per just-reset copy (``obs``: their first observations), in lockstep."""
+    alive = np.arange(len(obs))
     while len(alive):
         actions = agent.select_action(obs[alive])
-        next_obs = np.empty((len(alive), obs.shape[1]), dtype=obs.dtype)
-        rewards = np.empty(len(alive))
-        dones = np.empty(len(alive), dtype=bool)
-        for j, i in enumerate(alive):
-            next_obs[j], rewards[j], terminated, truncated, _ = envs[i].step(int(actions[j]))
-            dones[j] = terminated or truncated
+        next_obs, rewards, _, dones = envs.step(alive, actions)
         agent.add_experience(obs[alive], actions, rewards, dones, env_id=alive)
         obs[alive] = next_obs
         alive = alive[~dones]
@@ -300,10 +296,10 @@ def train_morl(
     """
     config = config or (agent.rl_config if agent else RLConfig())
     episodes = episodes or config.episodes
-    envs = [env_fn() for _ in range(n_envs)]
+    batch = lockstep(env_fn, n_envs)
     if agent is None:
         agent = MultiObjectiveRLAgent(
-            *_dims(envs[0]),
+            *_dims(batch.env),
             config,
             multi_objective_config,
             device=device,
@@ -315,12 +311,12 @@ def train_morl(
             critic_fit_epochs=critic_fit_epochs,
         )
     index = agent.policy_index(policy)
-    starts = ExploringStarts(envs[0], exploring_starts, config.seed)
+    starts = ExploringStarts(batch.env, exploring_starts, config.seed)
     if agent.actor_update == "advantage":
         return _train_morl_on_policy(
             agent,
             index,
-            envs,
+            batch,
             starts,
             episodes,
             updates_per_step,
@@ -332,6 +328,8 @@ def train_morl(
             anneal_lr,
             anneal_power,
         )
+    # Replayed updates: episodes restart one by one as they end, so the envs step one by one.
+    envs = [batch.env, *(env_fn() for _ in range(n_envs - 1))]
     started = [config.seed * TRAIN_SEED_STRIDE + i for i in range(n_envs)]
     obs = starts.reset(envs, started)
     next_seed = config.seed * TRAIN_SEED_STRIDE + n_envs
@@ -393,7 +391,7 @@ def train_morl(
 def _train_morl_on_policy(
     agent: MultiObjectiveRLAgent,
     index: int,
-    envs: Sequence[gym.Env],
+    envs: Lockstep,
     starts: ExploringStarts,
     episodes: int,
     updates_per_step: int,
@@ -413,14 +411,14 @@ def _train_morl_on_policy(
         total=episodes, desc=f"morl[{agent.policy_names[index]}]", unit="ep", disable=quiet
     ) as bar:
         while done_episodes < episodes:
-            n = min(len(envs), episodes - done_episodes)
+            n = min(envs.n, episodes - done_episodes)
             seeds = [config.seed * TRAIN_SEED_STRIDE + done_episodes + i for i in range(n)]
             progress = _progress(done_episodes, episodes, start, time_budget_s)
             _anneal_exploration(agent, starts, progress, anneal_fraction, anneal_power)
             if anneal_lr:
                 agent.set_learning_rate_scale(1.0 - progress, index)
-            obs = starts.reset(envs[:n], seeds)
-            batch, batch_steps = _run_morl_batch(envs[:n], obs, agent, index)
+            obs = envs.reset(seeds, [starts.options() for _ in seeds])
+            batch, batch_steps = _run_morl_batch(envs, obs, agent, index)
             steps += batch_steps
             stats: dict[str, float] = {}
             if steps >= learning_starts:
@@ -444,32 +442,37 @@ def _train_morl_on_policy(
 
 
 def _run_morl_batch(
-    envs: Sequence[gym.Env], obs: np.ndarray, agent: MultiObjectiveRLAgent, index: int
+    envs: Lockstep, obs: np.ndarray, agent: MultiObjectiveRLAgent, index: int
 ) -> tuple[list[Episode], int]:
-    """Run one episode per just-reset env in lockstep with ``index``'s policy; store all steps."""
-    trajectories: list[list[tuple]] = [[] for _ in envs]
-    finished: dict[int, Episode] = {}
-    alive = np.arange(len(envs))
-    steps = 0
+    """One episode per just-reset copy in lockstep with ``index``'s policy; store all steps.
+
+    Every episode starts at step 0 and the alive set only shrinks, so episode ``i`` is column
+    ``i`` of the per-step arrays, rows ``0 .. length_i - 1``.
+    """
+    n = len(obs)
+    states, actions_t, rewards_t = [], [], []
+    lengths = np.zeros(n, dtype=np.int64)
+    last, ended_terminal = np.empty_like(obs), np.zeros(n, dtype=bool)
+    alive = np.arange(n)
     while len(alive):
         actions = agent.select_action(obs[alive], index, uncertainty=False).action
-        next_obs = np.empty((len(alive), obs.shape[1]), dtype=obs.dtype)
-        rewards, terminated = np.empty(len(alive)), np.zeros(len(alive), dtype=bool)
-        over = np.zeros(len(alive), dtype=bool)
-        for j, i in enumerate(alive):
-            next_obs[j], rewards[j], term, trunc, _ = envs[i].step(int(actions[j]))
-            terminated[j], over[j] = term, term or trunc
-            trajectories[i].append((obs[i].copy(), int(actions[j]), float(rewards[j])))
-            if over[j]:
-                s, a, r = zip(*trajectories[i], strict=True)
-                finished[i] = Episode(
-                    np.stack(s), np.array(a), np.array(r), next_obs[j].copy(), bool(term)
-                )
+        next_obs, rewards, terminated, over = envs.step(alive, actions)
         agent.add_experience(index, obs[alive], actions, rewards, next_obs, terminated)
-        steps += len(alive)
+        states.append(obs.copy())
+        actions_t.append(np.zeros(n, dtype=np.int64))
+        actions_t[-1][alive] = actions
+        rewards_t.append(np.zeros(n))
+        rewards_t[-1][alive] = rewards
+        lengths[alive] += 1
+        last[alive[over]], ended_terminal[alive[over]] = next_obs[over], terminated[over]
         obs[alive] = next_obs
         alive = alive[~over]
-    return [finished[i] for i in range(len(envs))], steps
+    s, a, r = np.stack(states), np.stack(actions_t), np.stack(rewards_t)
+    episodes = [
+        Episode(s[:length, i], a[:length, i], r[:length, i], last[i], bool(ended_terminal[i]))
+        for i, length in enumerate(lengths)
+    ]
+    return episodes, int(lengths.sum())
 
 
 # ------------------------------------------------------------------ evaluation
