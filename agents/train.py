@@ -10,9 +10,10 @@
 Training seeds are ``seed * 1_000_003 + k`` for the ``k``-th episode; evaluation uses its own
 seed list (:func:`heldout_seeds`), disjoint from training by construction. Learning curves
 (one row per update with the mean episode return and the losses) are written to CSV atomically.
-The env loops are plain Python over a list of envs rather than a Gymnasium vector env, so that
-finished episodes in a batch are simply masked (no autoreset semantics to reconcile across
-Gymnasium versions); the networks still see one batched forward pass per step.
+The lockstep batches come from :func:`envs.lockstep.lockstep` rather than a Gymnasium vector
+env, so that finished episodes in a batch are simply masked (no autoreset semantics to
+reconcile across Gymnasium versions): copies of a plain ``CloudEnvironment`` are stepped as
+arrays, other environments one by one; the networks see one batched forward pass per step.
 """
 
 from __future__ import annotations
