@@ -60,6 +60,17 @@ def lockstep(env_fn: Callable[[], gym.Env], n: int) -> Lockstep:
     return GymLockstep([first, *(env_fn() for _ in range(n - 1))])
 
 
+def _reset_options(
+    seeds: Sequence[int], options: Sequence[dict[str, Any] | None] | None, n: int
+) -> list[dict[str, Any] | None]:
+    if len(seeds) > n:
+        raise ValueError(f"reset got {len(seeds)} seeds for {n} environment copies")
+    options = list(options) if options is not None else [None] * len(seeds)
+    if len(options) != len(seeds):
+        raise ValueError(f"reset got {len(options)} options for {len(seeds)} seeds")
+    return options
+
+
 class GymLockstep:
     """Environments stepped one by one (any Gymnasium environment)."""
 
@@ -70,7 +81,7 @@ class GymLockstep:
     def reset(
         self, seeds: Sequence[int], options: Sequence[dict[str, Any] | None] | None = None
     ) -> np.ndarray:
-        options = options or [None] * len(seeds)
+        options = _reset_options(seeds, options, self.n)
         return np.stack(
             [
                 env.reset(seed=int(s), options=o)[0]
@@ -130,21 +141,19 @@ class CloudLockstep:
         self, seeds: Sequence[int], options: Sequence[dict[str, Any] | None] | None = None
     ) -> np.ndarray:
         m, n = self.model, len(seeds)
-        options = options or [None] * n
-        for i, (seed, option) in enumerate(zip(seeds, options, strict=True)):
-            start = m.initial
-            if option and option.get("allocation") is not None:
-                start = self.env._start_index(option["allocation"])
-            self.a[i] = start
-            if self.noise > 0:
-                rng, _ = seeding.np_random(int(seed))
-                z = np.concatenate(
-                    [
-                        rng.standard_normal(NOISE_BLOCK)
-                        for _ in range(self.eps.shape[1] // NOISE_BLOCK)
-                    ]
-                )
-                self.eps[i] = np.exp(self.noise * z - 0.5 * self.noise**2)
+        # Every start is checked before any copy changes: a bad option resets nothing.
+        starts = [
+            self.env._start_index(o["allocation"])
+            if o and o.get("allocation") is not None
+            else m.initial
+            for o in _reset_options(seeds, options, self.n)
+        ]
+        self.a[:n] = starts
+        for i, seed in enumerate(seeds if self.noise > 0 else []):
+            rng, _ = seeding.np_random(int(seed))
+            blocks = self.eps.shape[1] // NOISE_BLOCK
+            z = np.concatenate([rng.standard_normal(NOISE_BLOCK) for _ in range(blocks)])
+            self.eps[i] = np.exp(self.noise * z - 0.5 * self.noise**2)
         self.k[:n], self.elapsed[:n], self.spent[:n] = 0, 0.0, 0.0
         p0 = int(m.step_phase[0])
         obs = m.obs[p0, self.a[:n], 0]  # fancy indexing: a copy

@@ -51,6 +51,15 @@ def test_cloud_lockstep_other_preset_and_partial_reset():
     _run_both(cfg, 3, [7, 8, 9], [None] * 3, 1)
     batch = CloudLockstep(CloudEnvironment(cfg), 4)
     assert batch.reset([1, 2]).shape == (2, batch.env.state_dim)  # the first two copies only
+    moved = int(batch.env.start_candidates()[0])
+    before = batch.a.copy()
+    with pytest.raises(ValueError, match="outside the grid"):
+        batch.reset([1, 2], [{"allocation": moved}, {"allocation": 10**6}])
+    np.testing.assert_array_equal(batch.a, before)  # a bad option resets nothing
+    with pytest.raises(ValueError, match="5 seeds for 4"):
+        batch.reset([1, 2, 3, 4, 5])
+    with pytest.raises(ValueError, match="1 options for 2 seeds"):
+        batch.reset([1, 2], [None])
 
 
 def test_gym_lockstep_for_other_and_wrapped_envs():
