@@ -1,5 +1,5 @@
 # Both targets set themselves up: a virtual environment in .venv with CPU torch first
-# (the pin keeps pip from pulling CUDA wheels), then this package with its dev extras.
+# (the pin keeps pip from pulling CUDA wheels), then this package with its dev and bench extras.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,bench]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -1,0 +1,212 @@
+"""Ground truth of the regret benchmark: every grid cell of a script run to its end, cached.
+
+Cells are run with cloudopt's own runner (``TrainingModuleManager.run_training``: CPU affinity,
+thread variables, ``CUDA_VISIBLE_DEVICES``, the monitor) with no time box and a generous memory
+limit, so the measured peak is the script's own. Each repetition is a trial folder
+``runs/regret/<machine>/<script>-<hash>/cells/<cell>/rep<k>/``; one with a ``summary.json`` is
+complete, so an interrupted measurement resumes and a second run of the benchmark reruns
+nothing. The machine key holds the CPU model, the core count and the GPU name; the hash holds
+the script's bytes, its arguments and the batch mechanism.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import re
+import shlex
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from regret_score import Cell, CellTruth
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from optimizer.config import OptimizerConfig, read_toml  # noqa: E402
+from optimizer.records import Allocation, TrialSummary  # noqa: E402
+from optimizer.training import TrainingModuleManager  # noqa: E402
+
+MANIFEST = ROOT / "benchmarks" / "workloads" / "workloads.toml"
+
+
+@dataclass
+class Workload:
+    """One script of the suite, as ``workloads.toml`` describes it."""
+
+    name: str
+    file: Path
+    batch: str
+    default_batch: int
+    batch_sizes: list[int]
+    description: str = ""
+    args: str = ""
+    cloudopt_args: str = ""
+    workers_flag: str | None = None
+    default_workers: int | None = None
+    workers: list[int] = field(default_factory=list)
+    needs_gpu: bool = False
+    quick: bool = False
+
+    @property
+    def train_args(self) -> list[str]:
+        return shlex.split(self.args)
+
+    def cloudopt_reaches_batch(self) -> bool:
+        """Whether the main command, run with ``cloudopt_args``, can change the batch size."""
+        if self.batch == "optimizer-env":
+            return True
+        if self.batch.startswith("flag:"):
+            return any(a.startswith("--batch-size-arg") for a in shlex.split(self.cloudopt_args))
+        return False
+
+    def digest(self) -> str:
+        h = hashlib.sha256(self.file.read_bytes())
+        h.update(repr((self.args, self.batch, self.workers_flag)).encode())
+        return h.hexdigest()[:12]
+
+
+def load_workloads(quick: bool = False, manifest: Path = MANIFEST) -> list[Workload]:
+    """The manifest's scripts (``quick``: those marked quick, with their quick settings)."""
+    data = read_toml(manifest)
+    out = []
+    for name, spec in data.items():
+        if quick and not spec.get("quick"):
+            continue
+        pick = (lambda k, d=None, s=spec: s.get(f"quick_{k}", s.get(k, d))) if quick else \
+            (lambda k, d=None, s=spec: s.get(k, d))
+        out.append(Workload(
+            name=name, file=ROOT / spec["file"], batch=spec["batch"],
+            default_batch=int(spec["default_batch"]),
+            batch_sizes=[int(b) for b in pick("batch_sizes")],
+            description=spec.get("description", ""), args=pick("args", ""),
+            cloudopt_args=pick("cloudopt_args", ""), workers_flag=spec.get("workers_flag"),
+            default_workers=spec.get("default_workers"), workers=list(pick("workers", [])),
+            needs_gpu=bool(spec.get("needs_gpu", False)), quick=bool(spec.get("quick"))))
+    return out
+
+
+def cuda_device_name() -> str | None:
+    try:
+        import torch
+
+        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except Exception:
+        return None
+
+
+def machine_key() -> str:
+    """``<cpu model>-<cores>c-<gpu>``, as a folder name."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            model = next((line.split(":", 1)[1] for line in fh if line.startswith("model name")),
+                         model)
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    gpu = cuda_device_name() or "nogpu"
+    return re.sub(r"[^A-Za-z0-9.]+", "-", f"{model.strip()}-{cores}c-{gpu}").strip("-")
+
+
+def cpu_levels(cpu_max: int) -> list[int]:
+    """Powers of two up to the machine's cores, and the core count itself."""
+    levels = [1 << k for k in range(0, 8) if (1 << k) < cpu_max]
+    return sorted({*levels, cpu_max})
+
+
+def grid_cells(w: Workload, config: OptimizerConfig, gpus: bool) -> list[Cell]:
+    """Every allocation of the script's grid on this machine."""
+    gpu_levels = [0, 1] if gpus and w.needs_gpu else ([1] if w.needs_gpu else [0])
+    workers = w.workers or [w.default_workers]
+    return [Cell(g, c, b, wk) for g in gpu_levels
+            for c in cpu_levels(config.resources.cpu_count_max)
+            for b in w.batch_sizes for wk in workers]
+
+
+@contextmanager
+def _env(name: str | None, value: str | None) -> Iterator[None]:
+    """Set one environment variable for the runs started inside (the runner copies it)."""
+    if name is None:
+        yield
+        return
+    saved = os.environ.get(name)
+    os.environ[name] = str(value)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved
+
+
+class TruthStore:
+    """Measured cells of one script on this machine (``runs/regret/<machine>/<script>-<hash>``)."""
+
+    def __init__(self, w: Workload, config: OptimizerConfig, root: Path, repeats: int = 2,
+                 timeout_s: float = 900.0):
+        self.w, self.config, self.repeats, self.timeout_s = w, config, repeats, timeout_s
+        self.dir = root / machine_key() / f"{w.name}-{w.digest()}"
+        self.memory_gb = float(min(config.resources.memory_max * 0.8, 64.0))
+
+    def cell_dir(self, cell: Cell) -> Path:
+        return self.dir / "cells" / cell.key()
+
+    def is_measured(self, cell: Cell) -> bool:
+        return all((self.cell_dir(cell) / f"rep{k}" / "summary.json").exists()
+                   for k in range(self.repeats))
+
+    def measure(self, cell: Cell, on_grid: bool = True) -> CellTruth | None:
+        """The cell's repetitions (running those not recorded yet); None if a run failed."""
+        runs = [self._run(cell, k) for k in range(self.repeats)]
+        bad = [r for r in runs if r.status != "completed"]
+        if bad:
+            reason = bad[0].reason or bad[0].status
+            print(f"  {self.w.name} {cell.key()}: failed ({reason}): {bad[0].stderr_tail[-300:]}",
+                  file=sys.stderr)
+            return None
+        return CellTruth(cell, [r.wall_time_s for r in runs], [r.mem_gb_peak for r in runs],
+                         on_grid=on_grid)
+
+    def _run(self, cell: Cell, rep: int) -> TrialSummary:
+        trial_dir = self.cell_dir(cell) / f"rep{rep}"
+        if (trial_dir / "summary.json").exists():
+            return TrialSummary.load(trial_dir)
+        w = self.w
+        args = list(w.train_args)
+        if w.workers_flag and cell.workers is not None:
+            args += [w.workers_flag, str(cell.workers)]
+        flag = w.batch.split(":", 1)[1] if w.batch.startswith("flag:") else None
+        env_name = w.batch.split(":", 1)[1] if w.batch.startswith("env:") else None
+        manager = TrainingModuleManager(w.file, args, batch_size_arg=flag)
+        batch = None if env_name else cell.batch
+        alloc = Allocation(cell.gpus, cell.cpus, self.memory_gb, batch)
+        with _env(env_name, cell.batch if env_name else None):
+            return manager.run_training(
+                alloc, trial_dir, resource_config=self.config.resources, probe_seconds=None,
+                timeout_s=self.timeout_s, monitor_interval=self.config.run.monitor_interval,
+                quiet=True)
+
+    def measure_all(self, cells: Sequence[Cell], quiet: bool = False) -> list[CellTruth]:
+        """Every cell, repetitions interleaved round-robin so slow drift spreads over all."""
+        from tqdm.auto import tqdm
+
+        todo = [(k, c) for k in range(self.repeats) for c in cells
+                if not (self.cell_dir(c) / f"rep{k}" / "summary.json").exists()]
+        for k, c in tqdm(todo, desc=f"ground truth {self.w.name}", unit="run",
+                         disable=quiet or not todo, leave=False):
+            self._run(c, k)
+        return [t for t in (self.measure(c) for c in cells) if t is not None]
+
+
+def describe_machine(config: OptimizerConfig) -> dict[str, Any]:
+    r = config.resources
+    return {"key": machine_key(), "cpus": r.cpu_count_max, "gpus": r.gpu_count_max,
+            "memory_gb": round(r.memory_max, 1), "gpu_name": cuda_device_name()}

@@ -1,0 +1,143 @@
+"""The regret benchmark's arithmetic on a tiny fake grid (no runs, no timing)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from regret_score import (  # noqa: E402
+    Cell,
+    CellTruth,
+    GroundTruth,
+    Pick,
+    Prices,
+    evaluate,
+    mean_of_picks,
+    random_search,
+    right_size,
+    summarize,
+)
+
+PRICES = Prices(gpu_hour=2.0, cpu_hour=0.036, gb_hour=0.0036, gpu_max=0, cpu_max=2,
+                memory_max=10.0, balanced=(0.5, 0.25, 0.25))
+# (cpus, batch) -> (wall seconds of two repetitions, peak GB)
+GRID = {
+    (1, 64): ([100.0, 100.0], 1.0),
+    (1, 128): ([80.0, 80.0], 2.0),
+    (2, 64): ([60.0, 60.0], 1.0),
+    (2, 128): ([50.0, 54.0], 2.0),
+}
+
+
+def truth(grid=GRID) -> GroundTruth:
+    cells = [CellTruth(Cell(0, c, b), list(w), [p, p]) for (c, b), (w, p) in grid.items()]
+    return GroundTruth(cells, PRICES, default=Cell(0, 2, 64))
+
+
+def test_cost_and_time_objectives_follow_the_prices():
+    t = truth()
+    # 1 CPU, batch 128, 2 GB: 80 s at 0.036 + 2 * 0.0036 = 0.0432 $/h
+    assert t.objective(Cell(0, 1, 128), 2.0, "cost") == pytest.approx(80 * 0.0432 / 3600)
+    # median of 50 and 54
+    assert t.objective(Cell(0, 2, 128), None, "time") == pytest.approx(52.0)
+    cost_opt, value = t.optimum("cost")
+    # costs at peak memory: (1,64) 100*.0396, (1,128) 80*.0432=3.456, (2,64) 60*.0756, (2,128) 52*.0792
+    assert cost_opt == Cell(0, 1, 128)
+    assert value == pytest.approx(3.456 / 3600)
+    assert t.optimum("time")[0] == Cell(0, 2, 128)
+
+
+def test_regret_counts_requested_memory_and_out_of_memory_fails():
+    t = truth()
+    assert t.regret(Cell(0, 1, 128), 2.0, "cost") == pytest.approx(0.0)
+    # 8 GB instead of 2: (0.036 + 8 * 0.0036) / 0.0432 - 1 = 0.5
+    assert t.regret(Cell(0, 1, 128), 8.0, "cost") == pytest.approx(0.5)
+    assert math.isinf(t.objective(Cell(0, 1, 128), 1.5, "cost"))
+    row = evaluate(t, Pick("x", Cell(0, 1, 128), 1.5), "cost", "fake")
+    assert row["regret"] is None and "out of memory" in row["failed"]
+    assert t.memory_slack(Cell(0, 1, 128), 8.0) == pytest.approx(0.75)
+
+
+def test_balanced_score_is_the_weighted_ratio_to_each_best():
+    t = truth()
+    cell = Cell(0, 2, 64)
+    cost = 60 * (0.072 + 0.0036) / 3600
+    best_cost, best_time = 80 * 0.0432 / 3600, 52.0
+    best_share = (1 / 2 + 1 / 10) / 2
+    share = (2 / 2 + 1 / 10) / 2
+    expected = 0.5 * cost / best_cost + 0.25 * 60 / best_time + 0.25 * share / best_share
+    assert t.objective(cell, 1.0, "balanced") == pytest.approx(expected)
+
+
+def test_evaluate_puts_the_optimum_beside_the_recommendation_and_search_cost():
+    t = truth()
+    row = evaluate(t, Pick("m", Cell(0, 2, 64), 4.0, trials=3, search_s=120.0), "time", "fake")
+    assert row["optimum"]["cpus"] == 2 and row["optimum"]["batch_size"] == 128
+    assert row["recommended"]["memory_gb"] == 4.0
+    assert row["regret"] == pytest.approx(60 / 52 - 1)
+    assert row["search_cost"] == pytest.approx(2.0)  # 120 s over the default cell's 60 s
+    assert row["memory_slack"] == pytest.approx(0.75)
+
+
+def test_random_search_over_the_whole_grid_finds_the_optimum():
+    t = truth()
+    for seed in range(5):
+        pick = random_search(t, len(GRID), "time", np.random.default_rng(seed))
+        assert pick.cell == Cell(0, 2, 128)
+        assert pick.memory_gb == right_size(2.0)
+        assert pick.trials == 4
+
+
+def test_random_search_mean_regret_of_one_trial_is_the_grid_average():
+    t = truth()
+    row = mean_of_picks(t, lambda s: random_search(t, 1, "time", np.random.default_rng(s)),
+                        "time", 400, "fake")
+    expected = np.mean([100 / 52, 80 / 52, 60 / 52, 1.0]) - 1
+    assert row["regret"] == pytest.approx(expected, abs=0.05)
+    assert row["seeds"]["worst_regret"] == pytest.approx(100 / 52 - 1)
+
+
+def test_right_size_adds_the_margin_and_rounds_up():
+    assert right_size(1.0) == pytest.approx(1.25)
+    assert right_size(2.0) == pytest.approx(2.5)
+    assert right_size(0.2) == pytest.approx(0.25)
+
+
+def test_summary_counts_failures_as_the_worst():
+    t = truth()
+    rows = [evaluate(t, Pick("m", Cell(0, 2, 128), 2.0), "time", "fake"),
+            evaluate(t, Pick("m", Cell(0, 1, 64), 0.5), "time", "fake"),
+            evaluate(t, Pick("m", Cell(0, 2, 64), 2.0), "time", "fake")]
+    (s,) = summarize(rows)
+    assert s["failed"] == 1 and s["worst_regret"] is None
+    assert s["median_regret"] == pytest.approx(60 / 52 - 1)
+
+
+def test_effective_cell_keeps_a_batch_cloudopt_cannot_reach():
+    from regret_peers import effective_cell
+    from regret_truth import load_workloads
+
+    from optimizer.records import Allocation
+
+    ws = {w.name: w for w in load_workloads()}
+    a = Allocation(0, 1, 2.0, 1024)
+    assert effective_cell(ws["envbatch"], a).batch == ws["envbatch"].default_batch
+    assert effective_cell(ws["mlp"], a).batch == 1024
+    assert effective_cell(ws["cnn"], a).workers == ws["cnn"].default_workers
+    assert effective_cell(ws["mlp"], Allocation(0, 1, 2.0, None)).batch == 128
+
+
+def test_optuna_peer_searches_the_grid():
+    pytest.importorskip("optuna")
+    from regret_peers import optuna_pick
+
+    t = truth()
+    pick = optuna_pick(t, 3, "cost", seed=0, sampler="tpe")
+    assert pick.trials == 3 and pick.cell in t.cells
+    assert pick.search_s >= 3 * 50.0
