@@ -311,21 +311,22 @@ def plot(summary: Sequence[dict[str, Any]], rows: Sequence[dict[str, Any]], path
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    fig, ax = plt.subplots(figsize=(8, 4.8))
     colors = {"default": "grey", "cloudopt": "C3", "best-probe": "C1", "random": "C0",
               "optuna-tpe": "C2", "optuna-gp": "C4"}
+    markers = {"2": "v", "3": "v", "4": "o", "5": "o", "8": "^", "9": "^"}
     for s in summary:
         if s["median_regret"] is None:
             continue
-        name = s["method"].partition("@")[0]
+        name, _, n = s["method"].partition("@")
         worst = s["worst_regret"] if s["worst_regret"] is not None else s["median_regret"]
-        ax.errorbar(s["median_search_cost"], 100 * s["median_regret"],
-                    yerr=[[0], [100 * (worst - s["median_regret"])]], fmt="o",
-                    color=colors.get(name, "k"), capsize=3)
-        ax.annotate(s["method"], (s["median_search_cost"], 100 * s["median_regret"]),
-                    textcoords="offset points", xytext=(4, 4), fontsize=7)
+        ax.errorbar(s["median_search_cost"], 100 * s["median_regret"] + 0.1,
+                    yerr=[[0], [100 * (worst - s["median_regret"])]], fmt=markers.get(n, "s"),
+                    color=colors.get(name, "k"), capsize=3, alpha=0.85, label=s["method"])
+    ax.set_yscale("log")
+    ax.legend(fontsize=7, ncol=3, loc="upper right")
     ax.set_xlabel("search cost (trial seconds / one full default run)")
-    ax.set_ylabel("regret, % (median; bar to worst)")
+    ax.set_ylabel("regret + 0.1, % (median; bar to worst; log)")
     ax.set_title(f"Recommendation regret over {len({(r['script'], r['preference']) for r in rows})}"
                  " script x preference cases")
     ax.grid(alpha=0.3)
