@@ -42,6 +42,7 @@ from regret_score import (
     format_rows,
     format_summary,
     mean_of_picks,
+    pct,
     plot,
     random_search,
     summarize,
@@ -143,16 +144,12 @@ def bench_script(w: Any, config: OptimizerConfig, args: argparse.Namespace,
                         pref, seeds_optuna, w.name))
             r = rows[-4 if args.no_optuna else -5]
             say(f"{w.name} {pref} budget {budget}: cloudopt ({rec.note or 'failed'}) regret "
-                f"{_pct(r['regret'])} in {n} trials ({time.monotonic() - t1:.0f} s)")
+                f"{pct(r['regret'])} in {n} trials ({time.monotonic() - t1:.0f} s)")
     grid = {"dir": str(store.dir), "default": dcell.key(), "cells": [
         {**t.cell.as_dict(), "on_grid": t.on_grid, "time_s": t.time_s, "peak_gb": t.peak,
          "wall_s": t.wall_s} for t in sorted(truth.cells.values(), key=lambda t: t.cell)],
         "optimum": {p: truth.optimum(p)[0].key() for p in args.preferences}}
     return rows, grid
-
-
-def _pct(x: float | None) -> str:
-    return "inf" if x is None else f"{100 * x:.1f}%"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -277,9 +277,9 @@ def format_summary(summary: Sequence[dict[str, Any]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in summary:
         lines.append("| " + " | ".join([
-            s["method"], str(s["rows"]), f"{s['median_trials']:g}", _pct(s["median_regret"]),
-            _pct(s["worst_regret"]), str(s["failed"]), f"{s['median_search_cost']:.2f}x",
-            _pct(s["median_memory_slack"])]) + " |")
+            s["method"], str(s["rows"]), f"{s['median_trials']:g}", pct(s["median_regret"]),
+            pct(s["worst_regret"]), str(s["failed"]), f"{s['median_search_cost']:.2f}x",
+            pct(s["median_memory_slack"])]) + " |")
     return "\n".join(lines)
 
 
@@ -295,12 +295,12 @@ def format_rows(rows: Sequence[dict[str, Any]]) -> str:
             r = next((r for r in rows if (r["script"], r["preference"], r["method"])
                       == (script, pref, m)), None)
             cells.append("-" if r is None else ("fail" if r["regret"] is None and r.get("failed")
-                                                  else _pct(r["regret"])))
+                                                  else pct(r["regret"])))
         lines.append(f"| {script} | {pref} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def _pct(x: float | None) -> str:
+def pct(x: float | None) -> str:
     return "inf" if x is None else f"{100 * x:.1f}%"
 
 
