@@ -2,9 +2,15 @@
 
 - :class:`agents.reinforce.SimplePolicy`: REINFORCE with a learned baseline.
 - :class:`agents.morl.MultiObjectiveRLAgent`: one soft actor-critic pair per preference vector,
-  SLA-aware policy switching, MC-dropout decision uncertainty, adaptive critic resets.
-- :mod:`agents.networks` (Actor, Critic, TwinCritic), :mod:`agents.buffer` (ReplayBuffer),
-  :mod:`agents.pareto` (Pareto front, hypervolume), :mod:`agents.metrics` (RLMetricsTracker),
-  :mod:`agents.train` (training/evaluation loops, recommended settings),
-  :mod:`agents.baselines` (static, threshold-heuristic and oracle-replay policies).
+  SLA-aware policy switching, MC-dropout decision uncertainty, adaptive critic resets; its
+  parts: :mod:`agents.policy_pair` (one preference's networks, targets, optimizers, buffer),
+  :mod:`agents.episode` (finished episodes, advantage estimates), :mod:`agents.sla_switching`
+  (the SLA rules).
+- :mod:`agents.networks` (Actor, Critic, TwinCritic), :mod:`agents.buffer` (ReplayBuffer,
+  n-step transitions), :mod:`agents.pareto` (Pareto front, hypervolume), :mod:`agents.metrics`
+  (RLMetricsTracker), :mod:`agents.persist` (agent files).
+- :mod:`agents.train` (training loops), :mod:`agents.exploration` (annealing, exploring
+  starts), :mod:`agents.evaluate` (greedy evaluation on held-out seeds), :mod:`agents.recipes`
+  (recommended settings), :mod:`agents.baselines` (static, threshold-heuristic and
+  oracle-replay policies).
 """

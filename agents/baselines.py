@@ -1,7 +1,7 @@
 """Reference policies for grading the agents on ``CloudEnvironment``, all run on the same episodes.
 
 Each builder returns an ``ActFn`` (``(observations (n, obs_dim), envs) -> actions (n,)``) for
-:func:`agents.train.evaluate`:
+:func:`agents.evaluate.evaluate`:
 
 - :func:`static_act` replays an action list by step (``envs.oracle.best_static``'s walk to the
   best fixed allocation, or ``envs.oracle.optimal_policy``'s optimal sequence). Allocation
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import gymnasium as gym
 import numpy as np
 
-from agents.train import ActFn
+from agents.evaluate import ActFn
 
 
 def _step_of(env: gym.Env) -> int:

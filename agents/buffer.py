@@ -3,6 +3,7 @@
 A ring buffer over preallocated numpy arrays with explicit dtypes (the layout of
 Stable-Baselines3's ``ReplayBuffer``): once full, each new transition overwrites the oldest.
 Samples come back as a :class:`ReplayBufferSamples` of tensors on the agent's device.
+:class:`NStepAccumulator` turns an environment's steps into the n-step transitions stored here.
 """
 
 from __future__ import annotations
@@ -117,3 +118,39 @@ class ReplayBuffer:
 
     def __len__(self) -> int:
         return self.size
+
+
+class NStepAccumulator:
+    """Turns one env's steps into n-step transitions (Sutton & Barto 2018, section 7.1).
+
+    Each emitted transition is ``(state, action, R, next_state, done, discount)`` with
+    ``R = sum_{i<k} gamma^i r_{t+i}``, ``next_state = s_{t+k}`` and ``discount = gamma^k``;
+    ``k = n`` except at the end of an episode, where the pending steps are flushed with the
+    steps left. With ``n = 1`` these are the ordinary one-step transitions. Fewer hops of
+    bootstrapping carry the end-of-job value back through a 20-step episode in fewer updates;
+    the price is a bias from the behaviour policy's actions inside the window, small for short n.
+    """
+
+    def __init__(self, n: int, gamma: float) -> None:
+        if n < 1:
+            raise ValueError(f"n_step must be >= 1 (got {n})")
+        self.n, self.gamma = n, gamma
+        self.pending: list[tuple[np.ndarray, int, float]] = []
+
+    def push(
+        self,
+        state: np.ndarray,
+        action: int,
+        reward: float,
+        next_state: np.ndarray,
+        terminated: bool,
+        episode_over: bool,
+    ) -> list[tuple[np.ndarray, int, float, np.ndarray, bool, float]]:
+        self.pending.append((np.array(state, copy=True), int(action), float(reward)))
+        out = []
+        while self.pending and (len(self.pending) == self.n or episode_over):
+            ret = sum(r * self.gamma**i for i, (_, _, r) in enumerate(self.pending))
+            s0, a0, _ = self.pending.pop(0)
+            k = len(self.pending) + 1
+            out.append((s0, a0, ret, np.array(next_state, copy=True), terminated, self.gamma**k))
+        return out

@@ -6,10 +6,10 @@ own policy trained on the scalar reward ``w . r``; together the policies approxi
 front (:mod:`agents.pareto`). Each pair is a discrete-action soft actor-critic (Haarnoja et al.,
 2018; discrete form: Christodoulou, 2019, "Soft Actor-Critic for Discrete Action Settings"):
 
-    critic target  y = r + gamma * (1 - done) * sum_a' pi'(a'|s') [Q'(s', a') - alpha log pi'(a'|s')]
-    critic loss    (Q_1(s, a) - y)^2 + (Q_2(s, a) - y)^2
-    actor loss     -sum_a softmax(Q(s, .) / alpha)_a log pi(a|s)          (actor_update="projection")
-                   sum_a pi(a|s) [alpha log pi(a|s) - Q(s, a)]            (actor_update="expected_q")
+    critic target y = r + gamma * (1 - done) * sum_a' pi'(a'|s') [Q'(s', a') - alpha log pi'(a'|s')]
+    critic loss   (Q_1(s, a) - y)^2 + (Q_2(s, a) - y)^2
+    actor loss    -sum_a softmax(Q(s, .) / alpha)_a log pi(a|s)         (actor_update="projection")
+                  sum_a pi(a|s) [alpha log pi(a|s) - Q(s, a)]           (actor_update="expected_q")
 
 where ``Q = min(Q_1, Q_2)`` (clipped double Q, Fujimoto et al., 2018: each pair's critic is a
 :class:`agents.networks.TwinCritic`), ``pi'`` and ``Q'`` are the target actor and target
@@ -32,97 +32,59 @@ its mind; the projection gradient is ``pi_a - target_a`` whatever ``pi`` is. Mea
 ``actor_update="advantage"`` trains the actor on-policy instead, as an advantage actor-critic
 (Mnih et al., 2016) with generalised advantage estimates (Schulman et al., 2016):
 
-    actor loss     -mean[log pi(a_t|s_t) A_t] - alpha H(pi(.|s_t)),  A_t = GAE(lambda) of
-                   r_t + gamma V(s_{t+1}) - V(s_t),  V(s) = sum_a pi(a|s) Q'(s, a)
+    actor loss    -mean[log pi(a_t|s_t) A_t] - alpha H(pi(.|s_t)),  A_t = GAE(lambda) of
+                  r_t + gamma V(s_{t+1}) - V(s_t),  V(s) = sum_a pi(a|s) Q'(s, a)
 
 on each batch of freshly finished episodes (:meth:`MultiObjectiveRLAgent.train_actor`), while
 the twin critic keeps learning off-policy from the replay buffer with target networks as above.
 The critic serves as the baseline (``lambda = 1``) and, for ``lambda < 1``, bootstraps the
 advantage. On ``CloudEnvironment`` with a minute of CPU this learned better than either
-replayed actor update (benchmarks/agents_quality.py, 15 preset cases: mean share of the DP
-optimum 0.87 and >= 95% in 12 cases, against 0.66 and 3 for "projection"). The replayed
-updates are only as good as the critic, and one critic update (batch 256) costs about 5 ms
-here, so about 10k fit in a minute: too few for the 81-action critic to rank the moves of a
-20-step episode, while the policy gradient needs only Monte Carlo returns.
+replayed actor update (measured in ``agents.recipes.morl_train_kwargs``). The replayed updates
+are only as good as the critic, and one critic update (batch 256) costs about 5 ms here, so
+about 10k fit in a minute: too few for the 81-action critic to rank the moves of a 20-step
+episode, while the policy gradient needs only Monte Carlo returns.
 
 With ``critic_fit_epochs > 0`` the critic also regresses ``Q(s_t, a_t)`` on each batch's
 lambda-returns ``A_t + V(s_t)`` (as PPO fits its value function). The one-step bootstrap
 alone carries values back one step per target update, and while the critic is far from the
 returns the baseline leaves most of their variance in the gradient. With this fit and
-exploring starts (``agents.train.ExploringStarts``) the recipe in
-``agents.train.morl_train_kwargs`` reached a mean share of 0.995 and 0.993 in two runs
-(>= 95% in 14 and 13 of 15 cases); with the exploration annealed as the square of the time
-left, 0.997 and 0.991 (>= 95% in 14 of 15 in both, vgg16-v100/cost at 0.948).
+exploring starts (``agents.exploration.ExploringStarts``) the recipe of
+``agents.recipes.morl_train_kwargs`` comes within 1% of the DP optimum on average over the
+15 preset cases (its docstring has the runs).
 
 Decisions carry an uncertainty from Monte Carlo dropout over the actor (Gal & Ghahramani, 2016);
-``select_policy`` switches to the time-focused policy when the time SLA is at risk and to the
-cost-focused one when the cost SLA is; ``check_adaptive_reset`` re-initialises a critic after a
-streak of SLA violations (the "adaptive reset" of the design, after Nikishin et al., 2022,
-"The Primacy Bias in Deep Reinforcement Learning").
+``select_policy`` and ``check_adaptive_reset`` apply the SLA rules of :mod:`agents.sla_switching`
+(switch to the time- or cost-focused policy, re-initialise a critic after violations).
 """
 
 from __future__ import annotations
 
-import copy
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from agents.buffer import ReplayBuffer
-from agents.networks import Actor, TwinCritic, make_adam, mc_dropout_probs
-from agents.persist import load_state, save_state
-from optimizer.config import OBJECTIVES, MultiObjectiveConfig, RLConfig
-from optimizer.errors import ConfigError, ModelFileError
+from agents.episode import Episode, batch_advantages, lambda_advantages
+from agents.networks import action_uncertainty
+from agents.persist import check_policies, load_state, save_state
+from agents.policy_pair import PolicyPair, soft_update
+from agents.sla_switching import reset_due, sla_policy
+from optimizer.config import MultiObjectiveConfig, RLConfig
+from optimizer.errors import ConfigError
 
-
-@torch.no_grad()
-def soft_update(target: nn.Module, source: nn.Module, tau: float) -> None:
-    """Polyak averaging: ``target <- tau * source + (1 - tau) * target``, parameter by parameter."""
-    t_params, s_params = list(target.parameters()), list(source.parameters())
-    assert len(t_params) == len(s_params), "target and source differ in structure"
-    torch._foreach_lerp_(t_params, s_params, tau)  # one fused call instead of a Python loop
-
+__all__ = [
+    "ACTOR_UPDATES",
+    "Decision",
+    "Episode",
+    "MultiObjectiveRLAgent",
+    "lambda_advantages",
+    "soft_update",
+]
 
 ACTOR_UPDATES = ("projection", "expected_q", "advantage")
-
-
-class Episode(NamedTuple):
-    """One finished episode, for the on-policy actor update (``actor_update="advantage"``)."""
-
-    states: np.ndarray
-    """``(T, state_dim)`` states the actions were taken in."""
-    actions: np.ndarray
-    """``(T,)`` action indices."""
-    rewards: np.ndarray
-    """``(T,)`` scalar rewards under the policy's preference."""
-    last_state: np.ndarray
-    """``(state_dim,)`` the state after the last action."""
-    terminated: bool
-    """Whether the episode reached a terminal state (``False``: truncated, so it bootstraps)."""
-
-
-def lambda_advantages(
-    rewards: np.ndarray, values: np.ndarray, last_value: float, gamma: float, lam: float
-) -> np.ndarray:
-    """Generalised advantage estimates of one episode (Schulman et al., 2016, eq. 16).
-
-    ``A_t = sum_k (gamma lam)^k delta_{t+k}`` with ``delta_t = r_t + gamma V(s_{t+1}) - V(s_t)``
-    and ``V(s_T) = last_value`` (0 for a terminal state). ``lam = 1`` gives the Monte Carlo
-    return minus the baseline, ``lam = 0`` the one-step TD error.
-    """
-    next_values = np.append(values[1:], last_value)
-    deltas = rewards + gamma * next_values - values
-    advantages = np.empty(len(rewards), dtype=np.float64)
-    running = 0.0
-    for t in range(len(rewards) - 1, -1, -1):
-        running = deltas[t] + gamma * lam * running
-        advantages[t] = running
-    return advantages
 
 
 class Decision(NamedTuple):
@@ -136,61 +98,6 @@ class Decision(NamedTuple):
     """Action probabilities (dropout off), ``(action_dim,)`` or ``(n, action_dim)``."""
     uncertainty: float | np.ndarray
     """Monte Carlo dropout standard deviation of the chosen action's probability (0 without)."""
-
-
-class _PolicyPair:
-    """Actor, critic, their targets, optimizers and replay buffer for one preference vector."""
-
-    def __init__(
-        self,
-        state_dim: int,
-        action_dim: int,
-        cfg: RLConfig,
-        device: torch.device,
-        seed: int,
-        action_factors: Sequence[int] | None,
-        critic_dropout: float,
-    ) -> None:
-        h, p = cfg.hidden_dim, cfg.dropout_rate
-        self.actor = Actor(
-            state_dim,
-            action_dim,
-            h,
-            p,
-            action_factors=action_factors,
-            activation=cfg.actor_activation,
-        ).to(device)
-        self.critic = TwinCritic(state_dim, action_dim, h, critic_dropout).to(device)
-        self.target_actor = copy.deepcopy(self.actor).eval()  # targets never use dropout
-        self.target_critic = copy.deepcopy(self.critic).eval()
-        self.actor_optimizer = make_adam(self.actor.parameters(), cfg.lr_actor)
-        self.critic_optimizer = make_adam(self.critic.parameters(), cfg.lr_critic)
-        self.buffer = ReplayBuffer(cfg.buffer_size, state_dim, device, seed=seed)
-        # Temperature for automatic entropy tuning (used when a target entropy is set).
-        self.log_alpha = torch.tensor(
-            float(np.log(max(cfg.entropy_coef, 1e-6))), device=device, requires_grad=True
-        )
-        # The temperature must track the annealed target quickly: 10x the actor step size.
-        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=10 * cfg.lr_actor)
-
-    def reinitialize_critic(self) -> None:
-        for layer in self.critic.modules():
-            if isinstance(layer, nn.Linear):
-                layer.reset_parameters()
-        self.target_critic.load_state_dict(self.critic.state_dict())
-        lr = self.critic_optimizer.param_groups[0]["lr"]
-        self.critic_optimizer = make_adam(self.critic.parameters(), lr)
-
-    def modules(self) -> dict[str, Any]:
-        return {
-            "actor": self.actor,
-            "critic": self.critic,
-            "target_actor": self.target_actor,
-            "target_critic": self.target_critic,
-            "actor_optimizer": self.actor_optimizer,
-            "critic_optimizer": self.critic_optimizer,
-            "alpha_optimizer": self.alpha_optimizer,
-        }
 
 
 class MultiObjectiveRLAgent:
@@ -224,19 +131,14 @@ class MultiObjectiveRLAgent:
         (clipped double Q, against over-estimation) or the mean (no built-in pessimism, which
         can favour "safe" but poor allocations far from the out-of-memory cliff).
     actor_update : {"projection", "expected_q", "advantage"}
-        The actor loss (module docstring): cross-entropy to the critic's Boltzmann policy
-        ``softmax(Q / alpha)``, whose gradient does not fade as the actor commits, or discrete
-        SAC's expected Q with an entropy term (both in :meth:`train`; at ``alpha = 0`` the
-        projection target is the critic's greedy action); or ``"advantage"``, an on-policy
-        policy gradient on finished episodes (:meth:`train_actor`), with :meth:`train` then
-        updating the critic only. The training loop's recipe uses ``"advantage"``.
+        The actor loss (module docstring), in :meth:`train` for the replayed ones (at
+        ``alpha = 0`` the projection target is the critic's greedy action); ``"advantage"``
+        learns on-policy from finished episodes (:meth:`train_actor`) and :meth:`train` then
+        updates the critic only. The training loop's recipe uses ``"advantage"``.
     critic_fit_epochs : int
         With ``actor_update="advantage"``: passes (minibatches of ``batch_size``) of each
         :meth:`train_actor` batch over which the critic also regresses ``Q(s_t, a_t)`` on the
-        batch's lambda-returns ``A_t + V(s_t)``, as PPO fits its value function. The replayed
-        one-step bootstrap moves values back one step per target update, so within a minute
-        the critic of a 20-step job is still far from the returns, and as a baseline it then
-        removes little of their variance. 0: replayed updates only.
+        batch's lambda-returns ``A_t + V(s_t)`` (module docstring). 0: replayed updates only.
     critic_dropout : float, optional
         Dropout rate of the critics; default ``rl_config.dropout_rate`` as in the design. The
         uncertainty estimate needs dropout in the actor only, and critic dropout costs about a
@@ -289,19 +191,13 @@ class MultiObjectiveRLAgent:
         self.preferences = np.array(
             [self.multi_objective_config.preference_vectors[n] for n in self.policy_names]
         )
-        seed = self.rl_config.seed
+        cfg, seed = self.rl_config, self.rl_config.seed
         self.rng = np.random.default_rng(seed)
         torch.manual_seed(seed)
+        critic_dropout = cfg.dropout_rate if critic_dropout is None else critic_dropout
+        dims = (self.state_dim, self.action_dim)
         self.pairs = [
-            _PolicyPair(
-                self.state_dim,
-                self.action_dim,
-                self.rl_config,
-                self.device,
-                seed + i,
-                action_factors,
-                self.rl_config.dropout_rate if critic_dropout is None else critic_dropout,
-            )
+            PolicyPair(*dims, cfg, self.device, seed + i, action_factors, critic_dropout)
             for i in range(len(self.policy_names))
         ]
         self.train_steps = [0] * len(self.pairs)
@@ -322,8 +218,7 @@ class MultiObjectiveRLAgent:
             self.target_entropy = self.target_entropy_ratio * scale * float(np.log(self.action_dim))
 
     def set_learning_rate_scale(self, scale: float, policy: str | int | None = None) -> None:
-        """Set the actor and critic step sizes of one policy (default all) to ``scale`` times
-        the configured ones."""
+        """Set one policy's (default: all) step sizes to ``scale`` times the configured ones."""
         pairs = self.pairs if policy is None else [self.pairs[self.policy_index(policy)]]
         for pair in pairs:
             for group in pair.actor_optimizer.param_groups:
@@ -351,15 +246,11 @@ class MultiObjectiveRLAgent:
             return int(preference)
         if isinstance(preference, str):
             if preference not in self.policy_names:
-                raise ConfigError(
-                    f"unknown preference {preference!r}; this agent has {', '.join(self.policy_names)}"
-                )
+                names = ", ".join(self.policy_names)
+                raise ConfigError(f"unknown preference {preference!r}; this agent has {names}")
             return self.policy_names.index(preference)
         w = self.multi_objective_config.vector(preference)
         return int(np.argmin(np.linalg.norm(self.preferences - w, axis=1)))
-
-    def _focused_on(self, objective: str) -> int:
-        return int(np.argmax(self.preferences[:, OBJECTIVES.index(objective)]))
 
     def select_policy(
         self,
@@ -368,19 +259,12 @@ class MultiObjectiveRLAgent:
     ) -> int:
         """Pick the policy for the user's preference, overridden when an SLA is at risk.
 
-        ``sla_status`` maps an SLA name (``"time"``, ``"cost"``, ...) to ``True`` when it is met
-        and on track, ``False`` when it is violated or about to be. A time SLA at risk switches to
-        the most time-focused policy (an unfinished job is worth nothing), otherwise a cost SLA
-        at risk switches to the most cost-focused one. The choice is kept in ``active_policy``.
+        ``sla_status`` maps an SLA name to whether it is met and on track; a time SLA at risk
+        wins over a cost SLA (:func:`agents.sla_switching.sla_policy`). The choice is kept in
+        ``active_policy``.
         """
-        index = self.policy_index(preference)
-        status = dict(sla_status or {})
-        if "time" in status and not status["time"]:
-            index = self._focused_on("time")
-        elif "cost" in status and not status["cost"]:
-            index = self._focused_on("cost")
-        self.active_policy = index
-        return index
+        self.active_policy = sla_policy(self.preferences, self.policy_index(preference), sla_status)
+        return self.active_policy
 
     # -------------------------------------------------------------- acting
     def select_action(
@@ -416,12 +300,7 @@ class MultiObjectiveRLAgent:
             actions[explore] = self.rng.integers(0, self.action_dim, size=int(explore.sum()))
         spread = np.zeros(len(actions))
         if uncertainty and actor.dropout_rate > 0:
-            actor.enable_dropout = True
-            try:
-                mc = mc_dropout_probs(actor, x, self.mc_samples)
-            finally:
-                actor.enable_dropout = False
-            spread = mc.std_probs.cpu().numpy()[np.arange(len(actions)), actions]
+            spread = action_uncertainty(actor, x, actions, self.mc_samples)
         if single:
             return Decision(int(actions[0]), index, probs[0], float(spread[0]))
         return Decision(actions.astype(np.int64), index, probs, spread)
@@ -471,16 +350,7 @@ class MultiObjectiveRLAgent:
             next_q = pair.target_critic.combined_q(data.next_states, self.critic_combine)
             next_v = (next_probs * (next_q - alpha * next_log_probs)).sum(dim=1)
             td_target = data.rewards + data.discounts * (1.0 - data.dones) * next_v
-        q1, q2 = pair.critic(data.states)
-        taken = data.actions.view(-1, 1)
-        q_taken = q1.gather(1, taken).squeeze(1)
-        critic_loss = F.mse_loss(q_taken, td_target) + F.mse_loss(
-            q2.gather(1, taken).squeeze(1), td_target
-        )
-        pair.critic_optimizer.zero_grad()
-        critic_loss.backward()
-        nn.utils.clip_grad_norm_(pair.critic.parameters(), 10.0)
-        pair.critic_optimizer.step()
+        critic_loss, q_taken = pair.critic_step(data.states, data.actions, td_target)
 
         if self.actor_update == "advantage":  # the actor learns on-policy: train_actor
             soft_update(pair.target_critic, pair.critic, cfg.tau)
@@ -533,16 +403,15 @@ class MultiObjectiveRLAgent:
         The advantage actor-critic of Mnih et al. (2016) with generalised advantage estimates:
         ``V(s) = sum_a pi(a|s) Q'(s, a)`` from the policy's target critic (trained off-policy
         by :meth:`train`) is the baseline, and with ``lam < 1`` also bootstraps the advantages
-        (:func:`lambda_advantages`). The loss is ``-mean[log pi(a|s) A] - alpha H(pi(.|s))``
-        with ``A`` normalised over the batch, so ``alpha`` (the annealed entropy coefficient)
-        is on the same scale whatever the size of the rewards. Returns ``None`` without
-        episodes.
+        (:func:`agents.episode.lambda_advantages`). The loss is
+        ``-mean[log pi(a|s) A] - alpha H(pi(.|s))`` with ``A`` normalised over the batch, so
+        ``alpha`` (the annealed entropy coefficient) is on the same scale whatever the size of
+        the rewards. Returns ``None`` without episodes.
         """
         if not episodes:
             return None
         cfg = self.rl_config
         pair = self.pairs[self.policy_index(policy)]
-        lengths = [len(ep.rewards) for ep in episodes]
         states = np.concatenate([ep.states for ep in episodes]).astype(np.float32)
         ends = np.stack([ep.last_state for ep in episodes]).astype(np.float32)
         with torch.no_grad():
@@ -551,26 +420,16 @@ class MultiObjectiveRLAgent:
             v = (pi * pair.target_critic.combined_q(x, self.critic_combine)).sum(1)
             v = v.cpu().numpy().astype(np.float64)
         values, last_values = v[: len(states)], v[len(states) :]
-        advantages = np.concatenate(
-            [
-                lambda_advantages(
-                    np.asarray(ep.rewards, dtype=np.float64),
-                    values[lo : lo + n],
-                    0.0 if ep.terminated else last_values[i],
-                    cfg.gamma,
-                    lam,
-                )
-                for i, (ep, lo, n) in enumerate(
-                    zip(episodes, np.cumsum([0, *lengths[:-1]]), lengths, strict=True)
-                )
-            ]
-        )
+        advantages = batch_advantages(episodes, values, last_values, cfg.gamma, lam)
         actions = torch.as_tensor(
             np.concatenate([ep.actions for ep in episodes]), dtype=torch.int64, device=self.device
         )
         critic_loss = None
         if self.critic_fit_epochs:
-            critic_loss = self._fit_critic(pair, states, actions, advantages + values)
+            returns = advantages + values
+            critic_loss = pair.fit_critic(
+                states, actions, returns, self.critic_fit_epochs, cfg.batch_size, cfg.tau, self.rng
+            )
         if len(advantages) > 1:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         adv = torch.as_tensor(advantages, dtype=torch.float32, device=self.device)
@@ -597,31 +456,6 @@ class MultiObjectiveRLAgent:
             stats["critic_fit_loss"] = critic_loss
         return stats
 
-    def _fit_critic(
-        self, pair: _PolicyPair, states: np.ndarray, actions: torch.Tensor, returns: np.ndarray
-    ) -> float:
-        """Regress both critics' ``Q(s, a)`` on ``returns`` in minibatches; soft-update the target."""
-        cfg = self.rl_config
-        x = torch.as_tensor(states, device=self.device)
-        y = torch.as_tensor(returns, dtype=torch.float32, device=self.device)
-        taken = actions.view(-1, 1)
-        losses = []
-        for _ in range(self.critic_fit_epochs):
-            order = torch.as_tensor(self.rng.permutation(len(x)), device=self.device)
-            for lo in range(0, len(x), cfg.batch_size):
-                idx = order[lo : lo + cfg.batch_size]
-                q1, q2 = pair.critic(x[idx])
-                loss = F.mse_loss(q1.gather(1, taken[idx]).squeeze(1), y[idx]) + F.mse_loss(
-                    q2.gather(1, taken[idx]).squeeze(1), y[idx]
-                )
-                pair.critic_optimizer.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(pair.critic.parameters(), 10.0)
-                pair.critic_optimizer.step()
-                soft_update(pair.target_critic, pair.critic, cfg.tau)
-                losses.append(loss.item())
-        return float(np.mean(losses))
-
     def check_adaptive_reset(self, policy: str | int, sla_violated: bool) -> bool:
         """Count consecutive SLA-violating steps; maybe re-initialise the critic after a streak.
 
@@ -629,16 +463,18 @@ class MultiObjectiveRLAgent:
         optimizer) is re-initialised with probability ``reset_probability`` and the streak
         restarts. Returns whether a reset happened.
         """
-        index = self.policy_index(policy)
-        self.violation_streaks[index] = self.violation_streaks[index] + 1 if sla_violated else 0
-        if self.violation_streaks[index] < self.rl_config.reset_interval:
-            return False
-        self.violation_streaks[index] = 0
-        if self.rng.random() >= self.rl_config.reset_probability:
-            return False
-        self.pairs[index].reinitialize_critic()
-        self.reset_counters[index] += 1
-        return True
+        index, cfg = self.policy_index(policy), self.rl_config
+        self.violation_streaks[index], reset = reset_due(
+            self.violation_streaks[index],
+            sla_violated,
+            cfg.reset_interval,
+            cfg.reset_probability,
+            self.rng,
+        )
+        if reset:
+            self.pairs[index].reinitialize_critic()
+            self.reset_counters[index] += 1
+        return reset
 
     # --------------------------------------------------------- persistence
     def save(self, path: str | os.PathLike) -> None:
@@ -650,19 +486,14 @@ class MultiObjectiveRLAgent:
             "reset_counters": torch.tensor(self.reset_counters),
         }
         for name, pair in zip(self.policy_names, self.pairs, strict=True):
-            state[name] = {k: m.state_dict() for k, m in pair.modules().items()}
+            state[name] = pair.state_dict()
         save_state(path, state)
 
     def load(self, path: str | os.PathLike) -> None:
         """Load what :meth:`save` wrote; the preference names and vectors must match."""
         state = load_state(path, (self.state_dim, self.action_dim, len(self.pairs)))
-        if not np.allclose(state["preferences"].numpy(), self.preferences):
-            raise ModelFileError(f"{path}: saved for other preference vectors")
-        missing = [n for n in self.policy_names if n not in state]
-        if missing:
-            raise ModelFileError(f"{path}: no policy named {missing[0]!r}")
+        check_policies(path, state, self.policy_names, self.preferences)
         for name, pair in zip(self.policy_names, self.pairs, strict=True):
-            for key, module in pair.modules().items():
-                module.load_state_dict(state[name][key])
+            pair.load_state_dict(state[name])
         self.train_steps = [int(v) for v in state["train_steps"]]
         self.reset_counters = [int(v) for v in state["reset_counters"]]

@@ -4,7 +4,7 @@ Both are two-hidden-layer MLPs with ReLU and dropout after each hidden layer, as
 Dropout doubles as a cheap Bayesian approximation (Gal & Ghahramani, 2016, "Dropout as a
 Bayesian Approximation"): keeping it on at inference and averaging ``K`` stochastic passes gives
 mean action probabilities and their spread, which the agent reports as decision uncertainty
-(:func:`mc_dropout_probs`).
+(:func:`mc_dropout_probs`, :func:`action_uncertainty`).
 
 Difference from the design: the design's critic scores one state-action pair
 (``Q(concat(s, a))``). For a discrete action set it is cheaper and exactly as expressive to output
@@ -19,6 +19,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -253,3 +254,19 @@ def mc_dropout_probs(actor: Actor, state: torch.Tensor, n_samples: int = 10) -> 
         actor.train(was_training)
     std = probs.std(dim=0, unbiased=False)
     return MCDropoutResult(mean_probs=probs.mean(dim=0), std_probs=std)
+
+
+def action_uncertainty(
+    actor: Actor, state: torch.Tensor, actions: np.ndarray, n_samples: int
+) -> np.ndarray:
+    """Spread of each chosen action's probability over ``n_samples`` dropout passes, ``(batch,)``.
+
+    Dropout is on for these passes only: the actions themselves come from the deterministic
+    pass, which training samples from too.
+    """
+    actor.enable_dropout = True
+    try:
+        mc = mc_dropout_probs(actor, state, n_samples)
+    finally:
+        actor.enable_dropout = False
+    return mc.std_probs.cpu().numpy()[np.arange(len(actions)), actions]

@@ -2,21 +2,23 @@
 
 Files are ``torch.save`` archives of nested dicts of tensors and numbers, read back with
 ``torch.load(weights_only=True)`` so loading never executes code. Problems a user can cause
-(missing file, another agent's file, a different state/action size) raise
-:class:`optimizer.errors.ModelFileError` naming the file.
+(missing file, another agent's file, a different state/action size, other preference vectors)
+raise :class:`optimizer.errors.ModelFileError` naming the file.
 """
 
 from __future__ import annotations
 
 import io
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
+from optimizer.atomic_files import atomic_write_bytes
 from optimizer.errors import ModelFileError
-from optimizer.records import atomic_write_bytes
 
 
 def save_state(path: str | os.PathLike, state: dict[str, Any]) -> None:
@@ -47,3 +49,18 @@ def load_state(path: str | os.PathLike, expected_shape: tuple[int, ...] | None =
                 f"{tuple(expected_shape)}"
             )
     return state
+
+
+def check_policies(
+    path: str | os.PathLike, state: dict[str, Any], names: Sequence[str], preferences: np.ndarray
+) -> None:
+    """Check that a multi-objective agent's file has a policy per name, for these preferences.
+
+    ``state`` is what :func:`load_state` read from ``path``; ``preferences`` holds one vector
+    per name, in order.
+    """
+    if not np.allclose(state["preferences"].numpy(), preferences):
+        raise ModelFileError(f"{path}: saved for other preference vectors")
+    missing = [n for n in names if n not in state]
+    if missing:
+        raise ModelFileError(f"{path}: no policy named {missing[0]!r}")

@@ -22,8 +22,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from optimizer.allocation import Allocation
+from optimizer.atomic_files import atomic_write_csv
 from optimizer.config import ResourceConfig
-from optimizer.records import Allocation, TrialSummary, atomic_write_csv, summaries_to_frame
+from optimizer.records import TrialSummary, summaries_to_frame
 from optimizer.training import TrainingModuleManager
 
 REPO = Path(__file__).resolve().parents[1]

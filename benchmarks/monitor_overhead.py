@@ -26,8 +26,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from optimizer.atomic_files import atomic_write_json  # noqa: E402
 from optimizer.monitor import ProcessMonitor  # noqa: E402
-from optimizer.records import atomic_write_json  # noqa: E402
 
 EXAMPLE = REPO / "examples" / "train_mlp.py"
 

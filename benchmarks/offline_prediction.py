@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from optimizer.atomic_files import atomic_write_json
 from optimizer.config import ResourceConfig
 from optimizer.offline import OfflineDataAnalyzer, leave_one_out, loo_summary
-from optimizer.records import atomic_write_json
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "examples" / "logs"

@@ -29,8 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from optimizer.allocation import Allocation  # noqa: E402
 from optimizer.config import OptimizerConfig, read_toml  # noqa: E402
-from optimizer.records import Allocation, TrialSummary  # noqa: E402
+from optimizer.records import TrialSummary  # noqa: E402
 from optimizer.training import TrainingModuleManager  # noqa: E402
 
 MANIFEST = ROOT / "benchmarks" / "workloads" / "workloads.toml"

@@ -7,6 +7,7 @@ the environment; :func:`envs.oracle.optimal_policy` gives the optimum it is grad
 from gymnasium.envs.registration import register, registry
 
 from envs.cloud_env import CloudEnvironment
+from envs.lockstep import Lockstep, lockstep
 from envs.model import EnvConfig, EnvModel, build_env_model
 from envs.workload import PhaseSpec, WorkloadModel, WorkloadParams, list_presets
 
@@ -20,9 +21,11 @@ __all__ = [
     "CloudEnvironment",
     "EnvConfig",
     "EnvModel",
+    "Lockstep",
     "PhaseSpec",
     "WorkloadModel",
     "WorkloadParams",
     "build_env_model",
     "list_presets",
+    "lockstep",
 ]

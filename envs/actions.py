@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from optimizer.allocation import Allocation
 from optimizer.config import ResourceConfig
 from optimizer.errors import ConfigError
-from optimizer.records import Allocation
 
 RESOURCES = ("gpus", "cpus", "memory_gb", "batch_size")
 

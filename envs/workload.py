@@ -44,9 +44,10 @@ Phases scale the CPU work (``cpu_scale``) and host memory (``mem_scale``) over t
 progress; a phase sequence is a list of ``(phase_id, fraction)`` pairs, as the phase detector's
 prototypes give them.
 
-:meth:`WorkloadModel.fit` calibrates the parameters from measured trial summaries
-(:class:`optimizer.records.TrialSummary`) by least squares on log step time (Pollux fits the same
-way) and refuses, with a message naming what is missing, when the trials cannot identify them.
+:func:`optimizer.workload_fit.fit_workload_model` calibrates the parameters from a table of
+measurements by least squares on log step time (Pollux fits the same way) and refuses, with a
+message naming what is missing, when the measurements cannot identify them. This module only
+takes parameters: it knows nothing of how they were measured.
 """
 
 from __future__ import annotations
@@ -61,7 +62,6 @@ from typing import Any
 import numpy as np
 
 from optimizer.errors import CloudoptError, ConfigError
-from optimizer.records import TrialSummary
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -245,7 +245,7 @@ def phases_from_labels(
 
 @dataclass
 class FitReport:
-    """Goodness of fit of :meth:`WorkloadModel.fit`."""
+    """Goodness of fit of :func:`optimizer.workload_fit.fit_workload_model`."""
 
     n_trials: int
     free: list[str]
@@ -270,7 +270,7 @@ class WorkloadModel:
     Parameters
     ----------
     params : WorkloadParams
-        Model parameters (from a preset, by hand, or set by :meth:`fit`).
+        Model parameters (from a preset, by hand, or fitted to measurements).
     phases : list of PhaseSpec
         Phase sequence over the job's progress; one neutral phase by default.
     name : str
@@ -281,7 +281,7 @@ class WorkloadModel:
     Attributes
     ----------
     fit_report_ : FitReport
-        Set by :meth:`fit`.
+        Set when the parameters were fitted to measurements.
     """
 
     params: WorkloadParams = field(default_factory=WorkloadParams)
@@ -362,7 +362,7 @@ class WorkloadModel:
         return (p.noise_scale + p.ref_batch) / (p.noise_scale + b)
 
     def predict_trial(self, allocation: Any) -> dict[str, float]:
-        """Predictions for one :class:`optimizer.records.Allocation` (first phase's scales)."""
+        """Predictions for one :class:`optimizer.allocation.Allocation` (first phase's scales)."""
         if allocation.batch_size is None:
             raise CloudoptError("cannot predict an allocation without a batch size")
         ph = self.phases[0]
@@ -431,58 +431,6 @@ class WorkloadModel:
             "phases": [dataclasses.asdict(p) for p in self.phases],
             "fit_report": self.fit_report_.to_dict() if self.fit_report_ else None,
         }
-
-    # ---------------------------------------------------------------- fitting
-    def fit(
-        self,
-        trials: Sequence[TrialSummary],
-        *,
-        noise_scale: float | None = None,
-        ref_batch: int | None = None,
-        gpu_mem_gb: float | None = None,
-        fixed: Mapping[str, float] | None = None,
-    ) -> WorkloadModel:
-        """Calibrate the parameters from measured trials; returns ``self``.
-
-        Parameters
-        ----------
-        trials : sequence of TrialSummary
-            Completed or probe trials with a throughput and an explicit batch size. They must
-            cover at least two batch sizes and two CPU counts (and, for GPU jobs, the GPU counts
-            to be predicted).
-        noise_scale, ref_batch : optional
-            Gradient noise scale and reference batch for statistical efficiency; throughput
-            trials cannot measure them. Defaults: ``model_info["grad_noise_scale"]`` of a trial
-            if present, else 0 (off); the smallest measured batch.
-        gpu_mem_gb : float, optional
-            Memory of one GPU for the out-of-memory check.
-        fixed : dict, optional
-            Step-time parameters to hold at given values instead of fitting them (e.g.
-            ``{"parallel_fraction": 0.9}`` when every trial used one CPU count); the
-            requirement on the trials that would identify them is dropped.
-
-        Raises
-        ------
-        CloudoptError
-            When too few usable trials are given or they cannot identify a parameter.
-        """
-        from envs._fit import fit_workload
-
-        params, report = fit_workload(
-            trials,
-            self.params,
-            noise_scale=noise_scale,
-            ref_batch=ref_batch,
-            gpu_mem_gb=gpu_mem_gb,
-            fixed=fixed,
-        )
-        self.params = params
-        self.fit_report_ = report
-        if params.device == "gpu" and "alpha_r" in report.fixed:
-            gpus = [t.allocation.gpus for t in trials if t.ok and t.throughput]
-            self.meta["fitted_gpu_range"] = [min(gpus), max(gpus)]
-        self.name = "fitted" if self.name == "custom" else self.name
-        return self
 
 
 def list_presets() -> list[str]:

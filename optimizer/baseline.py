@@ -21,8 +21,9 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
+from optimizer.allocation import Allocation
 from optimizer.config import OptimizerConfig, ResourceConfig
-from optimizer.records import Allocation, TrialSummary, summaries_to_frame, write_trials_csv
+from optimizer.records import TrialSummary, summaries_to_frame, write_trials_csv
 from optimizer.sla import calculate_sla_violations
 from optimizer.training import TrainingModuleManager
 

@@ -432,7 +432,7 @@ class OptimizerConfig:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the resolved configuration as JSON (atomically)."""
-        from optimizer.records import atomic_write_json
+        from optimizer.atomic_files import atomic_write_json
 
         atomic_write_json(path, self.to_dict())
 

@@ -17,9 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from optimizer.allocation import Allocation
 from optimizer.config import MultiObjectiveConfig, ResourceConfig
 from optimizer.errors import ConfigError
-from optimizer.records import Allocation, TrialSummary
+from optimizer.records import TrialSummary
 from optimizer.resources import as_allocation
 
 RESOURCES = ("gpus", "cpus", "memory_gb")

@@ -13,7 +13,7 @@ import math
 import re
 from collections.abc import Mapping
 
-from optimizer.records import Allocation
+from optimizer.allocation import Allocation
 
 _NAME_OK = re.compile(r"[^a-z0-9-]+")
 

@@ -30,8 +30,8 @@ from typing import Any
 import pandas as pd
 import psutil
 
+from optimizer.atomic_files import atomic_write_csv
 from optimizer.errors import TraceFormatError
-from optimizer.records import atomic_write_csv
 
 TRACE_COLUMNS = ["exec_id", "time_s", "cpu_cores", "mem_gb"]
 GPU_COLUMNS = ["gpu_util", "gpu_mem_gb"]

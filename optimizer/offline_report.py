@@ -21,13 +21,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from optimizer.atomic_files import atomic_write_bytes, atomic_write_json
 from optimizer.errors import CloudoptError  # noqa: E402
 from optimizer.offline import (  # noqa: E402
     PREFERENCES,
     OfflineDataAnalyzer,
     ResourcePrediction,
 )
-from optimizer.records import atomic_write_bytes, atomic_write_json  # noqa: E402
 from optimizer.report import Report  # noqa: E402
 
 TABLE_COLUMNS = ("model", "runs", "configs", "params", "mean_time_s", "mean_cost",

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from optimizer.allocation import Allocation
 from optimizer.config import OptimizerConfig
-from optimizer.records import Allocation
 
 AGENTS = ("reinforce", "morl")
 PARETO_WEIGHTS = 11

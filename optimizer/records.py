@@ -1,108 +1,29 @@
-"""Run records: atomic file writes and the trial summary schema.
+"""Run records: the trial summary schema and a run's trial folders.
 
 A run lives in ``runs/<run>/``; each measured configuration is a trial in
 ``runs/<run>/trials/<trial>/`` with ``config.json`` (the allocation), ``trace.csv`` (the
 monitor's samples), ``metrics.csv`` (what the script reported, if anything), ``stdout.log``,
 ``stderr.log`` and ``summary.json`` (a :class:`TrialSummary`). Every file is written to a
 temporary name in the same directory and renamed into place, so a crash never leaves a
-half-written record: a trial folder with a ``summary.json`` is complete.
+half-written record (:mod:`optimizer.atomic_files`): a trial folder with a ``summary.json`` is
+complete.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import tempfile
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from optimizer.allocation import Allocation
+from optimizer.atomic_files import atomic_write_csv, atomic_write_json, read_json
 from optimizer.errors import CloudoptError
 
 SUMMARY_FILE = "summary.json"
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the new one, never half."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; records are ordinary files
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def _json_default(obj: Any) -> Any:
-    if hasattr(obj, "item"):  # numpy scalars
-        return obj.item()
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    if isinstance(obj, Path):
-        return str(obj)
-    if dataclasses.is_dataclass(obj):
-        return dataclasses.asdict(obj)
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
-
-
-def to_json(obj: Any) -> str:
-    return json.dumps(obj, indent=2, default=_json_default, allow_nan=True) + "\n"
-
-
-def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:
-    atomic_write_text(path, to_json(obj))
-
-
-def atomic_write_csv(path: str | os.PathLike, frame: Any) -> None:
-    """Write a pandas DataFrame as CSV atomically (no index)."""
-    atomic_write_text(path, frame.to_csv(index=False))
-
-
-def read_json(path: str | os.PathLike) -> Any:
-    p = Path(path)
-    try:
-        return json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CloudoptError(f"{p}: file not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CloudoptError(f"{p}: not valid JSON ({exc})") from None
-
-
-@dataclass
-class Allocation:
-    """The resources one trial (or one environment step) runs with."""
-
-    gpus: int = 0
-    cpus: int = 1
-    memory_gb: float = 4.0
-    batch_size: int | None = None
-    """None: the script's own default batch size."""
-
-    def key(self) -> str:
-        bs = "default" if self.batch_size is None else str(self.batch_size)
-        return f"g{self.gpus}-c{self.cpus}-m{self.memory_gb:g}-b{bs}"
 
 
 @dataclass
@@ -185,6 +106,19 @@ def iter_trials(run_dir: str | os.PathLike) -> Iterator[TrialSummary]:
     for d in sorted(p for p in trials.iterdir() if p.is_dir()):
         if (d / SUMMARY_FILE).exists():
             yield TrialSummary.load(d)
+
+
+def job_time(t: TrialSummary) -> float | None:
+    """Whole-job time of a trial: measured when it completed, predicted for a probe."""
+    if t.status == "completed":
+        return t.wall_time_s
+    return t.predicted_total_time_s
+
+
+def job_cost(t: TrialSummary) -> float | None:
+    if t.status == "completed":
+        return t.cost
+    return t.predicted_total_cost
 
 
 MODEL_INFO_COLUMNS = ("model_name", "model_family", "params", "layers", "dataset")

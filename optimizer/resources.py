@@ -5,7 +5,7 @@ prices of a :class:`~optimizer.config.ResourceConfig` to environment variables:
 ``CUDA_VISIBLE_DEVICES`` (GPUs chosen among those visible; ``""`` hides all),
 ``OMP/MKL/OPENBLAS/NUMEXPR_NUM_THREADS``, ``OPTIMIZER_BATCH_SIZE`` and ``COST_PER_*_HOUR``.
 Thread variables are only a hint to the libraries, so CPU counts are also enforced with CPU
-affinity (:func:`cpu_affinity_set`, applied to the child by :mod:`optimizer.training`).
+affinity (:func:`cpu_affinity_set`, applied to the child by :mod:`optimizer.trial_runner`).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import os
 from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any
 
+from optimizer.allocation import Allocation
 from optimizer.config import ResourceConfig
 from optimizer.errors import ConfigError
-from optimizer.records import Allocation
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                "NUMEXPR_NUM_THREADS")

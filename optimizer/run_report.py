@@ -15,8 +15,10 @@ import matplotlib
 import numpy as np
 import pandas as pd
 
+from optimizer.allocation import Allocation
+from optimizer.atomic_files import atomic_write_json, atomic_write_text
 from optimizer.k8s import k8s_resources_yaml
-from optimizer.records import Allocation, TrialSummary, atomic_write_json, atomic_write_text
+from optimizer.records import TrialSummary, job_cost, job_time
 from optimizer.report import Report
 from optimizer.resources import ResourceManager
 from optimizer.sla import calculate_sla_violations
@@ -30,8 +32,6 @@ def _alloc(value: Any) -> Allocation:
 
 
 def _row(role: str, t: TrialSummary) -> dict[str, Any]:
-    from optimizer.core import job_cost, job_time
-
     a = t.allocation
     return {"run": role, "trial": t.trial_id, "status": t.status, "gpus": a.gpus, "cpus": a.cpus,
             "memory_gb": a.memory_gb, "batch_size": a.batch_size,
@@ -44,8 +44,6 @@ def _row(role: str, t: TrialSummary) -> dict[str, Any]:
 
 
 def _sla(t: TrialSummary, sla: Any) -> dict[str, bool]:
-    from optimizer.core import job_cost, job_time
-
     frame = pd.DataFrame([{"predicted_total_time_s": job_time(t),
                            "predicted_total_cost": job_cost(t), "throughput": t.throughput,
                            "mem_gb_peak": t.mem_gb_peak, "gpus": t.allocation.gpus,
@@ -62,8 +60,6 @@ def _save(fig: Any, path: Path) -> None:
 
 def _plot_comparison(path: Path, base: TrialSummary, opt: TrialSummary,
                      predicted: dict[str, Any]) -> None:
-    from optimizer.core import job_cost, job_time
-
     fig, axes = plt.subplots(1, 3, figsize=(10, 3.2))
     specs = [("job time (s)", job_time(base), job_time(opt), predicted.get("time_s")),
              ("job cost ($)", job_cost(base), job_cost(opt), predicted.get("cost")),
@@ -81,8 +77,6 @@ def _plot_comparison(path: Path, base: TrialSummary, opt: TrialSummary,
 
 def _plot_pareto(path: Path, sweep: pd.DataFrame, trials: list[TrialSummary],
                  chosen: dict[str, Any], opt: TrialSummary) -> None:
-    from optimizer.core import job_cost, job_time
-
     fig, ax = plt.subplots(figsize=(6, 4.2))
     if not sweep.empty:
         front = sweep[sweep["pareto"]].sort_values("cost")
@@ -233,8 +227,6 @@ def _track_pareto(tracker: Any, sweep: pd.DataFrame, resources: Any) -> None:
 
 def _write_recommendation(run_dir: Path, result: Any, reference: TrialSummary,
                           rec: dict[str, Any], sla_rows: dict[str, dict[str, bool]]) -> Path:
-    from optimizer.core import job_cost, job_time
-
     opt_t = result.optimized
     optimum = next((o for o in rec.get("outcomes", []) if o["name"] == rec["agent"]), None)
     body = {

@@ -8,32 +8,37 @@ k-means on the codes gives the phases. The first ``delay`` samples of an executi
 history; they are labelled :data:`WARMUP` (-1) instead of being padded with invented data.
 
 Saved models are directories of plain files (state dict, NPZ, JSON) that load without executing
-code; see :meth:`PhaseDetector.save`.
+code; see :meth:`PhaseDetector.save` and :mod:`phases.detector_io`. The estimator's helpers live
+beside it: :mod:`phases.detector_batch` (executions concatenated into one array) and
+:mod:`phases.constrained_kmeans` (adding phases with :meth:`PhaseDetector.expand`).
 """
 
 from __future__ import annotations
 
-import io
-import json
 import os
-import pickle
-import zipfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
-import sklearn
 import torch
 from sklearn.base import BaseEstimator
 from sklearn.cluster import KMeans
 from sklearn.utils.validation import check_is_fitted
 from tqdm.auto import tqdm
 
-from optimizer.errors import ModelFileError
-from optimizer.records import atomic_write_bytes, atomic_write_json
+from phases.constrained_kmeans import constrained_kmeans
 from phases.crbm import CRBM, Windows, _affine, resolve_device, window_index, windows_from_flat
+from phases.detector_batch import (
+    Batch,
+    batch_of_arrays,
+    flat_positions,
+    generic_names,
+    split_per_execution,
+)
+from phases.detector_io import FORMAT as FORMAT
+from phases.detector_io import FORMAT_VERSION as FORMAT_VERSION
+from phases.detector_io import load_detector, save_detector
 from phases.traces import FeatureScaler, TraceSet, traces_from_frame
 
 __all__ = ["PhaseDetector", "WARMUP", "DEFAULT_EPOCHS", "Traces"]
@@ -50,8 +55,6 @@ after 400, 0.039 after 1000. 400 epochs are within 1.5% of the 1000-epoch error 
 the curve. Much smaller trace sets (a few hundred windows: few minibatches per epoch) need
 more epochs; AI4DL trained 2000."""
 
-FORMAT = "cloudopt-phase-detector"
-FORMAT_VERSION = 1
 PREPROCESS_STEPS = ("exec-norm", "diff")
 
 Traces = TraceSet | pd.DataFrame | Sequence[np.ndarray] | np.ndarray
@@ -183,26 +186,24 @@ class PhaseDetector(BaseEstimator):
         exec_id: str | None = None,
         features: Sequence[str] | None = None,
         time: str | None = None,
-    ) -> _Batch:
+    ) -> Batch:
         """All executions concatenated, whatever form ``traces`` came in."""
         fitted = hasattr(self, "n_features_in_")
         if isinstance(traces, pd.DataFrame):
             traces = self._frame_traces(traces, exec_id, features, time, fitted)
         if isinstance(traces, TraceSet):
             if fitted and list(traces.features) != list(self.feature_names_in_):
-                if not _generic_names(traces.features) and not _generic_names(
-                    self.feature_names_in_
-                ):
+                if not generic_names(traces.features) and not generic_names(self.feature_names_in_):
                     raise ValueError(
                         f"trace features {list(traces.features)} differ from the model's "
                         f"{list(self.feature_names_in_)}"
                     )
-            batch = _batch_of_arrays(traces.arrays, list(traces.features))
+            batch = batch_of_arrays(traces.arrays, list(traces.features))
             batch = batch._replace(exec_id_col=traces.exec_id_col, time_col=traces.time_col)
         else:
             if isinstance(traces, np.ndarray) and traces.ndim == 2:
                 traces = [traces]  # one execution
-            batch = _batch_of_arrays(traces, None)
+            batch = batch_of_arrays(traces, None)
         if fitted and batch.flat.shape[1] != self.n_features_in_:
             raise ValueError(
                 f"traces have {batch.flat.shape[1]} features, the model expects "
@@ -244,7 +245,7 @@ class PhaseDetector(BaseEstimator):
                 out = np.hstack([out, d])
         return out
 
-    def _windows(self, batch: _Batch) -> Windows:
+    def _windows(self, batch: Batch) -> Windows:
         scaled = self.scaler_.scaler.transform(self._prepare(batch.flat, batch.lengths))
         return windows_from_flat(scaled, batch.lengths, self.delay, device=self._device())
 
@@ -307,7 +308,7 @@ class PhaseDetector(BaseEstimator):
         self._close_progress()
         codes = crbm.codes(win.v, win.u).cpu().numpy().astype(np.float64)
         km = KMeans(n_clusters=self.n_phases, n_init=10, random_state=int(seeds[2])).fit(codes)
-        first = batch.flat[_flat_positions(batch.lengths, win), 0]
+        first = batch.flat[flat_positions(batch.lengths, win), 0]
         level = [first[km.labels_ == c].mean() for c in range(self.n_phases)]
         order = np.argsort(level, kind="stable")
 
@@ -341,7 +342,7 @@ class PhaseDetector(BaseEstimator):
         self._bar = None
 
     # ---- inference ----------------------------------------------------------------------------
-    def _all_codes(self, traces, exec_id, time) -> tuple[_Batch, torch.Tensor, np.ndarray]:
+    def _all_codes(self, traces, exec_id, time) -> tuple[Batch, torch.Tensor, np.ndarray]:
         """Codes of every window of consecutive samples (the inference fast path, see
         ``CRBM.window_codes``) and which of them lie inside one execution.
 
@@ -381,7 +382,7 @@ class PhaseDetector(BaseEstimator):
         batch, codes, valid = self._all_codes(traces, exec_id, time)
         labels = np.full(len(batch.flat), WARMUP, dtype=np.int64)
         labels[self.delay :][valid] = self._assign(codes)[valid]
-        return _split(labels, batch.lengths)
+        return split_per_execution(labels, batch.lengths)
 
     def transform(
         self, traces: Traces, *, exec_id: str | None = None, time: str | None = None
@@ -397,7 +398,7 @@ class PhaseDetector(BaseEstimator):
         batch, codes, valid = self._all_codes(traces, exec_id, time)
         counts = np.maximum(batch.lengths - self.delay, 0)
         kept = codes.cpu().numpy()[valid].astype(np.float64)
-        return _split(kept, counts)
+        return split_per_execution(kept, counts)
 
     def score(
         self,
@@ -449,7 +450,7 @@ class PhaseDetector(BaseEstimator):
         rng = np.random.default_rng(self.random_state)
         best, best_inertia = None, np.inf
         for _ in range(10):
-            new, inertia = _constrained_kmeans(codes_np, self.cluster_centers_, n_new_phases, rng)
+            new, inertia = constrained_kmeans(codes_np, self.cluster_centers_, n_new_phases, rng)
             if inertia < best_inertia:
                 best, best_inertia = new, inertia
         self.cluster_centers_ = np.vstack([self.cluster_centers_, best])
@@ -464,47 +465,7 @@ class PhaseDetector(BaseEstimator):
         (``cluster_centers``), ``scaler.json`` and ``meta.json`` (format, parameters, features,
         columns, delay, loss curve, library versions). Each file is written atomically.
         """
-        check_is_fitted(self, ["crbm_", "cluster_centers_"])
-        out = Path(path)
-        out.mkdir(parents=True, exist_ok=True)
-        buf = io.BytesIO()
-        torch.save({k: v.detach().cpu() for k, v in self.crbm_.state_dict().items()}, buf)
-        atomic_write_bytes(out / "crbm.pt", buf.getvalue())
-        buf = io.BytesIO()
-        np.savez(buf, cluster_centers=np.asarray(self.cluster_centers_, dtype=np.float64))
-        atomic_write_bytes(out / "kmeans.npz", buf.getvalue())
-        self.scaler_.to_json(out / "scaler.json")
-        atomic_write_json(out / "meta.json", self._meta())
-        return out
-
-    def _meta(self) -> dict[str, Any]:
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            cloudopt = version("cloudopt")
-        except PackageNotFoundError:
-            cloudopt = "unknown"
-        params = self.get_params()
-        return {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "params": params,
-            "features": [str(f) for f in self.feature_names_in_],
-            "exec_id_col": self.exec_id_col_,
-            "time_col": self.time_col_,
-            "delay": int(self.delay),
-            "n_visible": int(self.crbm_.n_visible),
-            "n_hidden": int(self.crbm_.n_hidden),
-            "n_phases": int(self.n_phases_),
-            "n_windows": int(self.n_windows_),
-            "loss_curve": self.loss_curve_,
-            "versions": {
-                "cloudopt": cloudopt,
-                "torch": torch.__version__,
-                "numpy": np.__version__,
-                "scikit-learn": sklearn.__version__,
-            },
-        }
+        return save_detector(self, path)
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, device: str | None = None) -> PhaseDetector:
@@ -523,216 +484,9 @@ class PhaseDetector(BaseEstimator):
         ModelFileError
             A file is missing, corrupted, holds a pickled object, or does not match the others.
         """
-        root = Path(path)
-        if not root.is_dir():
-            raise ModelFileError(f"{root}: model directory not found")
-        meta = _read_meta(root / "meta.json")
-        params = dict(meta["params"])
-        if device is not None:
-            params["device"] = device
-        elif str(params.get("device", "auto")).startswith("cuda") and not torch.cuda.is_available():
-            params["device"] = "auto"  # fitted on a GPU, read on a CPU-only machine
-        try:
-            model = cls(**params)
-            model._check_params()
-        except (TypeError, ValueError) as exc:
-            raise ModelFileError(f"{root / 'meta.json'}: invalid parameters ({exc})") from None
-        n_vis, n_hid, delay = meta["n_visible"], meta["n_hidden"], meta["delay"]
-        if (n_hid, delay) != (model.n_hidden, model.delay):
-            raise ModelFileError(f"{root / 'meta.json'}: n_hidden/delay disagree with params")
-        crbm = CRBM(n_vis, n_hid, delay)
-        crbm.load_state_dict(_read_state(root / "crbm.pt", crbm))
-        centers = _read_centers(root / "kmeans.npz", n_hid, meta["n_phases"])
-        scaler = FeatureScaler.from_json(root / "scaler.json")
-        if scaler.n_features != n_vis:
-            raise ModelFileError(
-                f"{root / 'scaler.json'}: {scaler.n_features} features, the CRBM has {n_vis}"
-            )
-        model.crbm_ = crbm.to(model._device())
-        model.scaler_ = scaler
-        model.cluster_centers_ = centers
-        model.n_phases_ = int(meta["n_phases"])
-        model.feature_names_in_ = np.asarray(meta["features"], dtype=object)
-        model.n_features_in_ = len(model.feature_names_in_)
-        model.exec_id_col_ = meta.get("exec_id_col")
-        model.time_col_ = meta.get("time_col")
-        model.loss_curve_ = [float(x) for x in meta.get("loss_curve", [])]
-        model.n_windows_ = int(meta.get("n_windows", 0))
-        if model._n_visible_expected() != n_vis:
-            raise ModelFileError(
-                f"{root / 'meta.json'}: {model.n_features_in_} features with preprocess="
-                f"{model.preprocess!r} need {model._n_visible_expected()} visible units, "
-                f"the CRBM has {n_vis}"
-            )
-        return model
+        return load_detector(cls, path, device=device)
 
     def _n_visible_expected(self) -> int:
         """CRBM visible units implied by the features and ``preprocess``."""
         n = int(self.n_features_in_)
         return 2 * n if "diff" in self._preprocess_steps() else n
-
-
-# ---- helpers ------------------------------------------------------------------------------------
-def _generic_names(names: Sequence[str]) -> bool:
-    return all(str(n) == f"f{i}" for i, n in enumerate(names))
-
-
-class _Batch(NamedTuple):
-    """Executions concatenated: ``flat`` is ``(sum(lengths), n_features)`` float64."""
-
-    flat: np.ndarray
-    lengths: np.ndarray
-    features: list[str]
-    exec_id_col: str | None = None
-    time_col: str | None = None
-
-
-def _batch_of_arrays(arrays: Sequence[np.ndarray], features: list[str] | None) -> _Batch:
-    if isinstance(arrays, (str, bytes)) or not hasattr(arrays, "__len__") or len(arrays) == 0:
-        raise ValueError("traces must be a non-empty list of 2-D arrays, a TraceSet or a DataFrame")
-    arrays = [a if isinstance(a, np.ndarray) else np.asarray(a, dtype=np.float64) for a in arrays]
-    bad = next((i for i, a in enumerate(arrays) if a.ndim != 2 or a.shape[1] == 0), None)
-    if bad is not None:
-        raise ValueError(
-            f"execution {bad}: expected a 2-D (time, features) array, got shape {arrays[bad].shape}"
-        )
-    try:
-        flat = np.concatenate(arrays).astype(np.float64, copy=False)
-    except ValueError:
-        widths = sorted({a.shape[1] for a in arrays})
-        raise ValueError(f"executions have different feature counts: {widths}") from None
-    lengths = np.fromiter((len(a) for a in arrays), dtype=np.int64, count=len(arrays))
-    finite = np.isfinite(flat).all(1)
-    if not finite.all():
-        first = int(np.searchsorted(np.cumsum(lengths), np.argmin(finite), side="right"))
-        raise ValueError(
-            f"execution {first}: contains NaN or infinite values; read files with "
-            "phases.read_traces, which fills them"
-        )
-    names = features if features is not None else [f"f{i}" for i in range(flat.shape[1])]
-    return _Batch(flat, lengths, names)
-
-
-def _flat_positions(lengths: np.ndarray, win: Windows) -> np.ndarray:
-    """Index of each window's current sample in the concatenated executions."""
-    return (np.cumsum(lengths) - lengths)[win.owner] + win.position
-
-
-def _split(values: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
-    """Cut concatenated per-execution values back into one array per execution (slices are
-    views; cheaper than ``np.split`` for many short executions)."""
-    ends = np.cumsum(lengths).tolist()
-    starts = [0, *ends[:-1]]
-    return [values[a:b] for a, b in zip(starts, ends, strict=True)]
-
-
-def _constrained_kmeans(
-    x: np.ndarray, fixed: np.ndarray, n_new: int, rng: np.random.Generator, max_iter: int = 100
-) -> tuple[np.ndarray, float]:
-    """Lloyd's k-means where the centroids ``fixed`` never move; returns the new centroids."""
-    d2 = ((x[:, None, :] - fixed[None]) ** 2).sum(-1).min(1)
-    new = []
-    for _ in range(n_new):  # k-means++ seeding against everything chosen so far
-        p = d2 / d2.sum() if d2.sum() > 0 else np.full(len(x), 1 / len(x))
-        c = x[rng.choice(len(x), p=p)]
-        new.append(c)
-        d2 = np.minimum(d2, ((x - c) ** 2).sum(1))
-    new = np.array(new)
-    labels = None
-    for _ in range(max_iter):
-        centers = np.vstack([fixed, new])
-        dist = ((x[:, None, :] - centers[None]) ** 2).sum(-1)
-        next_labels = dist.argmin(1)
-        if labels is not None and np.array_equal(labels, next_labels):
-            break
-        labels = next_labels
-        for j in range(n_new):
-            members = x[labels == len(fixed) + j]
-            if len(members):
-                new[j] = members.mean(0)
-    centers = np.vstack([fixed, new])
-    inertia = float(((x[:, None, :] - centers[None]) ** 2).sum(-1).min(1).sum())
-    return new, inertia
-
-
-def _read_meta(path: Path) -> dict[str, Any]:
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ModelFileError(f"{path}: file not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ModelFileError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise ModelFileError(
-            f"{path}: not a {FORMAT} model (format={meta.get('format')!r})"
-            if isinstance(meta, dict)
-            else f"{path}: expected a JSON object"
-        )
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise ModelFileError(
-            f"{path}: format_version {meta.get('format_version')!r}, this code reads "
-            f"{FORMAT_VERSION}"
-        )
-    need = ("params", "features", "delay", "n_visible", "n_hidden", "n_phases")
-    missing = [k for k in need if k not in meta]
-    if missing or not isinstance(meta["params"], dict):
-        raise ModelFileError(f"{path}: missing or malformed keys {missing or ['params']}")
-    for key in ("delay", "n_visible", "n_hidden", "n_phases"):
-        if not isinstance(meta[key], int) or meta[key] < 1:
-            raise ModelFileError(f"{path}: {key} must be a positive integer, got {meta[key]!r}")
-    return meta
-
-
-def _read_state(path: Path, crbm: CRBM) -> dict[str, torch.Tensor]:
-    if not path.is_file():
-        raise ModelFileError(f"{path}: file not found")
-    try:
-        # weights_only=True: the unpickler accepts tensors and plain containers only and
-        # refuses any other object, so a crafted file cannot run code.
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except (
-        pickle.UnpicklingError,
-        RuntimeError,
-        EOFError,
-        ValueError,
-        zipfile.BadZipFile,
-        AttributeError,
-        ImportError,
-        TypeError,
-        OSError,
-    ) as exc:
-        raise ModelFileError(
-            f"{path}: not a plain tensor state dict (refused or corrupted: "
-            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
-        ) from None
-    expected = crbm.state_dict()
-    if not isinstance(state, dict) or set(state) != set(expected):
-        keys = sorted(state) if isinstance(state, dict) else type(state).__name__
-        raise ModelFileError(f"{path}: expected tensors {sorted(expected)}, found {keys}")
-    for name, ref in expected.items():
-        value = state[name]
-        if not isinstance(value, torch.Tensor) or value.shape != ref.shape:
-            shape = getattr(value, "shape", type(value).__name__)
-            raise ModelFileError(
-                f"{path}: {name} has shape {tuple(shape) if hasattr(shape, '__len__') else shape}, "
-                f"meta.json implies {tuple(ref.shape)}"
-            )
-        if not torch.isfinite(value).all():
-            raise ModelFileError(f"{path}: {name} contains NaN or infinite values")
-    return {k: v.to(torch.float32) for k, v in state.items()}
-
-
-def _read_centers(path: Path, n_hidden: int, n_phases: int) -> np.ndarray:
-    if not path.is_file():
-        raise ModelFileError(f"{path}: file not found")
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            centers = np.asarray(data["cluster_centers"], dtype=np.float64)
-    except (ValueError, KeyError, OSError, zipfile.BadZipFile, EOFError) as exc:
-        raise ModelFileError(f"{path}: unreadable or contains objects ({exc})") from None
-    if centers.shape != (n_phases, n_hidden) or not np.isfinite(centers).all():
-        raise ModelFileError(
-            f"{path}: cluster_centers has shape {centers.shape}, meta.json implies "
-            f"({n_phases}, {n_hidden})"
-        )
-    return centers

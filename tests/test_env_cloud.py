@@ -258,7 +258,8 @@ def test_phases_from_detector_labels_and_stats():
 
 def test_update_metrics_from_a_trial_summary():
     from envs.state import metrics_from_trial
-    from optimizer.records import Allocation, TrialSummary
+    from optimizer.allocation import Allocation
+    from optimizer.records import TrialSummary
 
     trial = TrialSummary(
         trial_id="t",

@@ -18,10 +18,10 @@ import os
 import pytest
 
 from envs import CloudEnvironment, oracle
-from envs.calibrate import env_config_from_trials, measure
-from envs.workload import WorkloadModel
+from optimizer.allocation import Allocation
+from optimizer.calibrate import env_config_from_trials, measure
 from optimizer.config import ResourceConfig
-from optimizer.records import Allocation
+from optimizer.workload_fit import fit_workload_model
 
 pytestmark = pytest.mark.slow
 
@@ -61,7 +61,7 @@ def trials(tmp_path_factory, repo_root):
 
 def test_fit_on_real_trials_predicts_held_out_throughput(trials):
     assert all(t.ok and t.throughput for t in trials), [(t.trial_id, t.reason) for t in trials]
-    model = WorkloadModel().fit(trials[:4], noise_scale=256, ref_batch=128)
+    model = fit_workload_model(trials[:4], noise_scale=256, ref_batch=128)
     held = trials[4]
     pred = model.predict_trial(held.allocation)["throughput"]
     err = pred / held.throughput - 1

@@ -12,8 +12,10 @@ from envs.workload import (
     list_presets,
     phase_sequence,
 )
+from optimizer.allocation import Allocation
 from optimizer.errors import CloudoptError
-from optimizer.records import Allocation, TrialSummary
+from optimizer.records import TrialSummary
+from optimizer.workload_fit import fit_workload_model
 
 # dl-platforms lecture: Table 4 (VGG-16/Caffe, batch 75) and Table 6 (ResNet-50/TF, batch 128)
 PUBLISHED = [
@@ -91,7 +93,7 @@ def test_fit_recovers_cpu_parameters():
         mem_per_sample_gb=0.002,
     )
     grid = [(0, c, b) for c in (1, 2, 4) for b in (32, 128, 512)]
-    model = WorkloadModel().fit(synthetic_trials(true, grid))
+    model = fit_workload_model(synthetic_trials(true, grid))
     p = model.params
     assert p.device == "cpu"
     for name in ("alpha_c", "beta_c", "parallel_fraction", "mem_base_gb", "mem_per_sample_gb"):
@@ -106,7 +108,7 @@ def test_fit_recovers_gpu_parameters():
         WorkloadModel.from_preset("resnet50-v100").params, noise_scale=0.0, gpu_mem_gb=0.0
     )
     grid = [(g, c, 64 * g * k) for g in (1, 2, 4) for c in (2, 8, 24) for k in (1, 2)]
-    model = WorkloadModel().fit(synthetic_trials(true, grid), ref_batch=128)
+    model = fit_workload_model(synthetic_trials(true, grid), ref_batch=128)
     p = model.params
     for name in (
         "alpha_c",
@@ -126,7 +128,7 @@ def test_fit_recovers_gpu_parameters():
 def test_fit_with_noise_reports_error():
     true = WorkloadParams(device="cpu", alpha_c=0.004, beta_c=0.0002, parallel_fraction=0.8)
     grid = [(0, c, b) for c in (1, 2, 4) for b in (32, 128, 512)]
-    model = WorkloadModel().fit(synthetic_trials(true, grid, noise=0.05, seed=1))
+    model = fit_workload_model(synthetic_trials(true, grid, noise=0.05, seed=1))
     rep = model.fit_report_
     assert 0.0 < rep.max_rel_error < 0.2 and 0.8 < rep.r2_throughput < 1.0
     assert model.params.parallel_fraction == pytest.approx(0.8, abs=0.15)
@@ -135,25 +137,25 @@ def test_fit_with_noise_reports_error():
 def test_fit_refuses_unidentifiable_trials():
     true = WorkloadParams(device="cpu", alpha_c=0.004, beta_c=0.0002, parallel_fraction=0.8)
     with pytest.raises(CloudoptError, match="same per-device batch size"):
-        WorkloadModel().fit(synthetic_trials(true, [(0, c, 64) for c in (1, 2, 4)]))
+        fit_workload_model(synthetic_trials(true, [(0, c, 64) for c in (1, 2, 4)]))
     with pytest.raises(CloudoptError, match="CPU"):
-        WorkloadModel().fit(synthetic_trials(true, [(0, 2, b) for b in (32, 64, 128)]))
+        fit_workload_model(synthetic_trials(true, [(0, 2, b) for b in (32, 64, 128)]))
     with pytest.raises(CloudoptError, match="usable trial"):
-        WorkloadModel().fit(synthetic_trials(true, [(0, 1, 32), (0, 2, 64)]))
+        fit_workload_model(synthetic_trials(true, [(0, 1, 32), (0, 2, 64)]))
     failed = synthetic_trials(true, [(0, 1, 32), (0, 2, 64), (0, 2, 32)])
     failed[0].status = "failed"
     with pytest.raises(CloudoptError, match="2 usable trial"):
-        WorkloadModel().fit(failed)
+        fit_workload_model(failed)
     mixed = synthetic_trials(true, [(0, 1, 32), (0, 2, 64), (0, 2, 32)])
     mixed[0].allocation.gpus = 1
     with pytest.raises(CloudoptError, match="mix CPU-only and GPU"):
-        WorkloadModel().fit(mixed)
+        fit_workload_model(mixed)
 
 
 def test_single_gpu_fit_is_limited_to_the_measured_gpu_count():
     true = dataclasses.replace(WorkloadModel.from_preset("vgg16-v100").params, noise_scale=0.0)
     grid = [(1, c, b) for c in (2, 8) for b in (32, 64)]
-    model = WorkloadModel().fit(synthetic_trials(true, grid))
+    model = fit_workload_model(synthetic_trials(true, grid))
     assert "alpha_r" in model.fit_report_.fixed
     assert model.meta["fitted_gpu_range"] == [1, 1]
     # VGG-16 is GPU-bound from two threads on: the input pipeline cannot be identified, so the
@@ -172,7 +174,7 @@ def test_single_gpu_fit_is_limited_to_the_measured_gpu_count():
 
 def test_env_config_from_trials_and_preset_round_trip(tmp_path):
     from envs import CloudEnvironment, oracle
-    from envs.calibrate import env_config_from_trials, preset_text
+    from optimizer.calibrate import env_config_from_trials, preset_text
     from optimizer.config import ResourceConfig
 
     true = WorkloadParams(
@@ -213,19 +215,19 @@ def test_env_config_from_trials_and_preset_round_trip(tmp_path):
 def test_fit_holds_given_parameters():
     true = WorkloadParams(device="cpu", alpha_c=0.004, beta_c=0.0002, parallel_fraction=0.8)
     trials = synthetic_trials(true, [(0, 1, b) for b in (32, 128, 512)])
-    model = WorkloadModel().fit(trials, fixed={"parallel_fraction": 0.5})
+    model = fit_workload_model(trials, fixed={"parallel_fraction": 0.5})
     assert model.params.parallel_fraction == 0.5
     assert model.params.beta_c == pytest.approx(true.beta_c, rel=1e-3)
     assert model.fit_report_.fixed["parallel_fraction"] == "given"
     with pytest.raises(CloudoptError, match="cannot hold 'mem_base_gb' fixed"):
-        WorkloadModel().fit(trials, fixed={"mem_base_gb": 1.0})
+        fit_workload_model(trials, fixed={"mem_base_gb": 1.0})
     with pytest.raises(CloudoptError, match="outside"):
-        WorkloadModel().fit(trials, fixed={"parallel_fraction": 1.5})
+        fit_workload_model(trials, fixed={"parallel_fraction": 1.5})
 
 
 def test_calibrate_cli_fits_a_recorded_run_into_a_preset(tmp_path):
     from envs import CloudEnvironment
-    from envs.calibrate import main
+    from optimizer.calibrate import main
 
     true = WorkloadParams(
         device="cpu",
@@ -272,11 +274,11 @@ def test_fit_refuses_trials_where_more_cpus_ran_slower():
     trials = synthetic_trials(true, [(0, c, b) for c in (1, 2) for b in (32, 512)])
     trials[2].throughput = 0.1 * trials[0].throughput  # 2 CPUs at batch 32: ten times slower
     with pytest.raises(CloudoptError, match="oversubscribed"):
-        WorkloadModel().fit(trials)
+        fit_workload_model(trials)
 
 
 def test_measure_runs_repeats_round_robin_and_keeps_the_fastest(tmp_path, monkeypatch, repo_root):
-    from envs import calibrate
+    from optimizer import calibrate
     from optimizer.training import TrainingModuleManager
 
     calls = []

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from optimizer import gpu
+from optimizer.allocation import Allocation
 from optimizer.config import ResourceConfig
-from optimizer.records import Allocation
 from optimizer.training import TrainingModuleManager
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

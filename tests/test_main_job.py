@@ -10,8 +10,10 @@ import time
 import pandas as pd
 import pytest
 
+from optimizer.allocation import Allocation
 from optimizer.config import ResourceConfig, SLAConfig
-from optimizer.records import Allocation, TrialSummary
+from optimizer.records import TrialSummary
+from optimizer.workload_fit import fit_workload_model
 
 yaml = pytest.importorskip("yaml")
 
@@ -141,10 +143,9 @@ def _synthetic_trials() -> list[TrialSummary]:
 def test_cost_and_time_preferences_recommend_different_allocations():
     from envs import EnvConfig
     from envs.oracle import optimal_policy
-    from envs.workload import WorkloadModel
     from optimizer.recommend import held_allocation
 
-    fitted = WorkloadModel().fit(_synthetic_trials())
+    fitted = fit_workload_model(_synthetic_trials())
     base = EnvConfig(workload=fitted, sla=SLAConfig(time_max=60.0, cost_max=0.01),
                      resources=ResourceConfig(gpu_count_max=0, cpu_count_max=2, memory_max=4.0),
                      n_steps=10, total_samples=1e5, batch_sizes=[64, 128, 256],
@@ -156,8 +157,8 @@ def test_cost_and_time_preferences_recommend_different_allocations():
 
 def test_offline_logs_choose_the_first_baseline_trial(repo_root):
     from optimizer.config import load_config
-    from optimizer.core import CloudResourceOptimizer
     from optimizer.offline import predict_start_allocation
+    from optimizer.pipeline import CloudResourceOptimizer
     from optimizer.training import TrainingModuleManager
 
     cfg = load_config(overrides={"run": {"baseline_samples": 3}})

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from optimizer.allocation import Allocation
 from optimizer.config import ResourceConfig, SLAConfig
 from optimizer.errors import CloudoptError
 from optimizer.offline import (
@@ -16,7 +17,7 @@ from optimizer.offline import (
     loo_summary,
     predict_start_allocation,
 )
-from optimizer.records import Allocation, TrialSummary
+from optimizer.records import TrialSummary
 
 RES = ResourceConfig(gpu_count_max=0, cpu_count_max=4, memory_max=16.0)
 

@@ -8,9 +8,10 @@ import textwrap
 import pandas as pd
 import pytest
 
+from optimizer.allocation import Allocation
 from optimizer.baseline import plan_baseline, rank_trials
 from optimizer.config import OptimizerConfig, ResourceConfig
-from optimizer.records import Allocation, TrialSummary
+from optimizer.records import TrialSummary
 
 QUICK = textwrap.dedent("""
     import os, time

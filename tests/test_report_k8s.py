@@ -8,8 +8,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
+from optimizer.allocation import Allocation
 from optimizer.k8s import cpu_quantity, dns_label, k8s_resources_yaml, memory_quantity  # noqa: E402
-from optimizer.records import Allocation  # noqa: E402
 from optimizer.report import Report, format_value  # noqa: E402
 
 yaml = pytest.importorskip("yaml")

@@ -5,9 +5,9 @@ import os
 import pytest
 
 from optimizer import gpu
+from optimizer.allocation import Allocation
 from optimizer.config import ResourceConfig
 from optimizer.errors import ConfigError
-from optimizer.records import Allocation
 from optimizer.resources import THREAD_VARS, ResourceManager, as_allocation, cpu_affinity_set
 
 PRICES = ResourceConfig(gpu_count_max=4, cpu_count_max=8, memory_max=64.0,

@@ -6,9 +6,10 @@ import textwrap
 import pandas as pd
 import pytest
 
+from optimizer.allocation import Allocation
 from optimizer.config import ResourceConfig
 from optimizer.errors import TrainingScriptError
-from optimizer.records import Allocation, TrialSummary
+from optimizer.records import TrialSummary
 from optimizer.training import (
     TrainingModuleManager,
     analyze_source,

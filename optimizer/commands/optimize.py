@@ -1,7 +1,7 @@
 """``python -m optimizer --train-file F ...``: optimize the resources of training scripts.
 
 Parses arguments, loads the configuration, validates the scripts and the preference, then hands
-each script to :class:`optimizer.core.CloudResourceOptimizer` (baseline trials, phases, workload
+each script to :class:`optimizer.pipeline.CloudResourceOptimizer` (baseline trials, phases, workload
 fit, agents, a real run of the recommendation, report) and prints the baseline table and a
 summary. Every stage lives in the library, not here.
 """
@@ -18,12 +18,12 @@ from typing import Any
 
 import pandas as pd
 
+from optimizer.atomic_files import atomic_write_json
 from optimizer.baseline import best_trial, format_trials_table, rank_trials
 from optimizer.cli import commands_epilog
 from optimizer.config import OptimizerConfig, load_config, parse_preference
-from optimizer.core import CloudResourceOptimizer, JobOptions
 from optimizer.errors import CloudoptError, ConfigError
-from optimizer.records import atomic_write_json
+from optimizer.pipeline import CloudResourceOptimizer, JobOptions
 from optimizer.training import TrainingModuleManager, describe_allocation
 
 
@@ -136,7 +136,7 @@ def optimize_file(optimizer: CloudResourceOptimizer, manager: TrainingModuleMana
 
 def summary_table(result: Any) -> str:
     """Baseline (reference trial) against the optimized run, and where the report is."""
-    from optimizer.core import job_cost, job_time
+    from optimizer.records import job_cost, job_time
 
     rec = result.recommendation
     rows = [("baseline", result.baseline[0]), ("optimized", result.optimized)]

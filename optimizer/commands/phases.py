@@ -107,7 +107,7 @@ def _load(args: argparse.Namespace):
 
 
 def _predict(args: argparse.Namespace) -> int:
-    from optimizer.records import atomic_write_csv
+    from optimizer.atomic_files import atomic_write_csv
     from phases.report import predict_table
 
     model, traces, frame = _load(args)

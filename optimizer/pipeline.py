@@ -28,17 +28,14 @@ from typing import Any
 
 import pandas as pd
 
+from optimizer.allocation import Allocation
+from optimizer.atomic_files import atomic_write_json, read_json
 from optimizer.baseline import plan_baseline, rank_trials, run_baseline
 from optimizer.config import OptimizerConfig, load_config, validate_preference
 from optimizer.cost import ResourceCostCalculator
 from optimizer.errors import CloudoptError
 from optimizer.gpu import nvml_device_count, visible_device_indices
-from optimizer.records import (
-    Allocation,
-    TrialSummary,
-    atomic_write_json,
-    read_json,
-)
+from optimizer.records import TrialSummary, job_cost, job_time
 from optimizer.training import TrainingModuleManager
 
 ENV_STEPS = 10
@@ -101,19 +98,6 @@ def _with_batch(t: TrialSummary, trial_dir: Path | None = None) -> TrialSummary:
     copy = TrialSummary.from_dict(t.to_dict())
     copy.allocation.batch_size = b
     return copy
-
-
-def job_time(t: TrialSummary) -> float | None:
-    """Whole-job time of a trial: measured when it completed, predicted for a probe."""
-    if t.status == "completed":
-        return t.wall_time_s
-    return t.predicted_total_time_s
-
-
-def job_cost(t: TrialSummary) -> float | None:
-    if t.status == "completed":
-        return t.cost
-    return t.predicted_total_cost
 
 
 class CloudResourceOptimizer:
@@ -327,7 +311,7 @@ class CloudResourceOptimizer:
                     total: float | None, profile: Any) -> Any:
         """A CloudEnvironment over the workload model fitted to the trials (raises
         CloudoptError when they cannot identify it), started from the reference allocation."""
-        from envs.calibrate import env_config_from_trials
+        from optimizer.calibrate import env_config_from_trials
 
         trials = [t for t in usable if t.allocation.batch_size is not None]
         phases = {}
@@ -382,7 +366,7 @@ class CloudResourceOptimizer:
 
     @staticmethod
     def _save_rl(out: Path, r: Any) -> None:
-        from optimizer.records import atomic_write_csv
+        from optimizer.atomic_files import atomic_write_csv
 
         atomic_write_csv(out / "decisions.csv", r.decisions)
         atomic_write_csv(out / "pareto_sweep.csv", r.pareto)
@@ -441,7 +425,7 @@ class CloudResourceOptimizer:
 
     def save_optimization_metrics(self, result: OptimizationResult) -> Path:
         """One CSV row per run (baseline reference, optimized) for plotting across runs."""
-        from optimizer.records import atomic_write_csv
+        from optimizer.atomic_files import atomic_write_csv
 
         rows = []
         for role, t in (("baseline", result.baseline[0]), ("optimized", result.optimized)):

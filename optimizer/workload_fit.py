@@ -1,4 +1,9 @@
-"""Least-squares calibration of :class:`envs.workload.WorkloadParams` from trial summaries.
+"""Fit the simulator's workload model to measurements: least squares on a measurement table.
+
+The orchestrator makes the measurements, so the fit lives here: :func:`measurements_from_trials`
+turns trial records into the table (one row per usable trial: allocation columns, throughput,
+peak memory, utilisation) and :func:`fit_workload_model` calibrates
+:class:`envs.workload.WorkloadParams` from any such table, recorded or not.
 
 Step time is fitted on a log scale (relative errors count the same at every size, as in Pollux's
 ``fit_perf_params``) with bounded trust-region least squares. Parameters the trials say nothing
@@ -10,13 +15,22 @@ of the Jacobian's conditioning at the solution catches the remaining unidentifia
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping
 
 import numpy as np
+import pandas as pd
 import scipy.optimize
 
+from envs.workload import FitReport, WorkloadModel, WorkloadParams
 from optimizer.errors import CloudoptError
 from optimizer.records import TrialSummary
+
+MEASUREMENT_COLUMNS = (
+    "trial_id", "gpus", "cpus", "batch_size", "throughput", "mem_gb_peak", "cpu_util_mean",
+    "gpu_util_mean",
+)
+"""The table :func:`fit_workload_model` takes; ``batch_size`` may be missing (NaN) on rows the
+fit then cannot use, and the last three may be NaN or 0 where they were not measured."""
 
 _HINTS = {
     "alpha_c": "trials at two or more batch sizes",
@@ -50,28 +64,64 @@ class _Data:
     gpu_util: np.ndarray
 
 
-def _usable(trials: Sequence[TrialSummary]) -> _Data:
+def measurements_from_trials(trials: Iterable[TrialSummary]) -> pd.DataFrame:
+    """One row per completed or probe trial that measured a throughput (failed trials measured
+    nothing the fit can use), columns :data:`MEASUREMENT_COLUMNS`."""
     rows = [
-        t for t in trials if t.ok and t.throughput and t.throughput > 0 and t.allocation.batch_size
+        {
+            "trial_id": t.trial_id,
+            "gpus": t.allocation.gpus,
+            "cpus": t.allocation.cpus,
+            "batch_size": np.nan if t.allocation.batch_size is None else t.allocation.batch_size,
+            "throughput": t.throughput,
+            "mem_gb_peak": t.mem_gb_peak,
+            "cpu_util_mean": t.cpu_util_mean,
+            "gpu_util_mean": np.nan if t.gpu_util_mean is None else t.gpu_util_mean,
+        }
+        for t in trials
+        if t.ok and t.throughput and t.throughput > 0
     ]
-    if len(rows) < 3:
+    return pd.DataFrame(rows, columns=list(MEASUREMENT_COLUMNS))
+
+
+def noise_scale_from_trials(trials: Iterable[TrialSummary]) -> float:
+    """The gradient noise scale a script reported (``model_info["grad_noise_scale"]``), else 0."""
+    for t in trials:
+        v = (t.model_info or {}).get("grad_noise_scale")
+        if isinstance(v, (int, float)) and v > 0:
+            return float(v)
+    return 0.0
+
+
+def _usable(table: pd.DataFrame) -> _Data:
+    missing = [c for c in MEASUREMENT_COLUMNS[:5] if c not in table.columns]
+    if missing:
         raise CloudoptError(
-            f"cannot fit the workload model: {len(rows)} usable trial(s) of {len(trials)} "
-            "(need at least 3 completed or probe trials with a throughput and a batch size)"
+            f"cannot fit the workload model: the measurement table has no column {missing[0]!r} "
+            f"(columns needed: {', '.join(MEASUREMENT_COLUMNS[:5])})"
         )
 
-    def arr(fn) -> np.ndarray:
-        return np.array([fn(t) for t in rows], dtype=float)
+    def col(name: str, default: float = np.nan) -> np.ndarray:
+        if name not in table.columns:
+            return np.full(len(table), default)
+        return pd.to_numeric(table[name], errors="coerce").to_numpy(dtype=float)
 
+    thr, b = col("throughput"), col("batch_size")
+    keep = np.isfinite(thr) & (thr > 0) & np.isfinite(b) & (b > 0)
+    if keep.sum() < 3:
+        raise CloudoptError(
+            f"cannot fit the workload model: {int(keep.sum())} usable trial(s) of {len(table)} "
+            "(need at least 3 completed or probe trials with a throughput and a batch size)"
+        )
     return _Data(
-        ids=[t.trial_id for t in rows],
-        g=arr(lambda t: t.allocation.gpus),
-        c=arr(lambda t: t.allocation.cpus),
-        b=arr(lambda t: t.allocation.batch_size),
-        thr=arr(lambda t: t.throughput),
-        mem=arr(lambda t: t.mem_gb_peak),
-        cpu_util=arr(lambda t: t.cpu_util_mean),
-        gpu_util=arr(lambda t: np.nan if t.gpu_util_mean is None else t.gpu_util_mean),
+        ids=[str(i) for i in table["trial_id"].to_numpy()[keep]],
+        g=col("gpus")[keep],
+        c=col("cpus")[keep],
+        b=b[keep],
+        thr=thr[keep],
+        mem=np.nan_to_num(col("mem_gb_peak", 0.0)[keep]),
+        cpu_util=np.nan_to_num(col("cpu_util_mean", 0.0)[keep]),
+        gpu_util=col("gpu_util_mean")[keep],
     )
 
 
@@ -179,8 +229,6 @@ def _params_from(x: np.ndarray, free: list[str], base: dict[str, float]) -> dict
 
 
 def _log_step(values: dict[str, float], proto, d: _Data) -> np.ndarray:
-    from envs.workload import WorkloadModel
-
     params = dataclasses.replace(proto, **values)
     pred = WorkloadModel(params=params).predict(d.g, d.c, np.full_like(d.b, np.inf), d.b)
     return np.log(pred["step_time"])
@@ -230,10 +278,66 @@ def _r2(y: np.ndarray, pred: np.ndarray) -> float:
     return 1.0 - float(np.sum((y - pred) ** 2)) / ss if ss > 0 else float("nan")
 
 
-def fit_workload(trials, proto, *, noise_scale=None, ref_batch=None, gpu_mem_gb=None, fixed=None):
-    """Fit parameters; returns ``(WorkloadParams, FitReport)``. See ``WorkloadModel.fit``."""
+def fit_workload_model(
+    measurements: pd.DataFrame | Iterable[TrialSummary],
+    *,
+    name: str = "fitted",
+    proto: WorkloadParams | None = None,
+    noise_scale: float | None = None,
+    ref_batch: int | None = None,
+    gpu_mem_gb: float | None = None,
+    fixed: Mapping[str, float] | None = None,
+) -> WorkloadModel:
+    """Calibrate a :class:`WorkloadModel` from measurements.
 
-    d = _usable(trials)
+    Parameters
+    ----------
+    measurements : DataFrame with :data:`MEASUREMENT_COLUMNS`, or trial records
+        Rows with a throughput and an explicit batch size are used. They must cover at least two
+        batch sizes and two CPU counts (and, for GPU jobs, the GPU counts to be predicted).
+        Trial records go through :func:`measurements_from_trials` (and give the noise scale).
+    name : str
+        The fitted model's label.
+    proto : WorkloadParams, optional
+        Starting parameters (the fields the fit does not set are kept).
+    noise_scale, ref_batch : optional
+        Gradient noise scale and reference batch for statistical efficiency; throughput
+        measurements cannot show them. Defaults: 0 (off; for trial records, a reported
+        ``grad_noise_scale``); the smallest measured batch.
+    gpu_mem_gb : float, optional
+        Memory of one GPU for the out-of-memory check.
+    fixed : dict, optional
+        Step-time parameters to hold at given values instead of fitting them (e.g.
+        ``{"parallel_fraction": 0.9}`` when every trial used one CPU count); the requirement on
+        the measurements that would identify them is dropped.
+
+    Returns
+    -------
+    WorkloadModel
+        With ``fit_report_`` (fit quality per measurement and the parameters not identified).
+
+    Raises
+    ------
+    CloudoptError
+        When too few usable measurements are given or they cannot identify a parameter.
+    """
+    if not isinstance(measurements, pd.DataFrame):
+        trials = list(measurements)
+        if noise_scale is None:
+            noise_scale = noise_scale_from_trials(trials)
+        measurements = measurements_from_trials(trials)
+    params, report, d = _fit(
+        measurements, proto or WorkloadParams(), noise_scale=noise_scale or 0.0,
+        ref_batch=ref_batch, gpu_mem_gb=gpu_mem_gb, fixed=fixed,
+    )
+    model = WorkloadModel(params=params, name=name, fit_report_=report)
+    if params.device == "gpu" and "alpha_r" in report.fixed:
+        model.meta["fitted_gpu_range"] = [int(d.g.min()), int(d.g.max())]
+    return model
+
+
+def _fit(table, proto, *, noise_scale, ref_batch, gpu_mem_gb, fixed):
+    d = _usable(table)
     device = "gpu" if (d.g > 0).any() else "cpu"
     if device == "gpu" and (d.g == 0).any():
         _refuse("trials mix CPU-only and GPU runs; fit them as separate workloads", d)
@@ -264,10 +368,10 @@ def fit_workload(trials, proto, *, noise_scale=None, ref_batch=None, gpu_mem_gb=
     params = dataclasses.replace(proto, **values)
     params = _fit_secondary(params, d, fixed, gpu_mem_gb)
     params.ref_batch = int(ref_batch or d.b.min())
-    params.noise_scale = float(noise_scale if noise_scale is not None else _noise_from_info(trials))
+    params.noise_scale = float(noise_scale)
     if params.noise_scale == 0:
         fixed["noise_scale"] = "no gradient noise scale given: statistical efficiency is off"
-    return params, _report(params, d, free, fixed)
+    return params, _report(params, d, free, fixed), d
 
 
 def _solve(d: _Data, free: list[str], base: dict[str, float], proto, y: np.ndarray):
@@ -286,18 +390,8 @@ def _solve(d: _Data, free: list[str], base: dict[str, float], proto, y: np.ndarr
     return _params_from(sol.x, free, base)
 
 
-def _noise_from_info(trials: Sequence[TrialSummary]) -> float:
-    for t in trials:
-        v = (t.model_info or {}).get("grad_noise_scale")
-        if isinstance(v, (int, float)) and v > 0:
-            return float(v)
-    return 0.0
-
-
 def _fit_secondary(params, d: _Data, fixed: dict[str, str], gpu_mem_gb):
     """Memory line, host cores per GPU and the GPU utilisation ceiling."""
-    from envs.workload import WorkloadModel
-
     has_mem = d.mem > 0
     if has_mem.sum() >= 2 and len(np.unique(d.b[has_mem])) >= 2:
         slope, icpt = np.polyfit(d.b[has_mem], d.mem[has_mem], 1)
@@ -326,9 +420,7 @@ def _fit_secondary(params, d: _Data, fixed: dict[str, str], gpu_mem_gb):
     return params
 
 
-def _report(params, d: _Data, free: list[str], fixed: dict[str, str]):
-    from envs.workload import FitReport, WorkloadModel
-
+def _report(params, d: _Data, free: list[str], fixed: dict[str, str]) -> FitReport:
     pred = WorkloadModel(params=params).predict(d.g, d.c, np.inf, d.b)
     rel = pred["throughput"] / d.thr - 1.0
     has_mem = d.mem > 0

@@ -2,12 +2,13 @@
 
 Runs the script for real under a grid of allocations with the project's runner
 (:meth:`optimizer.training.TrainingModuleManager.run_training`), fits
-:class:`envs.workload.WorkloadModel` to the measured trial summaries and writes a preset TOML
+:class:`envs.workload.WorkloadModel` to the measured trials (:mod:`optimizer.workload_fit`) and
+writes a preset TOML
 for ``configs/workloads`` whose comments record how it was made (command, trials, fit quality).
 
 Usage::
 
-    python -m envs.calibrate examples/train_mlp.py --name mlp-cpu --cpus 1,2 \
+    python -m optimizer.calibrate examples/train_mlp.py --name mlp-cpu --cpus 1,2 \
         --batch 32,64,128,256,512,1024 --repeats 2 --noise-scale 256 --ref-batch 128 \
         --args "--epochs 1 --samples 6000" --total-samples 2e6
 
@@ -30,11 +31,15 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from envs.model import EnvConfig
-from envs.workload import PRESET_DIR, WorkloadModel
+from envs import EnvConfig, WorkloadModel
+from envs.workload import PRESET_DIR
+from optimizer.allocation import Allocation
+from optimizer.atomic_files import atomic_write_text
 from optimizer.config import ResourceConfig, SLAConfig
 from optimizer.errors import CloudoptError
-from optimizer.records import Allocation, TrialSummary, atomic_write_text, iter_trials
+from optimizer.records import TrialSummary, iter_trials
+from optimizer.training import TrainingModuleManager
+from optimizer.workload_fit import fit_workload_model
 
 
 def measure(
@@ -55,8 +60,6 @@ def measure(
     or the last failed one), in the order given. Trials are recorded under
     ``run_dir/trials/<index>-<allocation key>-r<repeat>``.
     """
-    from optimizer.training import TrainingModuleManager
-
     res = resource_config or ResourceConfig(gpu_count_max=0)
     mgr = TrainingModuleManager(str(train_file), list(train_args))
     # Round-robin over allocations, so a burst of load on the machine slows one repeat of
@@ -102,7 +105,7 @@ def preset_text(
     rep = model.fit_report_
     assert rep is not None, "fit the model first"
     lines = [
-        f"# {name}: workload preset fitted to real trials by envs/calibrate.py on "
+        f"# {name}: workload preset fitted to real trials by optimizer/calibrate.py on "
         f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.",
         f"# Command: {command}",
     ]
@@ -210,8 +213,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for item in args.fix:
             key, _, value = item.partition("=")
             fixed[key.strip()] = float(value)
-        model = WorkloadModel(name=args.name).fit(
-            trials, noise_scale=args.noise_scale, ref_batch=args.ref_batch, fixed=fixed
+        model = fit_workload_model(
+            trials, name=args.name, noise_scale=args.noise_scale, ref_batch=args.ref_batch,
+            fixed=fixed,
         )
     except CloudoptError as exc:
         print(f"error: {exc}")
@@ -224,7 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{row['predicted']:.1f} samples/s"
         )
     out = Path(args.out) if args.out else PRESET_DIR / f"{args.name}.toml"
-    command = "python -m envs.calibrate " + shlex.join(
+    command = "python -m optimizer.calibrate " + shlex.join(
         list(argv) if argv is not None else sys.argv[1:]
     )
     text = preset_text(
@@ -365,7 +369,7 @@ def env_config_from_trials(
     (20% looser than staying at the first trial's allocation). ``env_kwargs`` are further
     EnvConfig fields. Raises :class:`CloudoptError` when the trials cannot identify the model.
     """
-    model = WorkloadModel(name="fitted").fit(trials, noise_scale=noise_scale, ref_batch=ref_batch)
+    model = fit_workload_model(trials, noise_scale=noise_scale, ref_batch=ref_batch)
     model.meta.update(job_settings(model, trials, resources=resources, n_steps=n_steps))
     if sla is None:
         sla = SLAConfig(**baseline_sla(model, model.meta, resources))
