@@ -128,7 +128,8 @@ def cloudopt_picks(body: dict[str, Any], w: Workload, truth: GroundTruth, store:
                    preference: str, budget: int) -> tuple[Pick, Pick]:
     """cloudopt's recommendation and the best of its own probes, as picks."""
     trials = [TrialSummary.from_dict(t) for t in body.get("trials", [])]
-    probes = [t for t in trials if not t.trial_id.startswith("optimized")]
+    # The baseline probes (NN-*), not the closed loop's refine-*/whole-*/optimized-* trials.
+    probes = [t for t in trials if t.trial_id[:2].isdigit()]
     search_s = sum(t.wall_time_s for t in trials)
     extra = {"main_job_s": body.get("main_job_s")}
     if "recommendation" not in body:

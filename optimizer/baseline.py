@@ -39,15 +39,17 @@ def default_allocation(resources: ResourceConfig, uses_gpu: bool = False) -> All
     if uses_gpu and resources.gpu_count_max > 0:
         gpus = max(gpus, 1)
     cpus = resources.cpu_count_max
-    return Allocation(gpus=gpus, cpus=cpus, memory_gb=_memory_for(cpus, resources))
+    return Allocation(gpus=gpus, cpus=cpus, memory_gb=memory_for(cpus, resources))
 
 
-def _memory_for(cpus: int, resources: ResourceConfig) -> float:
+def memory_for(cpus: int, resources: ResourceConfig) -> float:
+    """The memory limit a trial on ``cpus`` CPUs runs under (``GB_PER_CPU`` within bounds)."""
     return float(min(resources.memory_max, max(resources.memory_min, GB_PER_CPU * cpus)))
 
 
 def plan_baseline(resources: ResourceConfig, n: int, *, uses_gpu: bool = False,
-                  reference_batch: int | None = None) -> list[Allocation]:
+                  reference_batch: int | None = None,
+                  vary_batch: bool = True) -> list[Allocation]:
     """Up to ``n`` distinct allocations, the default first.
 
     Parameters
@@ -60,6 +62,9 @@ def plan_baseline(resources: ResourceConfig, n: int, *, uses_gpu: bool = False,
         Whether the script's source uses CUDA (GPU variations only then).
     reference_batch : int, optional
         The script's batch size when known; batch variations halve and double it.
+    vary_batch : bool
+        False when the script's batch size cannot be set: no batch variations, so no trial is
+        labelled with a batch it did not run.
     """
     base = default_allocation(resources, uses_gpu)
     ref = reference_batch or REFERENCE_BATCH
@@ -67,7 +72,7 @@ def plan_baseline(resources: ResourceConfig, n: int, *, uses_gpu: bool = False,
     few = max(cmin, min(cmax, max(1, cmax // 2)))
 
     def alloc(cpus: int = base.cpus, batch: int | None = None, gpus: int = base.gpus):
-        return Allocation(gpus=gpus, cpus=cpus, memory_gb=_memory_for(cpus, resources),
+        return Allocation(gpus=gpus, cpus=cpus, memory_gb=memory_for(cpus, resources),
                           batch_size=batch)
 
     candidates = [base, alloc(cpus=few), alloc(batch=ref * 2), alloc(cpus=few, batch=max(ref // 2, 1))]
@@ -78,6 +83,8 @@ def plan_baseline(resources: ResourceConfig, n: int, *, uses_gpu: bool = False,
                                        batch=ref * resources.gpu_count_max))
     candidates += [alloc(batch=max(ref // 2, 1)), alloc(cpus=few, batch=ref * 2),
                    alloc(cpus=cmin), alloc(batch=ref * 4), alloc(cpus=cmin, batch=ref * 2)]
+    if not vary_batch:
+        candidates = [c for c in candidates if c.batch_size is None]
     out: list[Allocation] = []
     for c in candidates:
         if c not in out:

@@ -37,7 +37,7 @@ from optimizer.allocation import Allocation
 from optimizer.atomic_files import atomic_write_text
 from optimizer.config import ResourceConfig, SLAConfig
 from optimizer.errors import CloudoptError
-from optimizer.records import TrialSummary, iter_trials
+from optimizer.records import TrialSummary, iter_trials, job_size
 from optimizer.training import TrainingModuleManager
 from optimizer.workload_fit import fit_workload_model
 
@@ -264,9 +264,8 @@ def _job_settings(model: WorkloadModel, trials: Sequence[TrialSummary], args, cp
         memory_step=0.5,
         cost_per_gpu_hour=0.0,
     )
-    meta = job_settings(model, trials, resources=res, batch_sizes=batches, n_steps=args.n_steps)
-    if args.total_samples:
-        meta["job"]["total_samples"] = float(args.total_samples)
+    meta = job_settings(model, trials, resources=res, batch_sizes=batches, n_steps=args.n_steps,
+                        total_samples=args.total_samples)
     init = meta["job"]["initial"]
     init.update(cpus=min(cpus), memory_gb=args.memory_gb)
     meta["sla"] = baseline_sla(model, meta, res)
@@ -293,17 +292,23 @@ def job_settings(
     resources: ResourceConfig,
     batch_sizes: Sequence[int] | None = None,
     n_steps: int = 10,
+    total_samples: float | None = None,
 ) -> dict:
     """Job and grid tables of a preset from measured trials.
 
-    The job's work is the largest ``total_samples`` a trial reports; a restart costs the median
+    The job's work is ``total_samples``, else :func:`job_size` of the trials (never assumed:
+    unknown is an error); a restart costs the median
     start-up time of the completed trials (wall time minus samples / throughput); the batch
     grid spans the measured batch sizes; the first usable trial's allocation starts episodes.
     """
     ok = [t for t in trials if t.ok and t.throughput]
     if not ok:
         raise CloudoptError("no usable trial to take the job's size and start from")
-    total = float(max((t.total_samples or 0) for t in ok) or 0) or 1e5
+    total = total_samples or job_size(ok)
+    if not total:
+        raise CloudoptError(
+            "the job's size is unknown: no trial reported total_samples and none ran to its "
+            "end; give --total-samples (or let one trial run whole)")
     startup = [
         t.wall_time_s - t.samples / t.throughput
         for t in ok
@@ -361,6 +366,7 @@ def env_config_from_trials(
     noise_scale: float | None = None,
     ref_batch: int | None = None,
     n_steps: int = 10,
+    total_samples: float | None = None,
     **env_kwargs,
 ) -> EnvConfig:
     """Fit a workload model to measured trials and wrap it in an :class:`envs.EnvConfig`.
@@ -370,7 +376,8 @@ def env_config_from_trials(
     EnvConfig fields. Raises :class:`CloudoptError` when the trials cannot identify the model.
     """
     model = fit_workload_model(trials, noise_scale=noise_scale, ref_batch=ref_batch)
-    model.meta.update(job_settings(model, trials, resources=resources, n_steps=n_steps))
+    model.meta.update(job_settings(model, trials, resources=resources, n_steps=n_steps,
+                                   total_samples=total_samples))
     if sla is None:
         sla = SLAConfig(**baseline_sla(model, model.meta, resources))
     return EnvConfig(

@@ -404,7 +404,14 @@ class RunConfig:
     output_dir: str = "runs"
     seed: int = 0
     agent_seconds: float = 25.0
-    """Training budget of each agent in the main job, seconds."""
+    """Training budget of each agent in the main job, seconds (half of it in later rounds)."""
+    refine_rounds: int = 3
+    """Closed-loop rounds after the baseline: each measures one allocation (the agents' plan,
+    or the one with the largest expected improvement), refits and re-plans; 0 measures the
+    first plan only."""
+    refine_tolerance: float = 0.10
+    """Prediction and measurement agree when their throughputs differ by at most this share;
+    agreement on the best measured allocation ends the loop early."""
     sla_from_baseline: bool = True
     """Set the time and cost limits not given on the command line from the baseline trials
     (their forecast + 25%), so the reward weighs allocations against this job's own scale."""
@@ -412,6 +419,10 @@ class RunConfig:
     def __post_init__(self) -> None:
         _check(isinstance(self.baseline_samples, int) and self.baseline_samples >= 1,
                "[run].baseline_samples", "must be a positive integer", self.baseline_samples)
+        _check(isinstance(self.refine_rounds, int) and self.refine_rounds >= 0,
+               "[run].refine_rounds", "must be a whole number >= 0", self.refine_rounds)
+        _check(isinstance(self.refine_tolerance, (int, float)) and self.refine_tolerance > 0,
+               "[run].refine_tolerance", "must be a positive share", self.refine_tolerance)
         for name in ("probe_seconds", "trial_timeout_s", "monitor_interval", "agent_seconds"):
             v = getattr(self, name)
             _check(isinstance(v, (int, float)) and v > 0, f"[run].{name}", "must be > 0", v)

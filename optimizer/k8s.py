@@ -45,12 +45,13 @@ def k8s_resources_yaml(
     env: Mapping[str, str],
     name: str = "training",
     comment: str = "",
+    args: list[str] | None = None,
 ) -> str:
     """A container snippet (``name``, ``resources``, ``env``) for a pod spec's ``containers``.
 
     Requests equal limits for CPU and memory (Guaranteed QoS), because the optimizer measured
     the job with exactly that much; ``env`` holds the thread, batch-size and device variables
-    the measured run used.
+    the measured run used; ``args`` the script's arguments when its batch size is a flag.
     """
     lines = []
     for text in comment.splitlines():
@@ -75,4 +76,7 @@ def k8s_resources_yaml(
             lines.append(f"    value: {_q(env[key])}")
     else:
         lines.append("env: []")
+    if args:
+        lines.append("args:")
+        lines += [f"  - {_q(a)}" for a in args]
     return "\n".join(lines) + "\n"

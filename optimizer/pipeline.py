@@ -3,24 +3,28 @@
 :meth:`CloudResourceOptimizer.optimize_training` runs six stages, each recorded in the run
 folder so that ``--resume`` continues where an interrupted run stopped:
 
-1. load and scan the script; check that CUDA, ``CUDA_VISIBLE_DEVICES`` and NVML agree;
+1. load and scan the script (its batch size: settable or not, its default read from the
+   source); check that CUDA, ``CUDA_VISIBLE_DEVICES`` and NVML agree;
 2. baseline trials: real, monitored, time-boxed runs under a few allocations
-   (``trials/NN-*``; a trial with a ``summary.json`` is never rerun);
-3. phases of the baseline trace (shipped default phase model or ``--phase-model``) and the
-   workload model fitted to the trials;
-4. agents trained on a ``CloudEnvironment`` over that model, graded against the DP optimum
-   (``rl/``, reused on resume);
-5. the recommended allocation run for real (``trials/optimized-*``) and compared with the
-   baseline;
+   (``trials/NN-*``; a trial with a ``summary.json`` is never rerun), each labelled with the
+   batch size it ran with;
+3. phases of the baseline trace (shipped default phase model or ``--phase-model``);
+4. the closed loop (:mod:`optimizer.refine`): the workload model fitted to the trials, agents
+   trained on a ``CloudEnvironment`` over it (``rl/``), their plan (or the allocation with the
+   largest expected improvement) measured (``trials/refine-*``), refit, re-plan;
+5. the recommendation: the best *measured* trial for the preference, memory right-sized from
+   its peak;
 6. metric CSVs, ``recommendation.json``, ``k8s-resources.yaml`` and the report.
 
-If the trials cannot identify the workload model, the best measured trial is recommended and
-the report says why.
+If the trials cannot identify the workload model, more probes are taken; the best measured
+trial is recommended whatever happens, and the report says how it was found.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,13 +34,15 @@ import pandas as pd
 
 from optimizer.allocation import Allocation
 from optimizer.atomic_files import atomic_write_json, read_json
-from optimizer.baseline import plan_baseline, rank_trials, run_baseline
+from optimizer.baseline import memory_for, plan_baseline, rank_trials, run_baseline
 from optimizer.config import OptimizerConfig, load_config, validate_preference
 from optimizer.cost import ResourceCostCalculator
 from optimizer.errors import CloudoptError
 from optimizer.gpu import nvml_device_count, visible_device_indices
-from optimizer.records import TrialSummary, job_cost, job_time
+from optimizer.records import TrialSummary, job_cost, job_size, job_time
 from optimizer.training import TrainingModuleManager
+from optimizer.trial_batch import label_batch
+from optimizer.trial_choice import same_setting
 
 ENV_STEPS = 10
 """Adjustment intervals of the simulated job (one tenth of its work each)."""
@@ -71,33 +77,6 @@ class OptimizationResult:
     report_paths: dict[str, Path] = field(default_factory=dict)
     sla_status: dict[str, dict[str, bool]] = field(default_factory=dict)
     """Per run (``baseline``, ``optimized``): whether each SLA was met."""
-
-
-def _effective_batch(t: TrialSummary, trial_dir: Path | None = None) -> int | None:
-    """The batch size a trial ran with: the allocation's, or what the script reported (its
-    metrics/model info, else a ``batch_size=N`` line of its output)."""
-    if t.allocation.batch_size is not None:
-        return int(t.allocation.batch_size)
-    value = (t.model_info or {}).get("batch_size")
-    if value is None and trial_dir is not None and (trial_dir / "stdout.log").exists():
-        from optimizer.training import BATCH_SIZE_PATTERN
-
-        with open(trial_dir / "stdout.log", encoding="utf-8", errors="replace") as fh:
-            m = BATCH_SIZE_PATTERN.search(fh.read(20_000))
-        value = m.group(1) if m else None
-    try:
-        return int(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
-
-
-def _with_batch(t: TrialSummary, trial_dir: Path | None = None) -> TrialSummary:
-    b = _effective_batch(t, trial_dir)
-    if b is None or t.allocation.batch_size == b:
-        return t
-    copy = TrialSummary.from_dict(t.to_dict())
-    copy.allocation.batch_size = b
-    return copy
 
 
 class CloudResourceOptimizer:
@@ -185,8 +164,13 @@ class CloudResourceOptimizer:
 
     # ------------------------------------------------------------------ the pipeline
     def _say(self, text: str) -> None:
+        """A stage message: printed unless quiet, and always appended to ``main.log``."""
         if not self.quiet:
             print(text, flush=True)
+        log = getattr(self, "_log_path", None)
+        if log is not None:
+            with open(log, "a", encoding="utf-8") as fh:
+                fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
 
     def optimize_training(self, train_file: str | os.PathLike, run_dir: str | os.PathLike,
                           options: JobOptions | None = None) -> OptimizationResult:
@@ -194,6 +178,7 @@ class CloudResourceOptimizer:
         opts = options or JobOptions()
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
+        self._log_path = run_dir / "main.log"
         manager = TrainingModuleManager(train_file, opts.train_args, opts.batch_size_arg)
         self.training_manager = manager
         manager.load_module()
@@ -206,15 +191,26 @@ class CloudResourceOptimizer:
             raise CloudoptError(f"{train_file}: no baseline trial produced a throughput; see "
                                 f"stderr.log in {run_dir / 'trials'}")
         reference = usable[0]
-        total = next((t.total_samples for t in usable if t.total_samples), None)
-        total = opts.total_samples or total
+        total = opts.total_samples or job_size(usable)
+        if not total:  # learned from one whole run, never assumed
+            whole = self._measure(manager, reference.allocation, "whole", run_dir,
+                                  dataclasses.replace(opts, probe_seconds=0), None)
+            whole = self._label_batch(whole, run_dir / "trials" / whole.trial_id,
+                                      manager.batch_control() is not None)
+            total = job_size([whole]) if whole.ok else None
+            if whole.ok and whole.throughput:
+                usable.append(whole)
         sla_source = self._set_sla(usable, opts)
         profile, phase_note = self._phases(reference, run_dir, opts)
-        rec = self._recommend(usable, reference, total, profile, run_dir, opts)
+        from optimizer.refine import refine
+
+        more = [a for a in self._planned_probes(manager, analysis, opts, extra=8)
+                if not any(same_setting(t.allocation, a) for t in baseline)]
+        rec, optimized, _ = refine(self, manager, usable, reference, total, profile, run_dir,
+                                   opts, more, manager.batch_control() is not None)
         rec["sla_source"] = sla_source
         if phase_note:
             rec.setdefault("notes", []).append(phase_note)
-        optimized = self._run_optimized(manager, rec, run_dir, opts, total)
         result = self._finish(run_dir, baseline, reference, optimized, rec, profile,
                               analysis, gpu_check, opts)
         return result
@@ -222,28 +218,52 @@ class CloudResourceOptimizer:
     def _baseline(self, manager: TrainingModuleManager, analysis: dict[str, Any],
                   run_dir: Path, opts: JobOptions) -> list[TrialSummary]:
         cfg = self.config
-        allocations = self.plan_trials(analysis, opts.offline_logs)
+        allocations = self._planned_probes(manager, analysis, opts)
+        if manager.batch_control() is None:
+            self._say("batch size: the script neither takes --batch-size-arg nor reads "
+                      "OPTIMIZER_BATCH_SIZE, so it is not varied and the model keeps it fixed")
+        elif self._default_batch is None:
+            self._say("batch size: the script's default is not known from its source; trials at "
+                      "the default take the batch_size=N it prints, if any")
+        else:
+            self._say(f"batch size: the script's default is {self._default_batch} (read from "
+                      "its source)")
         probe = None if opts.probe_seconds == 0 else (opts.probe_seconds or cfg.run.probe_seconds)
         self._say(f"{manager.module_path}: {len(allocations)} baseline trial(s), "
                   f"{'probes of ' + format(probe, 'g') + ' s' if probe else 'full runs'}")
         trials = run_baseline(manager, allocations, run_dir, cfg, probe_seconds=probe,
                               total_samples=opts.total_samples, quiet=self.quiet)
-        return [_with_batch(t, run_dir / "trials" / self._trial_folder(run_dir, t))
-                for t in trials]
+        settable = manager.batch_control() is not None
+        return [self._label_batch(t, run_dir / "trials" / self._trial_folder(run_dir, t),
+                                  settable) for t in trials]
 
-    def plan_trials(self, analysis: dict[str, Any],
-                    offline_logs: str | None = None) -> list[Allocation]:
+    def _planned_probes(self, manager: TrainingModuleManager, analysis: dict[str, Any],
+                        opts: JobOptions, extra: int = 0) -> list[Allocation]:
+        """Baseline allocations (``extra`` more for when the model cannot be fitted), batch
+        variations around the script's own batch size, and none it cannot be told."""
+        self._default_batch = manager.default_batch_size()
+        return self.plan_trials(analysis, opts.offline_logs, extra=extra,
+                                reference_batch=self._default_batch,
+                                vary_batch=manager.batch_control() is not None)
+
+    def _label_batch(self, t: TrialSummary, trial_dir: Path, settable: bool) -> TrialSummary:
+        return label_batch(t, trial_dir, getattr(self, "_default_batch", None), settable)
+
+    def plan_trials(self, analysis: dict[str, Any], offline_logs: str | None = None, *,
+                    extra: int = 0, reference_batch: int | None = None,
+                    vary_batch: bool = True) -> list[Allocation]:
         """Baseline allocations; with offline logs, the one they predict comes first."""
         cfg = self.config
-        allocations = plan_baseline(cfg.resources, cfg.run.baseline_samples,
-                                    uses_gpu=bool(analysis.get("uses_gpu")))
+        allocations = plan_baseline(cfg.resources, cfg.run.baseline_samples + extra,
+                                    uses_gpu=bool(analysis.get("uses_gpu")),
+                                    reference_batch=reference_batch, vary_batch=vary_batch)
         if offline_logs:
             from optimizer.offline import predict_start_allocation
 
             start = predict_start_allocation(offline_logs, analysis, self.user_preference,
                                              resources=cfg.resources)
             allocations = [start, *[a for a in allocations if a != start]]
-            allocations = allocations[: cfg.run.baseline_samples]
+            allocations = allocations[: cfg.run.baseline_samples + extra]
             self._say(f"offline logs suggest starting from {start.key()}")
         return allocations
 
@@ -286,26 +306,38 @@ class CloudResourceOptimizer:
 
     def _recommend(self, usable: list[TrialSummary], reference: TrialSummary,
                    total: float | None, profile: Any, run_dir: Path,
-                   opts: JobOptions) -> dict[str, Any]:
-        """Stage 4, cached in ``rl/recommendation.json`` for resume."""
-        cache = run_dir / "rl" / "recommendation.json"
-        if cache.exists():
-            self._say("agents: reusing the recorded recommendation")
-            return read_json(cache)
+                   opts: JobOptions, round_k: int = 0) -> tuple[dict[str, Any], Any]:
+        """Stage 4 for one round: the model fitted to ``usable`` and the agents' plan on it
+        (the agents get half the budget after the first round). Returns the plan (cached in
+        ``rl/`` for resume) and the environment config, None when the model cannot be
+        fitted and the best measured trial stands in for the plan."""
         from optimizer.recommend import recommend
 
+        out = run_dir / "rl" / (f"round-{round_k}" if round_k else "")
+        cache = out / "recommendation.json"
         try:
             env_config = self._env_config(usable, reference, total, profile)
         except CloudoptError as exc:
-            rec = self._fallback(usable, str(exc))
+            env_config, reason = None, str(exc)
+        if cache.exists():
+            self._say(f"agents (round {round_k}): reusing the recorded plan")
+            return read_json(cache), env_config
+        if env_config is None:
+            rec = self._fallback(usable, reason)
         else:
             budget = opts.agent_seconds or self.config.run.agent_seconds
-            self._say(f"training agents ({budget:g} s each) on the fitted workload model")
+            budget = budget if round_k == 0 else budget / 2
+            self._say(f"round {round_k}: training agents ({budget:g} s each) on the workload "
+                      f"model fitted to {len(usable)} trials")
             r = recommend(env_config, self.config, time_budget_s=budget, quiet=self.quiet)
+            self._say("agents trained: " + ", ".join(
+                f"{o.name} {_share(o.share_of_optimum)} of the model's optimum"
+                for o in r.outcomes if o.name in ("reinforce", "morl"))
+                + f"; plan of {r.agent}: {r.allocation.key()}")
             rec = self._rec_dict(r, env_config.workload)
-            self._save_rl(run_dir / "rl", r)
+            self._save_rl(out, r)
         atomic_write_json(cache, rec)
-        return rec
+        return read_json(cache), env_config
 
     def _env_config(self, usable: list[TrialSummary], reference: TrialSummary,
                     total: float | None, profile: Any) -> Any:
@@ -314,14 +346,17 @@ class CloudResourceOptimizer:
         from optimizer.calibrate import env_config_from_trials
 
         trials = [t for t in usable if t.allocation.batch_size is not None]
-        phases = {}
+        batches = sorted({int(t.allocation.batch_size) for t in trials})
+        phases: dict[str, Any] = {}
+        if len(batches) == 1:  # the batch was not varied: the model and the agents keep it
+            phases.update(batch_sizes=batches, batch_actions=False)
         if profile is not None:
             phases = {"phase_sequence": profile.sequence, "phase_scales": profile.scales,
                       "max_phases": max(4, len(profile.scales))}
         config = env_config_from_trials(
             trials, resources=self.config.resources, sla=self.config.sla,
             preference=self.user_preference, n_steps=ENV_STEPS,
-            preferences=self.config.multi_objective, noise=0.05, **phases)
+            preferences=self.config.multi_objective, noise=0.05, total_samples=total, **phases)
         if total:
             config = config.replace(total_samples=float(total))
         return config.replace(initial=self._initial_allocation(config, reference))
@@ -373,26 +408,26 @@ class CloudResourceOptimizer:
         for name, curve in r.curves.items():
             atomic_write_csv(out / f"curve_{name}.csv", curve)
 
-    def _run_optimized(self, manager: TrainingModuleManager, rec: dict[str, Any],
-                       run_dir: Path, opts: JobOptions, total: float | None) -> TrialSummary:
-        alloc = rec["allocation"]
-        if isinstance(alloc, dict):
-            alloc = Allocation(**alloc)
-        trial_dir = run_dir / "trials" / f"optimized-{alloc.key()}"
+    def _measure(self, manager: TrainingModuleManager, alloc: Allocation, prefix: str,
+                 run_dir: Path, opts: JobOptions, total: float | None) -> TrialSummary:
+        """Run ``alloc`` as trial ``trials/<prefix>-<key>`` (reloaded when recorded): to its end
+        when the time box would cut it short of little, else as a probe. It runs under the
+        baseline's memory limit (the request is sized later, from what it used)."""
+        settable = manager.batch_control() is not None
+        alloc = Allocation(alloc.gpus, alloc.cpus, memory_for(alloc.cpus, self.config.resources),
+                           alloc.batch_size if settable else None)
+        trial_dir = run_dir / "trials" / f"{prefix}-{alloc.key()}"
         if (trial_dir / "summary.json").exists():
             return TrialSummary.load(trial_dir)
-        probe = None if opts.probe_seconds == 0 else (opts.probe_seconds or
-                                                       self.config.run.probe_seconds)
-        predicted = rec.get("predicted", {}).get("time_s")
-        if predicted is not None and predicted < 0.5 * self.config.run.trial_timeout_s:
-            probe = None  # affordable: the recommendation is measured whole, not predicted
-        self._say(f"running the recommendation for real ({'probe' if probe else 'whole job'}):"
-                  f" {alloc.key()}")
-        summary = manager.run_training(
+        run = self.config.run
+        probe = None if opts.probe_seconds == 0 else (opts.probe_seconds or run.probe_seconds)
+        if probe and probe >= 0.5 * run.trial_timeout_s:
+            probe = None
+        self._say(f"measuring {alloc.key()} ({'probe' if probe else 'whole job'})")
+        return manager.run_training(
             alloc, trial_dir, resource_config=self.config.resources, probe_seconds=probe,
-            timeout_s=self.config.run.trial_timeout_s,
-            monitor_interval=self.config.run.monitor_interval, total_samples=total, quiet=True)
-        return summary
+            timeout_s=run.trial_timeout_s, monitor_interval=run.monitor_interval,
+            total_samples=total, quiet=True)
 
     # ------------------------------------------------------------------ outputs
     def _finish(self, run_dir: Path, baseline: list[TrialSummary], reference: TrialSummary,
@@ -442,6 +477,10 @@ class CloudResourceOptimizer:
     def generate_report(self, result: OptimizationResult) -> dict[str, Path]:
         """The report paths written by :meth:`optimize_training` (it writes them itself)."""
         return result.report_paths
+
+
+def _share(x: float) -> str:
+    return "n/a" if x != x else f"{x:.1%}"  # nan when the optimum's return is not positive
 
 
 def _figures(t: TrialSummary | None) -> dict[str, Any]:

@@ -239,17 +239,24 @@ def recommend(env_config: Any, config: OptimizerConfig, *, time_budget_s: float,
     best_agent = max((o for o in outcomes if o.name in AGENTS), key=lambda o: o.total_return)
     notes = []
     chosen = best_agent
-    if best_agent.total_return < outcomes[-2].total_return - 1e-9:
-        chosen = outcomes[-2]
+    static_out = outcomes[-2]
+    if best_agent.total_return < static_out.total_return - 1e-9:
+        chosen = static_out
         notes.append(f"no agent beat the best static allocation (best agent {best_agent.name} "
                      f"reached {best_agent.share_of_optimum:.1%} of the optimum); the best static "
                      "allocation is recommended")
+    elif best_agent.total_return <= static_out.total_return + 1e-9:
+        # A tie is the static allocation's: the agent learned nothing a fixed choice lacks.
+        chosen = static_out
+        notes.append(f"{best_agent.name} tied with the best static allocation "
+                     f"({best_agent.share_of_optimum:.1%} of the optimum); the tie is reported "
+                     "as the best static allocation's")
     feasible = optimum.total_time_s <= sla.time_max and optimum.total_cost <= sla.cost_max \
         and not optimum.oom
     if not feasible:
-        notes.append(f"no allocation meets the SLA (time ≤ {sla.time_max:.4g} s, cost ≤ "
-                     f"${sla.cost_max:.4g}); the plan closest to it under the preference is "
-                     "recommended")
+        notes.append(f"the workload model predicts that no allocation meets the SLA (time ≤ "
+                     f"{sla.time_max:.4g} s, cost ≤ ${sla.cost_max:.4g}); the agents plan the "
+                     "allocation closest to it under the preference")
     held = held_allocation(chosen.allocations)
     return Recommendation(
         agent=chosen.name, allocation=held, initial=CloudEnvironment(clean).current_allocation,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,6 +119,16 @@ def job_cost(t: TrialSummary) -> float | None:
     if t.status == "completed":
         return t.cost
     return t.predicted_total_cost
+
+
+def job_size(trials: Sequence[TrialSummary]) -> float | None:
+    """Samples of the whole job: the largest ``total_samples`` a trial reported, else the
+    samples of a trial that ran to its end; None when neither is known."""
+    reported = max((t.total_samples or 0) for t in trials) if trials else 0
+    if reported:
+        return float(reported)
+    whole = [t.samples for t in trials if t.status == "completed" and t.samples]
+    return float(max(whole)) if whole else None
 
 
 MODEL_INFO_COLUMNS = ("model_name", "model_family", "params", "layers", "dataset")

@@ -22,6 +22,7 @@ from optimizer.records import TrialSummary, job_cost, job_time
 from optimizer.report import Report
 from optimizer.resources import ResourceManager
 from optimizer.sla import calculate_sla_violations
+from optimizer.trial_runner import with_batch_flag
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -179,8 +180,13 @@ def write_outputs(opt: Any, result: Any, reference: TrialSummary, profile: Any,
     alloc = _alloc(rec["allocation"])
     env = ResourceManager.apply_configuration(alloc, env={}, resource_config=opt.config.resources)
     env = {k: v for k, v in env.items() if not k.startswith("COST_PER")}
+    mgr, args = opt.training_manager, None
+    if mgr is not None and mgr.batch_control() != "env":
+        env.pop("OPTIMIZER_BATCH_SIZE", None)  # the script ignores it: no false promise
+        if mgr.batch_control() == "flag" and alloc.batch_size is not None:
+            args = with_batch_flag(list(mgr.train_args), mgr.batch_size_arg, alloc.batch_size)
     atomic_write_text(run_dir / "k8s-resources.yaml", k8s_resources_yaml(
-        alloc, env, name=Path(result.run_dir).name,
+        alloc, env, name=Path(result.run_dir).name, args=args,
         comment=f"cloudopt recommendation ({rec['agent']}, preference {result.preference})"))
     paths["k8s"] = run_dir / "k8s-resources.yaml"
     paths["recommendation"] = _write_recommendation(run_dir, result, reference, rec, sla_rows)
@@ -255,6 +261,11 @@ def _write_recommendation(run_dir: Path, result: Any, reference: TrialSummary,
         "sla_source": rec.get("sla_source"),
         "comparison": result.comparison,
         "workload_fit": rec.get("fit"),
+        "choice": rec.get("choice"),
+        "final_trial": rec.get("final_trial"),
+        "memory": rec.get("memory"),
+        "planned_allocation": rec.get("planned_allocation"),
+        "rounds": rec.get("rounds", []),
         "notes": rec.get("notes", []),
     }
     path = run_dir / "recommendation.json"
@@ -316,6 +327,7 @@ def _build_report(opt: Any, result: Any, reference: TrialSummary, rec: dict[str,
         r.table([{"quantity": k, "value": v} for k, v in comp.items()])
     if "comparison" in figs:
         r.figure(figs["comparison"], "Baseline vs optimized: real runs; red mark: plan")
+    _rounds_section(r, rec)
     r.heading("SLA")
     sla = opt.config.sla
     r.paragraph(f"Limits: time ≤ {sla.time_max:.4g} s, cost ≤ ${sla.cost_max:.4g}, throughput ≥ "
@@ -369,3 +381,32 @@ def _build_report(opt: Any, result: Any, reference: TrialSummary, rec: dict[str,
     r.table([{"check": k, "value": str(v)} for k, v in {**gpu_check, **{
         f"script: {k}": v for k, v in analysis.items() if not isinstance(v, (dict, list))}}.items()])
     return r
+
+
+def _rounds_section(r: Report, rec: dict[str, Any]) -> None:
+    """Each closed-loop round: what was planned, predicted and measured, and the final choice."""
+    r.heading("Closed loop: planned, predicted, measured")
+    fit = rec.get("fit") or {}
+    if fit:
+        r2 = fit.get("r2_throughput", float("nan"))
+        r.paragraph(f"Workload fit (latest round): R² throughput {r2:.3f}, "
+                    f"{100 * fit.get('max_rel_error', 0):.1f}% over {fit.get('n_trials')} trials.")
+    rows = []
+    for row in rec.get("rounds", []):
+        a = _alloc(row.get("measured_allocation") or row["planned"])
+        rows.append({"round": row["round"], "proposed by": row.get("proposed_by"),
+                     "measured": f"g{a.gpus} c{a.cpus} b{a.batch_size or 'default'}",
+                     "why": row.get("why", ""),
+                     "predicted samples/s": row.get("predicted_throughput"),
+                     "measured samples/s": row.get("measured_throughput"),
+                     "error": row.get("rel_error")})
+    if rows:
+        r.table(rows)
+    mem = rec.get("memory") or {}
+    if mem:
+        r.paragraph(f"Memory: peak {mem['peak_gb']:.2f} GB measured on the chosen allocation, "
+                    f"request {mem['request_gb']:g} GB (peak + 15%, rounded to 256 MiB; "
+                    f"slack {100 * mem['slack']:.0f}%).")
+    if rec.get("choice"):
+        r.paragraph(f"Final choice: {rec['choice']}.")
+

@@ -7,6 +7,8 @@
 - :func:`analyze_source` scans the syntax tree for GPU use, the model family, dataset hints,
   the layers and, when layer sizes are literals, the parameter count, and whether the script
   reads ``OPTIMIZER_BATCH_SIZE`` or writes ``OPTIMIZER_METRICS_CSV``.
+- :func:`flag_default` and :func:`env_default` read the batch size a script uses when it is
+  not told one: an argparse or click default, or the fallback of an environment variable.
 
 Everything here works on the source alone; running the script is :mod:`optimizer.trial_runner`.
 """
@@ -155,3 +157,57 @@ def analyze_source(tree: ast.Module) -> dict[str, Any]:
         "writes_metrics_csv": "optimizer_metrics_csv" in ids,
         "framework": next((f for f in ("torch", "tensorflow", "jax", "sklearn") if f in ids), None),
     }
+
+
+def _literal_int(node: ast.AST | None) -> int | None:
+    try:
+        value = ast.literal_eval(node) if node is not None else None
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def flag_default(tree: ast.Module, flag: str) -> int | None:
+    """The literal default of a command-line flag, read from the source and never run.
+
+    Finds argparse's ``add_argument("--batch-size", ..., default=64)``, click's
+    ``@click.option("--batch-size", default=64)`` (any call naming the flag among its string
+    arguments with a ``default=`` keyword) and argparse's ``set_defaults(batch_size=64)``.
+    ``flag`` may carry a value template (``--bs={}``); only its name counts. None when the
+    default is not a positive integer literal (``None``, computed, or absent).
+    """
+    name = flag.split("=", 1)[0].strip()
+    if not name:
+        return None
+    dest = name.lstrip("-").replace("-", "_")
+    found: int | None = None
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        method = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        kw = {k.arg: k.value for k in node.keywords if k.arg}
+        names = [a.value for a in node.args if isinstance(a, ast.Constant)
+                 and isinstance(a.value, str)]
+        if name in names and "default" in kw:
+            found = _literal_int(kw["default"])
+            explicit_dest = kw.get("dest")
+            if isinstance(explicit_dest, ast.Constant) and isinstance(explicit_dest.value, str):
+                dest = explicit_dest.value
+        elif method == "set_defaults" and dest in kw:
+            return _literal_int(kw[dest])  # set_defaults overrides add_argument's default
+    return found
+
+
+def env_default(tree: ast.Module, variable: str) -> int | None:
+    """The literal fallback of ``os.environ.get(VARIABLE, "64")`` / ``os.getenv(VARIABLE, 64)``
+    (the value a script uses when the variable is unset), or None."""
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and len(node.args) >= 2
+                and isinstance(node.args[0], ast.Constant) and node.args[0].value == variable):
+            value = _literal_int(node.args[1])
+            if value is not None:
+                return value
+    return None

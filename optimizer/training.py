@@ -48,7 +48,14 @@ from optimizer.cost import ResourceCostCalculator
 from optimizer.monitor import CSVMonitor
 from optimizer.records import TrialSummary
 from optimizer.resources import cpu_affinity_set
-from optimizer.script_scan import ENTRY_NAMES, ScriptInfo, analyze_source, load_script
+from optimizer.script_scan import (
+    ENTRY_NAMES,
+    ScriptInfo,
+    analyze_source,
+    env_default,
+    flag_default,
+    load_script,
+)
 from optimizer.trial_output import (
     BATCH_SIZE_PATTERN,
     INFO_KEYS,
@@ -141,6 +148,33 @@ class TrainingModuleManager:
             info = self.module or self.load_module()
             self._analysis = {"entry": info.entry, **analyze_source(info.tree)}
         return dict(self._analysis)
+
+    def batch_control(self) -> str | None:
+        """How a trial's batch size reaches the script: ``flag`` (``batch_size_arg``), ``env``
+        (it reads ``OPTIMIZER_BATCH_SIZE``) or None: it cannot be set, so it is not varied."""
+        if self.batch_size_arg:
+            return "flag"
+        return "env" if self.analyze_module().get("reads_batch_size_env") else None
+
+    def default_batch_size(self) -> int | None:
+        """The batch size the script runs with when no trial sets one, found without running
+        it: the flag's value among the script's arguments, else the flag's literal default in
+        the source (argparse, click), else the fallback of ``OPTIMIZER_BATCH_SIZE``."""
+        info = self.module or self.load_module()
+        if self.batch_size_arg:
+            name = self.batch_size_arg.split("=", 1)[0]
+            for i, arg in enumerate(self.train_args):
+                value = None
+                if arg == name and i + 1 < len(self.train_args):
+                    value = self.train_args[i + 1]
+                elif arg.startswith(name + "="):
+                    value = arg.split("=", 1)[1]
+                if value is not None and value.strip().isdigit() and int(value) > 0:
+                    return int(value)
+            found = flag_default(info.tree, self.batch_size_arg)
+            if found is not None:
+                return found
+        return env_default(info.tree, "OPTIMIZER_BATCH_SIZE")
 
     def command(self, allocation: Allocation) -> list[str]:
         """The command line of a run: the script, its arguments and the batch-size flag."""

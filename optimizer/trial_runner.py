@@ -66,14 +66,14 @@ def build_command(info: ScriptInfo, train_args: Sequence[str], batch_size_arg: s
     """The command line of a run: the script, its arguments and the batch-size flag."""
     args = list(train_args)
     if batch_size_arg and batch_size is not None:
-        args = _with_batch_flag(args, batch_size_arg, batch_size)
+        args = with_batch_flag(args, batch_size_arg, batch_size)
     script = str(info.path)
     if info.entry in (None, "__main__"):
         return [sys.executable, script, *args]
     return [sys.executable, "-c", _BOOT, script, info.entry, *args]
 
 
-def _with_batch_flag(args: list[str], flag: str, batch_size: int) -> list[str]:
+def with_batch_flag(args: list[str], flag: str, batch_size: int) -> list[str]:
     """``args`` with the batch-size flag set (replacing a value already there)."""
     if "{" in flag:
         token = flag.replace("{batch_size}", str(batch_size)).replace("{}", str(batch_size))

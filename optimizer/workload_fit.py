@@ -184,12 +184,7 @@ def _choose_free_from_data(
     d: _Data, device: str, given: dict[str, float]
 ) -> tuple[list[str], dict[str, str], dict[str, float]]:
     local = d.b / np.maximum(d.g, 1)
-    if len(np.unique(local)) < 2 and not ({"alpha_c", "beta_c"} & set(given)):
-        _refuse(
-            f"every trial uses the same per-device batch size {local[0]:g}; "
-            f"{_HINTS['beta_c']} are needed to separate fixed from per-sample time",
-            d,
-        )
+    one_batch = len(np.unique(local)) < 2 and not ({"alpha_c", "beta_c"} & set(given))
     if len(np.unique(d.c)) < 2 and "parallel_fraction" not in given:
         _refuse(
             f"every trial uses {d.c[0]:g} CPU(s); {_HINTS['parallel_fraction']} are needed "
@@ -199,6 +194,13 @@ def _choose_free_from_data(
     free = ["alpha_c", "beta_c", "parallel_fraction"]
     fixed: dict[str, str] = {}
     values: dict[str, float] = {"alpha_r": 0.0, "beta_r": 0.0, "gamma": 1.0, "delta": 0.0}
+    if one_batch:
+        # Without a second batch size fixed and per-sample time cannot be told apart; all of
+        # it per sample predicts the measured batch exactly, and the caller keeps the batch.
+        free.remove("alpha_c")
+        values["alpha_c"] = 0.0
+        fixed["alpha_c"] = (f"every trial uses the same per-device batch size {local[0]:g}: "
+                            "time per sample only, the model does not change the batch")
     if device == "cpu":
         return free, fixed, values
     free.append("delta")
@@ -237,7 +239,10 @@ def _log_step(values: dict[str, float], proto, d: _Data) -> np.ndarray:
 def _initial_guess(d: _Data, free: list[str]) -> np.ndarray:
     t = d.b / d.thr
     local = d.b / np.maximum(d.g, 1)
-    slope, icpt = np.polyfit(local, t, 1)
+    if len(np.unique(local)) < 2:
+        slope, icpt = float(np.mean(t / local)), 0.0
+    else:
+        slope, icpt = np.polyfit(local, t, 1)
     guess = {
         "alpha_c": max(icpt, 1e-4 * t.mean()),
         "beta_c": max(slope, 1e-3 * t.mean() / local.mean()),

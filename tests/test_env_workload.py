@@ -136,8 +136,10 @@ def test_fit_with_noise_reports_error():
 
 def test_fit_refuses_unidentifiable_trials():
     true = WorkloadParams(device="cpu", alpha_c=0.004, beta_c=0.0002, parallel_fraction=0.8)
-    with pytest.raises(CloudoptError, match="same per-device batch size"):
-        fit_workload_model(synthetic_trials(true, [(0, c, 64) for c in (1, 2, 4)]))
+    # One batch size: fitted without the batch dimension (all time per sample), not refused.
+    one = fit_workload_model(synthetic_trials(true, [(0, c, 64) for c in (1, 2, 4)]))
+    assert "same per-device batch size 64" in one.fit_report_.fixed["alpha_c"]
+    assert one.params.alpha_c == 0.0 and one.fit_report_.max_rel_error < 1e-6
     with pytest.raises(CloudoptError, match="CPU"):
         fit_workload_model(synthetic_trials(true, [(0, 2, b) for b in (32, 64, 128)]))
     with pytest.raises(CloudoptError, match="usable trial"):

@@ -44,7 +44,8 @@ def test_every_output_file_and_key(tiny_run):
                 "sla_feasible", "comparison", "workload_fit", "notes"):
         assert key in rec, key
     assert rec["preference"] == "cost"
-    assert rec["agent"] in ("reinforce", "morl", "best-static")
+    assert rec["agent"] in ("reinforce", "morl", "best-static", "expected-improvement",
+                            "baseline-trial", "baseline-probe")
     assert {p["name"] for p in rec["policies"]} == {"reinforce", "morl", "best-static", "optimal"}
     # The optimized run is measured (it completed), not predicted.
     assert rec["optimized"]["status"] == "completed"
@@ -71,8 +72,30 @@ def test_every_output_file_and_key(tiny_run):
         frame = pd.read_csv(out / "metrics" / f"{name}.csv")
         assert cols <= set(frame.columns), name
         assert len(frame) > 0, name
-    assert len(list((out / "trials").glob("optimized-*/summary.json"))) == 1
+    assert len(list((out / "trials").glob("refine-*/summary.json"))) >= 1
     assert len(list((out / "trials").glob("0*/summary.json"))) == 4
+
+
+def test_recommendation_is_the_best_measured_trial_with_right_sized_memory(tiny_run):
+    from optimizer.config import load_config
+    from optimizer.records import iter_trials
+    from optimizer.trial_choice import objective_table, right_size_memory
+
+    out, _ = tiny_run
+    rec = json.loads((out / "recommendation.json").read_text())
+    trials = list(iter_trials(out))
+    table = objective_table(trials, load_config(), "cost")
+    final = table.set_index("trial_id").loc[rec["final_trial"]]
+    # never worse than a trial already measured
+    assert final["objective"] <= table["objective"].min() + 1e-12
+    assert rec["optimized"]["trial"] == rec["final_trial"]
+    chosen = next(t for t in trials if t.trial_id == rec["final_trial"])
+    assert rec["allocation"]["memory_gb"] == right_size_memory(chosen.mem_gb_peak)
+    assert rec["memory"]["slack"] == pytest.approx(1 - chosen.mem_gb_peak
+                                                   / rec["allocation"]["memory_gb"])
+    assert rec["rounds"] and all("why" in r for r in rec["rounds"])
+    report = (out / "report.md").read_text()
+    assert "Closed loop: planned, predicted, measured" in report and "Final choice" in report
 
 
 def test_report_embeds_its_images(tiny_run):

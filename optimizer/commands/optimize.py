@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from optimizer.allocation import Allocation
 from optimizer.atomic_files import atomic_write_json
 from optimizer.baseline import best_trial, format_trials_table, rank_trials
 from optimizer.cli import commands_epilog
@@ -58,6 +59,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                    "configuration they predict")
     p.add_argument("--agent-seconds", type=float, default=None, metavar="S",
                    help="training budget of each RL agent (default: [run].agent_seconds)")
+    p.add_argument("--refine-rounds", type=int, default=None, metavar="N",
+                   help="closed-loop rounds after the baseline: measure the plan, refit, "
+                   "re-plan (default: [run].refine_rounds)")
     p.add_argument("--phase-model", default=None, metavar="DIR", help="saved phase model")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
@@ -67,7 +71,7 @@ def _load(args: argparse.Namespace) -> OptimizerConfig:
     overrides = {
         "sla": {"time_max": args.time_max, "cost_max": args.cost_max,
                 "throughput_min": args.throughput_min},
-        "run": {"baseline_samples": args.baseline_samples,
+        "run": {"baseline_samples": args.baseline_samples, "refine_rounds": args.refine_rounds,
                 "probe_seconds": args.probe_seconds if args.probe_seconds else None},
     }
     config = load_config(args.config, overrides)
@@ -153,6 +157,14 @@ def summary_table(result: Any) -> str:
             f"{'-' if jc is None else format(jc, '.6f'):>12} "
             f"{'-' if t.throughput is None else format(t.throughput, '.1f'):>10}  "
             f"{'measured' if t.status == 'completed' else 'time/cost predicted from a probe'}")
+    m = rec.get("measured")
+    if m:
+        alloc = rec["allocation"]
+        alloc = Allocation(**alloc) if isinstance(alloc, dict) else alloc
+        lines.append(
+            f"{'recommend':<10} {describe_allocation(alloc):<34} {m['job_time_s']:>10.1f} "
+            f"{m['job_cost']:>12.6f} {m['throughput'] or 0:>10.1f}  trial {m['trial']} at "
+            "the right-sized memory request")
     lines.append(f"recommended by: {rec['agent']}")
     for run_name, status in result.sla_status.items():
         lines.append(f"SLA {run_name}: " + ", ".join(

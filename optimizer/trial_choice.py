@@ -1,0 +1,136 @@
+"""What was measured decides: each trial's objective under the preference, the best measured
+trial, and the memory to request for it.
+
+The agents plan on a fitted model, which can be wrong; a trial is a fact. So the final
+recommendation is the trial with the best *measured* objective (:func:`best_measured`), the
+agents' plan included once it has been run, and never a plan worse than something already
+measured. Memory is sized from what the chosen allocation really used
+(:func:`right_size_memory`), the way Kubernetes' VPA recommender sizes it: a percentile-free
+single peak here (a trial is short), plus a safety margin, rounded, and bumped after an
+out-of-memory kill.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from optimizer.allocation import Allocation
+from optimizer.config import OptimizerConfig
+from optimizer.records import TrialSummary, job_time
+
+MEMORY_MARGIN = 0.15
+"""Safety margin over the measured peak (VPA's recommender adds 15% too)."""
+MEMORY_STEP_GB = 0.25
+"""Requests are rounded up to 256 MiB."""
+OOM_BUMP = 1.2
+"""Factor applied per out-of-memory trial of the same allocation (VPA bumps by 1.2 as well)."""
+
+
+def right_size_memory(peak_gb: float, *, ooms: int = 0, limit_gb: float | None = None,
+                      margin: float = MEMORY_MARGIN, step_gb: float = MEMORY_STEP_GB) -> float:
+    """``peak × (1 + margin) × 1.2**ooms`` rounded up to ``step_gb`` (at least one step).
+
+    ``limit_gb`` is the limit the out-of-memory trial ran under: after an OOM the peak it
+    recorded is a floor, so the bump starts from the larger of the two.
+    """
+    base = max(float(peak_gb or 0.0), float(limit_gb or 0.0) if ooms else 0.0)
+    want = base * (1.0 + margin) * (OOM_BUMP ** ooms)
+    return max(step_gb, math.ceil(want / step_gb - 1e-9) * step_gb)
+
+
+def same_setting(a: Allocation, b: Allocation) -> bool:
+    """Same GPUs, CPUs and batch size (memory is a limit, not a setting of the run)."""
+    return (a.gpus, a.cpus, a.batch_size) == (b.gpus, b.cpus, b.batch_size)
+
+
+def _ooms(trials: Sequence[TrialSummary], alloc: Allocation) -> tuple[int, float | None]:
+    hit = [t for t in trials if t.status == "failed" and t.reason == "oom"
+           and same_setting(t.allocation, alloc)]
+    return len(hit), max((t.allocation.memory_gb for t in hit), default=None)
+
+
+def hourly_cost(config: OptimizerConfig, gpus: float, cpus: float, memory_gb: float) -> float:
+    r = config.resources
+    return gpus * r.cost_per_gpu_hour + cpus * r.cost_per_cpu_hour + memory_gb * r.cost_per_gb_hour
+
+
+def resource_share(config: OptimizerConfig, gpus: float, cpus: float, memory_gb: float) -> float:
+    """Mean share of the allowed GPUs, CPUs and memory held (as ``rank_trials`` computes it)."""
+    r = config.resources
+    parts = [v / b for v, b in ((gpus, r.gpu_count_max), (cpus, r.cpu_count_max),
+                                (memory_gb, r.memory_max)) if b]
+    return sum(parts) / len(parts)
+
+
+def objective_table(trials: Sequence[TrialSummary], config: OptimizerConfig,
+                    preference: str | Sequence[float]) -> pd.DataFrame:
+    """One row per usable trial: its whole-job time (measured, or predicted from a probe's
+    throughput), the memory it would be given (:func:`right_size_memory` of its peak), the job
+    cost at that memory, its resource share and ``objective`` (lower is better).
+
+    ``cost`` and ``time`` are the job's dollars and seconds; other preferences are the weighted
+    sum of the three objectives, each over its best value among the trials (1.0 is ideal).
+    """
+    rows = []
+    for t in trials:
+        seconds = job_time(t) if t.ok else None
+        if seconds is None or not np.isfinite(seconds) or seconds <= 0:
+            continue
+        a = t.allocation
+        memory = right_size_memory(t.mem_gb_peak, **_oom_kwargs(trials, a))
+        rows.append({"trial_id": t.trial_id, "gpus": a.gpus, "cpus": a.cpus,
+                     "batch_size": a.batch_size, "status": t.status, "job_time_s": seconds,
+                     "memory_gb": memory, "mem_gb_peak": t.mem_gb_peak,
+                     "job_cost": seconds * hourly_cost(config, a.gpus, a.cpus, memory) / 3600,
+                     "resource_share": resource_share(config, a.gpus, a.cpus, memory)})
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return frame
+    frame["objective"] = score(frame, config, preference)
+    return frame
+
+
+def _oom_kwargs(trials: Sequence[TrialSummary], alloc: Allocation) -> dict[str, Any]:
+    n, limit = _ooms(trials, alloc)
+    return {"ooms": n, "limit_gb": limit}
+
+
+def score(frame: pd.DataFrame, config: OptimizerConfig, preference: str | Sequence[float],
+          best: Sequence[float] | None = None) -> np.ndarray:
+    """The preference's objective of rows with ``job_cost``, ``job_time_s``, ``resource_share``;
+    ``best`` are the normalisers of a weighted preference (default: the rows' own minima)."""
+    if preference == "cost":
+        return frame["job_cost"].to_numpy(dtype=float)
+    if preference == "time":
+        return frame["job_time_s"].to_numpy(dtype=float)
+    w = config.multi_objective.vector(preference)
+    objs = frame[["job_cost", "job_time_s", "resource_share"]].to_numpy(dtype=float)
+    norm = np.asarray(best if best is not None else objs.min(axis=0), dtype=float)
+    return (objs / np.where(norm > 0, norm, 1.0)) @ w
+
+
+def best_measured(trials: Sequence[TrialSummary], config: OptimizerConfig,
+                  preference: str | Sequence[float]) -> tuple[TrialSummary, dict[str, Any]]:
+    """The trial with the lowest measured objective and its row of :func:`objective_table`
+    (ties: the earlier trial). Raises ValueError when no trial is usable."""
+    table = objective_table(trials, config, preference)
+    if table.empty:
+        raise ValueError("no usable trial")
+    row = table.iloc[int(np.argmin(table["objective"].to_numpy()))].to_dict()
+    trial = next(t for t in trials if t.trial_id == row["trial_id"])
+    return trial, row
+
+
+def recommended_allocation(trial: TrialSummary, trials: Sequence[TrialSummary],
+                           batch_settable: bool) -> Allocation:
+    """The chosen trial's setting with right-sized memory; a batch size the script cannot be
+    told is left to the script (None)."""
+    a = trial.allocation
+    return Allocation(a.gpus, a.cpus, right_size_memory(trial.mem_gb_peak,
+                                                        **_oom_kwargs(trials, a)),
+                      a.batch_size if batch_settable else None)
