@@ -299,7 +299,8 @@ def job_settings(
     The job's work is ``total_samples``, else :func:`job_size` of the trials (never assumed:
     unknown is an error); a restart costs the median
     start-up time of the completed trials (wall time minus samples / throughput); the batch
-    grid spans the measured batch sizes; the first usable trial's allocation starts episodes.
+    grid spans the measured batch sizes and one power of two beyond each end; the first usable
+    trial's allocation starts episodes.
     """
     ok = [t for t in trials if t.ok and t.throughput]
     if not ok:
@@ -316,6 +317,10 @@ def job_settings(
     ]
     restart = float(max(np.median(startup), 0.0)) if startup else 0.0
     batches = sorted(batch_sizes or {int(t.allocation.batch_size) for t in ok})
+    if batch_sizes is None and len(batches) > 1:
+        # One step beyond the measured range on each side: the agents may plan there, and
+        # the closed loop measures such a plan before it is believed.
+        batches = [max(1, batches[0] // 2), *batches, batches[-1] * 2]
     first = ok[0].allocation
     n_cpu = resources.cpu_count_max - resources.cpu_count_min
     return {

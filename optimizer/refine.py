@@ -11,8 +11,10 @@ Round ``k`` (``[run].refine_rounds`` of them) of :func:`refine`:
    baseline probe;
 3. it is run like any trial (``trials/refine-K-<key>``) and its prediction is set against the
    measurement;
-4. the loop ends early when the plan was measured already and nothing is expected to beat the
-   best trial, or when prediction and measurement agree on the best measured trial.
+4. the loop ends early when the plan was measured already (or a measured trial beats its
+   prediction) and no allocation is expected to beat the best trial by 1% under the refitted
+   model. Agreement between prediction and measurement at the plan alone does not end it: the
+   model can be right there and wrong elsewhere.
 
 The recommendation is then the best *measured* trial (:func:`optimizer.trial_choice.best_measured`),
 with its memory right-sized, so it is never worse than a trial already run.
@@ -52,12 +54,15 @@ def _alloc(value: Any) -> Allocation:
 
 
 def _batches(trials: Sequence[TrialSummary]) -> list[int]:
-    """The measured batch range as powers of two (and the measured sizes themselves)."""
+    """The batch sizes a probe may try: powers of two over the measured range and one step
+    beyond it on each side (where the model extrapolates, so its spread is wide), and the
+    measured sizes themselves. A single measured size is the script's own: kept as is."""
     measured = sorted({int(t.allocation.batch_size) for t in trials
                        if t.ok and t.allocation.batch_size})
-    if not measured:
-        return []
-    grid = {1 << k for k in range(31) if measured[0] <= (1 << k) <= measured[-1]}
+    if len(measured) < 2:
+        return measured
+    lo, hi = max(1, measured[0] // 2), measured[-1] * 2
+    grid = {1 << k for k in range(31) if lo <= (1 << k) <= hi}
     return sorted(grid | set(measured))
 
 
@@ -177,9 +182,6 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
         row = _round_row(k, rec, planned, choice, why, trial, spread, env_config,
                          cfg.run.refine_tolerance)
         rounds.append(row)
-        if (not measured_before and row.get("agree")
-                and best_measured(trials, cfg, opt.user_preference)[0] is trial):
-            break
     final, best_row = best_measured(trials, cfg, opt.user_preference)
     from_plan = proposer.get(final.trial_id)
     rec = dict(rec)

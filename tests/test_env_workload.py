@@ -194,7 +194,8 @@ def test_env_config_from_trials_and_preset_round_trip(tmp_path):
     cfg = env_config_from_trials(trials, resources=res, noise_scale=256, ref_batch=128)
     env = CloudEnvironment(cfg)
     assert env.resolved.restart_s == pytest.approx(0.2)
-    assert env.model.grid.batch_size.tolist() == [32, 64, 128, 256, 512]
+    # the measured 32..512 and one power of two beyond each end, where plans get measured
+    assert env.model.grid.batch_size.tolist() == [16, 32, 64, 128, 256, 512, 1024]
     assert oracle.optimal_policy(cfg).total_return > oracle.noop_return(cfg)
     model = cfg.workload
     text = preset_text(
