@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -59,8 +60,27 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
+def _strict(obj: Any) -> Any:
+    """``obj`` with every non-finite float (NaN, ±inf) as None: JSON has no such numbers, and
+    a bare ``NaN`` breaks every reader but Python's."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _strict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_strict(v) for v in obj]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return _strict(dataclasses.asdict(obj))
+    if hasattr(obj, "item") and getattr(obj, "ndim", 0) == 0:  # numpy scalars
+        return _strict(obj.item())
+    if hasattr(obj, "tolist"):
+        return _strict(obj.tolist())
+    return obj
+
+
 def to_json(obj: Any) -> str:
-    return json.dumps(obj, indent=2, default=_json_default, allow_nan=True) + "\n"
+    """Strict JSON (non-finite numbers become null), indented."""
+    return json.dumps(_strict(obj), indent=2, default=_json_default, allow_nan=False) + "\n"
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> None:

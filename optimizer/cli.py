@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -35,7 +36,17 @@ def commands_epilog() -> str:
     return "\n".join(lines)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that every ``finally`` (trial teardown) runs."""
+
+
+def _raise_terminated(signum, frame):  # noqa: ARG001 - the signal handler's signature
+    raise Terminated()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:  # the process's own entry point, not a caller's: SIGTERM is ours
+        signal.signal(signal.SIGTERM, _raise_terminated)
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv and argv[0] in COMMANDS:
@@ -48,9 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CloudoptError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_status
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        print("terminated" if isinstance(exc, Terminated) else "interrupted", file=sys.stderr)
+        return 143 if isinstance(exc, Terminated) else 130
 
 
 if __name__ == "__main__":  # pragma: no cover

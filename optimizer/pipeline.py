@@ -38,11 +38,14 @@ from optimizer.baseline import memory_for, plan_baseline, rank_trials, run_basel
 from optimizer.config import OptimizerConfig, load_config, validate_preference
 from optimizer.cost import ResourceCostCalculator
 from optimizer.errors import CloudoptError
+from optimizer.failures import explain_unusable
 from optimizer.gpu import nvml_device_count, visible_device_indices
+from optimizer.plan_cache import plan_inputs, reusable_plan
 from optimizer.records import TrialSummary, job_cost, job_size, job_time
 from optimizer.training import TrainingModuleManager
 from optimizer.trial_batch import label_batch
 from optimizer.trial_choice import same_setting
+from optimizer.trial_guard import clean_stale_work
 
 ENV_STEPS = 10
 """Adjustment intervals of the simulated job (one tenth of its work each)."""
@@ -163,9 +166,9 @@ class CloudResourceOptimizer:
         return flags
 
     # ------------------------------------------------------------------ the pipeline
-    def _say(self, text: str) -> None:
-        """A stage message: printed unless quiet, and always appended to ``main.log``."""
-        if not self.quiet:
+    def _say(self, text: str, always: bool = False) -> None:
+        """A stage message: printed unless quiet (or ``always``), and appended to ``main.log``."""
+        if always or not self.quiet:
             print(text, flush=True)
         log = getattr(self, "_log_path", None)
         if log is not None:
@@ -179,6 +182,9 @@ class CloudResourceOptimizer:
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         self._log_path = run_dir / "main.log"
+        for line in clean_stale_work(run_dir / "trials"):
+            self._say(line)
+        recorded = {d.name for d in (run_dir / "trials").glob("*") if (d / "summary.json").exists()}
         manager = TrainingModuleManager(train_file, opts.train_args, opts.batch_size_arg)
         self.training_manager = manager
         manager.load_module()
@@ -188,8 +194,12 @@ class CloudResourceOptimizer:
         baseline = self._baseline(manager, analysis, run_dir, opts)
         usable = [t for t in baseline if t.ok and t.throughput]
         if not usable:
-            raise CloudoptError(f"{train_file}: no baseline trial produced a throughput; see "
-                                f"stderr.log in {run_dir / 'trials'}")
+            probe = None if opts.probe_seconds == 0 else (opts.probe_seconds
+                                                          or self.config.run.probe_seconds)
+            causes = explain_unusable(baseline, probe, self.config.run.trial_timeout_s)
+            raise CloudoptError(f"{train_file}: no baseline trial produced a throughput:\n  "
+                                + "\n  ".join(causes)
+                                + f"\n  (trial records: {run_dir / 'trials'})")
         reference = usable[0]
         total = opts.total_samples or job_size(usable)
         if not total:  # learned from one whole run, never assumed
@@ -209,6 +219,12 @@ class CloudResourceOptimizer:
         rec, optimized, _ = refine(self, manager, usable, reference, total, profile, run_dir,
                                    opts, more, manager.batch_control() is not None)
         rec["sla_source"] = sla_source
+        if recorded:
+            names = sorted(d.name for d in (run_dir / "trials").glob("*")
+                           if (d / "summary.json").exists())
+            new = [n for n in names if n not in recorded]
+            self._say(f"trials reused from the run folder: {', '.join(sorted(recorded))}; "
+                      f"measured now: {', '.join(new) or 'none'}", always=True)
         if phase_note:
             rec.setdefault("notes", []).append(phase_note)
         result = self._finish(run_dir, baseline, reference, optimized, rec, profile,
@@ -319,14 +335,19 @@ class CloudResourceOptimizer:
             env_config = self._env_config(usable, reference, total, profile)
         except CloudoptError as exc:
             env_config, reason = None, str(exc)
-        if cache.exists():
+        budget = opts.agent_seconds or self.config.run.agent_seconds
+        budget = budget if round_k == 0 else budget / 2
+        inputs = plan_inputs(self.user_preference, [t.trial_id for t in usable], budget,
+                             self.config)
+        recorded, why = reusable_plan(cache, inputs)
+        if recorded is not None:
             self._say(f"agents (round {round_k}): reusing the recorded plan")
-            return read_json(cache), env_config
+            return recorded, env_config
+        if why:
+            self._say(f"agents (round {round_k}): planning again, {why}", always=True)
         if env_config is None:
             rec = self._fallback(usable, reason)
         else:
-            budget = opts.agent_seconds or self.config.run.agent_seconds
-            budget = budget if round_k == 0 else budget / 2
             self._say(f"round {round_k}: training agents ({budget:g} s each) on the workload "
                       f"model fitted to {len(usable)} trials")
             r = recommend(env_config, self.config, time_budget_s=budget, quiet=self.quiet)
@@ -336,7 +357,7 @@ class CloudResourceOptimizer:
                 + f"; plan of {r.agent}: {r.allocation.key()}")
             rec = self._rec_dict(r, env_config.workload)
             self._save_rl(out, r)
-        atomic_write_json(cache, rec)
+        atomic_write_json(cache, {**rec, "inputs": inputs})
         return read_json(cache), env_config
 
     def _env_config(self, usable: list[TrialSummary], reference: TrialSummary,

@@ -38,6 +38,7 @@ from optimizer.monitor import CSVMonitor, ProcessMonitor, kill_tree
 from optimizer.records import SUMMARY_FILE, TrialSummary, write_trials_csv
 from optimizer.resources import ResourceManager
 from optimizer.script_scan import ScriptInfo
+from optimizer.trial_guard import Watchdog, die_with_parent, record_owner
 from optimizer.trial_output import BATCH_SIZE_PATTERN, RateTracker, parse_rate, to_number
 
 STDERR_TAIL_CHARS = 2000
@@ -147,6 +148,7 @@ class TrialRun:
     """(t_s, cumulative samples) of the last metrics row."""
     csv_total: float | None = None
     stop_reason: str | None = None
+    watchdog: Watchdog | None = None
 
 
 def start_trial(cmd: list[str], env: dict[str, str], cpus: list[int], work: Path,
@@ -157,11 +159,14 @@ def start_trial(cmd: list[str], env: dict[str, str], cpus: list[int], work: Path
                    if allocation.gpus else [])
     stdout_path, stderr_path = work / "stdout.log", work / "stderr.log"
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
-        # Own session: kill_tree can then take the script's children with it.
+        # Own session: kill_tree can then take the script's children with it; the guards of
+        # optimizer.trial_guard end it when this process dies without doing so.
         proc = subprocess.Popen(
             cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
-            start_new_session=True, preexec_fn=_affinity_setter(cpus),
+            start_new_session=True, preexec_fn=_child_setup(cpus, os.getpid()),
         )
+    watchdog = Watchdog(proc.pid)
+    record_owner(work, proc.pid)
     t0 = time.monotonic()
     if not hasattr(os, "sched_setaffinity"):  # pragma: no cover - macOS/Windows
         _set_affinity_psutil(proc.pid, cpus)
@@ -170,17 +175,18 @@ def start_trial(cmd: list[str], env: dict[str, str], cpus: list[int], work: Path
                              gpu_indices=gpu_indices, start_time=t0)
     monitor.start()
     return TrialRun(proc, t0, monitor, CSVMonitor(metrics_path), stdout_path,
-                    allocation.batch_size)
+                    allocation.batch_size, watchdog=watchdog)
 
 
-def _affinity_setter(cpus: list[int]):
-    if not hasattr(os, "sched_setaffinity"):  # pragma: no cover - macOS/Windows
-        return None
+def _child_setup(cpus: list[int], parent_pid: int):
+    affinity = hasattr(os, "sched_setaffinity")
 
-    def set_affinity() -> None:  # runs in the child between fork and exec: one syscall
-        os.sched_setaffinity(0, cpus)
+    def setup() -> None:  # runs in the child between fork and exec: two syscalls
+        die_with_parent(parent_pid)
+        if affinity:
+            os.sched_setaffinity(0, cpus)
 
-    return set_affinity
+    return setup
 
 
 def _set_affinity_psutil(pid: int, cpus: list[int]) -> None:  # pragma: no cover
@@ -225,6 +231,8 @@ def stop_trial(run: TrialRun) -> None:
     if run.proc.poll() is None:  # e.g. KeyboardInterrupt: never leave a tree behind
         kill_tree(run.proc.pid, popen=run.proc)
         run.proc.wait()
+    if run.watchdog is not None:
+        run.watchdog.release()
     run.monitor.stop()
 
 

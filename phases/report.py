@@ -33,6 +33,7 @@ def read_for_model(
     *,
     exec_id: str | None = None,
     time: str | None = None,
+    invalid: str = "refuse",
 ) -> tuple[TraceSet, pd.DataFrame]:
     """Read ``path`` with the model's features and its fitted id/time columns (or overrides).
 
@@ -51,7 +52,8 @@ def read_for_model(
     if time is not None and time not in frame.columns and time == model.time_col_:
         time = None  # the fitted time column is optional in other files; file order then
     traces = traces_from_frame(
-        frame, exec_id, list(model.feature_names_in_), time, min_length=1, source=str(path)
+        frame, exec_id, list(model.feature_names_in_), time, min_length=1, source=str(path),
+        invalid=invalid,
     )
     return traces, frame
 

@@ -11,10 +11,10 @@ Cleaning rules (applied per execution, in this order)
 2. Rows are sorted by the time column (stable, so ties keep file order); date-time text is
    read as seconds since the Unix epoch; rows whose time is missing or unreadable are dropped.
    Without a time column the file order is the time order.
-3. Missing feature values (NaN, empty, non-numeric text) are filled from the previous sample of
-   the same execution, and leading ones from the next valid sample (forward- then back-fill).
-   A feature that is missing throughout an execution makes the execution unusable: it is skipped
-   with a warning.
+3. Feature values that are not finite numbers (NaN, empty, text, inf) are never invented: by
+   default the table is refused with a :class:`TraceFormatError` naming the column and line of
+   each (``invalid="refuse"``); with ``invalid="drop"`` (the CLI's ``--drop-invalid``) those
+   rows are dropped, with a warning that counts and names them.
 4. Gaps in time are *not* filled: consecutive samples are consecutive CRBM steps whatever their
    spacing, as in AI4DL (monitors sample at a roughly fixed period).
 5. ``drop_exit_samples=True`` drops trailing samples at which a feature that is positive for
@@ -163,6 +163,7 @@ def read_traces(
     *,
     min_length: int = 1,
     drop_exit_samples: bool = True,
+    invalid: str = "refuse",
 ) -> TraceSet:
     """Read a CSV or Parquet trace table into per-execution arrays.
 
@@ -180,6 +181,10 @@ def read_traces(
         Executions with fewer kept samples are skipped with a warning (use ``delay + 1``).
     drop_exit_samples : bool, default=True
         Drop trailing samples of a dying process (see the module docstring, rule 5).
+    invalid : {"refuse", "drop"}, default="refuse"
+        What to do with feature values that are not finite numbers (text, empty, NaN, inf):
+        refuse the file, naming column and line of each, or drop those rows with a warning.
+        They are never filled in.
 
     Returns
     -------
@@ -201,7 +206,37 @@ def read_traces(
         min_length=min_length,
         drop_exit_samples=drop_exit_samples,
         source=str(path),
+        invalid=invalid,
     )
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, str):
+        return repr(value)
+    if value is None or pd.isna(value):
+        return "empty"
+    try:
+        return format(float(value), "g")
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _invalid_message(data: pd.DataFrame, features: Sequence[str], bad: pd.DataFrame,
+                     where: str, file_lines: bool, shown: int = 5) -> str:
+    """``where: N invalid value(s) in R row(s): column 'c' line 7 ('abc'), ...``. A file's line
+    is its data row + 2 (the header is line 1)."""
+    places = []
+    for col in features:
+        for i in np.flatnonzero(bad[col].to_numpy()):
+            places.append((i, col))
+    places.sort()
+    unit, offset = ("line", 2) if file_lines else ("row", 0)
+    listed = ", ".join(f"column {col!r} {unit} {i + offset} ({_shown(data[col].iloc[i])})"
+                       for i, col in places[:shown])
+    more = f" and {len(places) - shown} more" if len(places) > shown else ""
+    rows = int(bad.any(axis=1).sum())
+    return (f"{where}: {len(places)} invalid value(s) (not a finite number) in {rows} row(s): "
+            f"{listed}{more}")
 
 
 def traces_from_frame(
@@ -213,6 +248,7 @@ def traces_from_frame(
     min_length: int = 1,
     drop_exit_samples: bool = True,
     source: str | None = None,
+    invalid: str = "refuse",
 ) -> TraceSet:
     """Split a DataFrame (one row per sample) into a :class:`TraceSet`; see :func:`read_traces`."""
     where = source or "trace table"
@@ -220,9 +256,21 @@ def traces_from_frame(
     if not features:
         raise TraceFormatError(f"{where}: no feature columns given")
     _check_columns(frame, [exec_id, *features] + ([time] if time else []), where)
+    if invalid not in ("refuse", "drop"):
+        raise ValueError(f"invalid must be 'refuse' or 'drop' (got {invalid!r})")
     data = frame.reset_index(drop=True)
     values = data[features].apply(pd.to_numeric, errors="coerce")
-    table = pd.DataFrame({"_row": np.arange(len(data), dtype=np.int64), "_id": data[exec_id]})
+    values = values.where(np.isfinite(values.to_numpy(dtype=np.float64, na_value=np.nan)))
+    bad = values.isna()
+    if bad.to_numpy().any():
+        message = _invalid_message(data, features, bad, where, file_lines=source is not None)
+        if invalid == "refuse":
+            raise TraceFormatError(message + "; fix them, or drop those rows (--drop-invalid)")
+        warnings.warn(message + "; those rows are dropped", stacklevel=2)
+        keep = ~bad.any(axis=1)
+        data, values = data[keep], values[keep]
+    table = pd.DataFrame({"_row": data.index.to_numpy(dtype=np.int64), "_id": data[exec_id]},
+                         index=data.index)
     table["_t"] = _time_values(data[time]) if time else table["_row"]
     table = pd.concat([table, values.set_axis(features, axis=1)], axis=1)
     table = table[table["_id"].notna() & table["_t"].notna()]
@@ -234,15 +282,7 @@ def traces_from_frame(
     short: list[str] = []
     for eid, group in table.groupby("_id", sort=False):
         eid = str(eid)
-        x = group[features].ffill().bfill().to_numpy(dtype=np.float64)
-        if len(x) and np.isnan(x).any():
-            bad = [f for f, col in zip(features, x.T, strict=True) if np.isnan(col).all()]
-            warnings.warn(
-                f"{where}: execution {eid!r} skipped: feature(s) {bad} missing in every sample",
-                stacklevel=2,
-            )
-            out.skipped.append(eid)
-            continue
+        x = group[features].to_numpy(dtype=np.float64)  # finite: checked above, never filled
         keep = _exit_trim(x) if drop_exit_samples else len(x)
         if keep < min_length:
             short.append(f"{eid} ({keep})")

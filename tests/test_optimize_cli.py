@@ -33,6 +33,10 @@ def cli(*args, cwd=None):
     (["--train-file", "examples/train_mlp.py", "--preference", "cheap"], "unknown preference 'cheap'"),
     (["--train-file", "examples/train_mlp.py", "--preference", "0.5,0.5,0.5"], "must sum to 1"),
     (["--train-file", "examples/train_mlp.py", "--resume", "/nonexistent/run"], "no such run folder"),
+    (["--train-file", "examples/train_mlp.py", "--agent-seconds", "-1"],
+     "--agent-seconds must be > 0 (got -1)"),
+    (["--train-file", "examples/train_mlp.py", "--baseline-samples", "0"],
+     "baseline_samples must be a positive integer (got 0)"),
 ])
 def test_user_errors_exit_2_without_traceback(repo_root, args, needle):
     proc = cli(*args, cwd=repo_root)

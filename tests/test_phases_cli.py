@@ -164,3 +164,25 @@ def test_user_errors_exit_2(model_dir, tmp_path, capsys):
         ]
     )
     assert rc == 2 and "'nope'" in capsys.readouterr().err
+
+
+def test_invalid_samples_refused_or_dropped_never_filled(model_dir, tmp_path, capsys):
+    frame = pd.read_csv(SLICE)
+    frame["cpu_cores"] = frame["cpu_cores"].astype(object)
+    frame.loc[3, "cpu_cores"] = "oops"
+    frame.loc[7, "mem_gb"] = np.nan
+    bad = tmp_path / "bad.csv"
+    frame.to_csv(bad, index=False)
+    args = ["phases", "predict", "--model", str(model_dir), "--traces", str(bad),
+            "--out", str(tmp_path / "p.csv")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(bad) in err and "2 invalid value(s)" in err
+    assert "column 'cpu_cores' line 5 ('oops')" in err and "column 'mem_gb' line 9 (empty)" in err
+    assert not (tmp_path / "p.csv").exists()
+
+    assert main([*args, "--drop-invalid"]) == 0
+    assert "warning:" in capsys.readouterr().err
+    table = pd.read_csv(tmp_path / "p.csv")
+    assert len(table) == len(frame)  # one row per input row, the dropped ones marked
+    assert (table.loc[[3, 7], "phase"] == -1).all() and (table.loc[[3, 7], "note"] == "dropped").all()

@@ -37,27 +37,35 @@ def test_sorted_by_time_with_original_rows(tmp_path):
     assert ts.features == ["cpu", "mem"] and ts.n_rows == 5
 
 
-def test_nan_forward_then_back_filled(tmp_path):
+def _with_bad_values(tmp_path):
     frame = pd.DataFrame(
         {
             "id": ["a"] * 5,
             "t": range(5),
-            "cpu": [np.nan, 1.0, np.nan, 3.0, 4.0],
+            "cpu": [np.nan, 1.0, np.inf, 3.0, 4.0],
             "mem": ["x", 1, 2, 3, 4],
         }
     )
-    ts = read_traces(write(tmp_path, frame), "id", ["cpu", "mem"], "t")
-    np.testing.assert_array_equal(ts.arrays[0][:, 0], [1, 1, 1, 3, 4])
-    np.testing.assert_array_equal(ts.arrays[0][:, 1], [1, 1, 2, 3, 4])  # text -> NaN -> filled
+    return write(tmp_path, frame)
 
 
-def test_all_nan_feature_skips_execution_with_warning(tmp_path):
-    frame = pd.DataFrame(
-        {"id": ["a"] * 3 + ["b"] * 3, "cpu": [1.0] * 6, "mem": [np.nan] * 3 + [1.0, 2, 3]}
-    )
-    with pytest.warns(UserWarning, match="'a' skipped"):
-        ts = read_traces(write(tmp_path, frame), "id", ["cpu", "mem"])
-    assert ts.exec_ids == ["b"] and ts.skipped == ["a"]
+def test_invalid_values_refused_with_column_and_line(tmp_path):
+    path = _with_bad_values(tmp_path)
+    with pytest.raises(TraceFormatError) as err:
+        read_traces(path, "id", ["cpu", "mem"], "t")
+    msg = str(err.value)
+    assert msg.startswith(f"{path}: 3 invalid value(s) (not a finite number) in 2 row(s)")
+    # data row 0 is line 2 of the file (the header is line 1)
+    assert "column 'cpu' line 2" in msg and "column 'mem' line 2 ('x')" in msg
+    assert "column 'cpu' line 4 (inf)" in msg and "--drop-invalid" in msg
+
+
+def test_invalid_rows_dropped_on_request_never_filled(tmp_path):
+    path = _with_bad_values(tmp_path)
+    with pytest.warns(UserWarning, match="3 invalid value.*those rows are dropped"):
+        ts = read_traces(path, "id", ["cpu", "mem"], "t", invalid="drop")
+    np.testing.assert_array_equal(ts.arrays[0][:, 0], [1, 3, 4])
+    np.testing.assert_array_equal(ts.rows[0], [1, 3, 4])  # original row numbers kept
 
 
 def test_short_execution_skipped_with_warning(tmp_path):

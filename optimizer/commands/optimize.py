@@ -22,6 +22,7 @@ from optimizer.allocation import Allocation
 from optimizer.atomic_files import atomic_write_json
 from optimizer.baseline import best_trial, format_trials_table, rank_trials
 from optimizer.cli import commands_epilog
+from optimizer.commands.resume import fill_from_run, recorded_options, resume_command
 from optimizer.config import OptimizerConfig, load_config, parse_preference
 from optimizer.errors import CloudoptError, ConfigError
 from optimizer.pipeline import CloudResourceOptimizer, JobOptions
@@ -33,17 +34,18 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         prog=prog, description="Find the cheapest or fastest way to run a training script "
         "within its SLA, by running it for real under a few resource settings.",
         epilog=commands_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--train-file", action="append", required=True, metavar="FILE",
-                   help="training script (repeat for several)")
-    p.add_argument("--preference", default="balanced",
-                   help="cost, time, balanced, resource, or weights 'c,t,r' summing to 1")
+    p.add_argument("--train-file", action="append", default=None, metavar="FILE",
+                   help="training script (repeat for several); required unless --resume")
+    p.add_argument("--preference", default=None,
+                   help="cost, time, balanced (default), resource, or weights 'c,t,r' "
+                   "summing to 1")
     p.add_argument("--config", default=None, help="TOML configuration (default: configs/default.toml)")
     p.add_argument("--baseline-samples", type=int, default=None, metavar="N",
                    help="allocations measured for real")
     p.add_argument("--time-max", type=float, default=None, help="SLA: whole-job seconds")
     p.add_argument("--cost-max", type=float, default=None, help="SLA: whole-job dollars")
     p.add_argument("--throughput-min", type=float, default=None, help="SLA: samples/s")
-    p.add_argument("--train-args", default="", help="arguments passed to the script (quoted)")
+    p.add_argument("--train-args", default=None, help="arguments passed to the script (quoted)")
     p.add_argument("--batch-size-arg", default=None, metavar="FLAG",
                    help="flag that sets the script's batch size (e.g. --batch_size or --bs={})")
     p.add_argument("--probe-seconds", type=float, default=None, metavar="S",
@@ -52,7 +54,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                    help="samples of the whole job, when the script does not report them")
     p.add_argument("--output", default=None, metavar="DIR", help="run folder (default runs/<script>-<time>)")
     p.add_argument("--resume", default=None, metavar="DIR",
-                   help="continue a run folder, skipping recorded trials")
+                   help="continue a run folder with the options it recorded (those given "
+                   "again win); recorded trials are reused, not rerun")
     p.add_argument("--dataset-path", default=None, help="dataset location (recorded with the run)")
     p.add_argument("--offline-logs", default=None, metavar="DIR_OR_GLOB",
                    help="training logs of earlier runs: baseline sampling starts from the "
@@ -68,6 +71,16 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
 
 def _load(args: argparse.Namespace) -> OptimizerConfig:
+    if args.resume:
+        if not Path(args.resume).is_dir():
+            raise CloudoptError(f"--resume {args.resume}: no such run folder")
+        changed = fill_from_run(args)
+        print(f"resuming {args.resume}" + (": changed " + "; ".join(changed) if changed
+                                            else " with its recorded options"))
+    if not args.train_file:
+        raise CloudoptError("--train-file FILE is required (or --resume DIR of a run folder)")
+    args.preference = "balanced" if args.preference is None else args.preference
+    args.train_args = args.train_args or ""
     overrides = {
         "sla": {"time_max": args.time_max, "cost_max": args.cost_max,
                 "throughput_min": args.throughput_min},
@@ -77,8 +90,13 @@ def _load(args: argparse.Namespace) -> OptimizerConfig:
     config = load_config(args.config, overrides)
     args.preference = parse_preference(args.preference)
     config.multi_objective.vector(args.preference)  # unknown names fail here (exit 2)
-    if args.probe_seconds is not None and args.probe_seconds < 0:
-        raise ConfigError(f"--probe-seconds must be >= 0 (got {args.probe_seconds!r})")
+    for flag, value, low, strict in (("--probe-seconds", args.probe_seconds, 0, False),
+                                     ("--agent-seconds", args.agent_seconds, 0, True),
+                                     ("--baseline-samples", args.baseline_samples, 1, False),
+                                     ("--refine-rounds", args.refine_rounds, 0, False),
+                                     ("--total-samples", args.total_samples, 0, True)):
+        if value is not None and (value < low or (strict and value == low)):
+            raise ConfigError(f"{flag} must be {'>' if strict else '>='} {low} (got {value:g})")
     return config
 
 
@@ -115,7 +133,7 @@ def optimize_file(optimizer: CloudResourceOptimizer, manager: TrainingModuleMana
         "batch_size_arg": manager.batch_size_arg, "preference": args.preference,
         "probe_seconds": args.probe_seconds, "total_samples": args.total_samples,
         "dataset_path": args.dataset_path, "offline_logs": args.offline_logs,
-        "phase_model": args.phase_model,
+        "phase_model": args.phase_model, "options": recorded_options(args),
     })
     options = JobOptions(
         train_args=manager.train_args, batch_size_arg=manager.batch_size_arg,
@@ -187,6 +205,12 @@ def run(args: argparse.Namespace) -> int:
         optimizer = CloudResourceOptimizer(copy.deepcopy(config), quiet=args.quiet)
         optimizer.set_user_preference(args.preference)
         run_dir = _run_dir(args, config, m.module_path, len(managers))
-        optimize_file(optimizer, m, run_dir, args)
+        try:
+            optimize_file(optimizer, m, run_dir, args)
+        except KeyboardInterrupt:
+            if (run_dir / "run.json").exists():
+                target = Path(args.resume or args.output or run_dir)
+                print(f"to continue: {resume_command(target)}", file=sys.stderr)
+            raise
     sys.stdout.flush()
     return 0

@@ -6,11 +6,17 @@
   its phase (-1: warm-up or dropped, see the ``note`` column);
 - ``report --model MODEL_DIR --traces FILE --out DIR``: ``report.md``, ``phases.json`` and PNG
   plots (see :func:`phases.report.write_report`).
+
+Feature values that are not finite numbers refuse the file (exit 2, naming column and line of
+each) unless ``--drop-invalid`` drops their rows; either way they are counted on the console.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sys
+import warnings
 from pathlib import Path
 
 from optimizer.errors import TraceFormatError
@@ -41,6 +47,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     fit.add_argument("--seed", type=int, default=0, help="random seed")
     fit.add_argument("--out", type=Path, required=True, help="model directory to write")
     fit.add_argument("--quiet", action="store_true", help="no progress bar")
+    fit.add_argument("--drop-invalid", action="store_true", help=DROP_HELP)
 
     for name, text in (
         ("predict", "phase of every sample of a trace file"),
@@ -52,6 +59,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         p.add_argument("--exec-id", default=None, help="execution id column (model's default)")
         p.add_argument("--time", default=None, help="time column (model's default)")
         p.add_argument("--device", default=None, help="auto, cpu or cuda")
+        p.add_argument("--drop-invalid", action="store_true", help=DROP_HELP)
         if name == "predict":
             p.add_argument("--out", type=Path, required=True, help="CSV to write")
         else:
@@ -63,6 +71,24 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
             )
             p.add_argument("--examples", type=int, default=4, help="execution plots to draw")
     return parser
+
+
+DROP_HELP = ("drop rows whose feature values are not finite numbers (default: refuse the file, "
+             "naming each); they are never filled in")
+
+
+def _invalid(args: argparse.Namespace) -> str:
+    return "drop" if getattr(args, "drop_invalid", False) else "refuse"
+
+
+@contextlib.contextmanager
+def _console_warnings():
+    """What the trace reader warns about (dropped rows, skipped executions), one line each."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,7 +113,9 @@ def _fit(args: argparse.Namespace) -> int:
     if args.epochs is not None:
         params["epochs"] = args.epochs
     model = PhaseDetector(**params)
-    traces = read_traces(args.traces, args.exec_id, features, args.time, min_length=args.delay + 1)
+    with _console_warnings():
+        traces = read_traces(args.traces, args.exec_id, features, args.time,
+                             min_length=args.delay + 1, invalid=_invalid(args))
     model.fit(traces)
     model.save(args.out)
     print(
@@ -102,7 +130,9 @@ def _load(args: argparse.Namespace):
     from phases.report import read_for_model
 
     model = PhaseDetector.load(args.model, device=args.device)
-    traces, frame = read_for_model(model, args.traces, exec_id=args.exec_id, time=args.time)
+    with _console_warnings():
+        traces, frame = read_for_model(model, args.traces, exec_id=args.exec_id, time=args.time,
+                                       invalid=_invalid(args))
     return model, traces, frame
 
 

@@ -1,0 +1,93 @@
+"""``--resume DIR`` alone: the main command's options come back from what the run recorded.
+
+Every run folder keeps the options it was started with in ``run.json`` (``options``). On
+``--resume DIR`` an option given again on the command line wins, the rest are the recorded ones;
+:func:`fill_from_run` says which ones changed, so the user sees what is reused and what is
+redone (a changed preference retrains the agents and keeps the measured trials).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+from typing import Any
+
+from optimizer.atomic_files import read_json
+from optimizer.errors import CloudoptError
+
+RUN_FILE = "run.json"
+RECORDED = ("train_file", "preference", "config", "baseline_samples", "time_max", "cost_max",
+            "throughput_min", "train_args", "batch_size_arg", "probe_seconds", "total_samples",
+            "dataset_path", "offline_logs", "agent_seconds", "refine_rounds", "phase_model")
+"""The options a run records and a resume reads back (not ``output``, ``resume``, ``quiet``)."""
+
+
+def recorded_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The options of ``args`` to record in ``run.json``."""
+    return {k: getattr(args, k, None) for k in RECORDED}
+
+
+def _run_files(folder: Path) -> list[Path]:
+    own = folder / RUN_FILE
+    if own.is_file():
+        return [own]
+    return sorted(folder.glob(f"*/{RUN_FILE}"))  # several scripts: one folder each
+
+
+def load_recorded(folder: Path) -> dict[str, Any]:
+    """The options recorded in a run folder (or its per-script folders)."""
+    files = _run_files(folder)
+    if not files:
+        raise CloudoptError(f"--resume {folder}: no {RUN_FILE} there (not a run folder, or it "
+                            "was stopped before its first trial): start it again with "
+                            "--train-file")
+    data = read_json(files[0])
+    options = data.get("options")
+    if not isinstance(options, dict):  # a run recorded before options were kept
+        options = {k: data.get(k) for k in RECORDED if k in data}
+        if isinstance(options.get("train_args"), list):
+            options["train_args"] = shlex.join(options["train_args"])
+        options["train_file"] = [read_json(f).get("train_file") for f in files]
+    if files[0].parent == folder and data.get("train_file"):
+        options["train_file"] = [data["train_file"]]  # this folder is one script's
+    if not options.get("train_file"):
+        raise CloudoptError(f"{files[0]}: records no training script; resume with --train-file")
+    return options
+
+
+def fill_from_run(args: argparse.Namespace) -> list[str]:
+    """Fill the options not given on the command line from the run folder ``args.resume``;
+    returns a line per option whose given value differs from the recorded one."""
+    recorded = load_recorded(Path(args.resume))
+    changed = []
+    for key, value in recorded.items():
+        if key not in RECORDED:
+            continue
+        given = getattr(args, key, None)
+        if given is None:
+            setattr(args, key, value)
+        elif value is not None and _norm(given) != _norm(value):
+            changed.append(f"{key.replace('_', '-')}: {_show(value)} -> {_show(given)}")
+    return changed
+
+
+def _norm(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [str(Path(v).resolve()) if isinstance(v, str) and v.endswith(".py") else v
+                for v in value]
+    return value
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def resume_command(run_dir: Path) -> str:
+    """The command that continues an interrupted run."""
+    return f"python -m optimizer --resume {shlex.quote(str(run_dir))}"
+
+
+__all__ = ["RECORDED", "fill_from_run", "load_recorded", "recorded_options", "resume_command"]

@@ -1,0 +1,75 @@
+"""``--resume DIR`` alone finishes a run; a changed preference replans and keeps the trials."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+TINY_ARGS = ["--train-args", "--samples 16000", "--baseline-samples", "3", "--probe-seconds",
+             "0", "--agent-seconds", "1", "--refine-rounds", "1"]
+
+
+def cli(repo_root, *args):
+    return subprocess.run([sys.executable, "-m", "optimizer", *args], capture_output=True,
+                          text=True, cwd=repo_root, timeout=300)
+
+
+def _stamps(out):
+    return {p: p.stat().st_mtime_ns for p in out.glob("trials/*/summary.json")}
+
+
+def test_resume_alone_then_with_another_preference(tmp_path, repo_root):
+    out = tmp_path / "run"
+    first = cli(repo_root, "--train-file", "tests/data/tiny_train.py", "--preference", "cost",
+                *TINY_ARGS, "--output", str(out), "--quiet")
+    assert first.returncode == 0, first.stderr[-3000:]
+    stamps = _stamps(out)
+
+    again = cli(repo_root, "--resume", str(out), "--quiet")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resuming {out} with its recorded options" in again.stdout
+    assert "measured now: none" in again.stdout
+    assert _stamps(out) == stamps  # nothing was run again
+    assert json.loads((out / "recommendation.json").read_text())["preference"] == "cost"
+
+    timed = cli(repo_root, "--resume", str(out), "--preference", "time", "--quiet")
+    assert timed.returncode == 0, timed.stderr[-3000:]
+    assert "changed preference: cost -> time" in timed.stdout
+    assert "planning again, changed since the recorded plan: preference cost -> time" \
+        in timed.stdout
+    baseline = {p: t for p, t in stamps.items() if p.parent.name[:2].isdigit()}
+    assert all(p.stat().st_mtime_ns == t for p, t in baseline.items())  # probes reused
+    rec = json.loads((out / "recommendation.json").read_text())
+    assert rec["preference"] == "time"
+    plan = json.loads((out / "rl" / "recommendation.json").read_text())
+    assert plan["inputs"]["preference"] == "time"
+
+
+def test_resume_of_a_folder_that_is_not_a_run(tmp_path, repo_root):
+    proc = cli(repo_root, "--resume", str(tmp_path))
+    assert proc.returncode == 2 and "no run.json there" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_train_file_or_resume_is_required(repo_root):
+    proc = cli(repo_root, "--preference", "cost")
+    assert proc.returncode == 2
+    assert "--train-file FILE is required (or --resume DIR" in proc.stderr
+
+
+@pytest.mark.parametrize("given, expected", [(None, "balanced"), ("time", "time")])
+def test_recorded_options_fill_what_is_not_given(tmp_path, given, expected):
+    from optimizer.commands.optimize import build_parser
+    from optimizer.commands.resume import fill_from_run
+
+    (tmp_path / "run.json").write_text(json.dumps({
+        "train_file": "examples/train_mlp.py",
+        "options": {"train_file": ["examples/train_mlp.py"], "preference": "balanced",
+                    "baseline_samples": 6, "train_args": "--epochs 1"}}))
+    argv = ["--resume", str(tmp_path)] + (["--preference", given] if given else [])
+    args = build_parser("t").parse_args(argv)
+    changed = fill_from_run(args)
+    assert args.preference == expected and args.baseline_samples == 6
+    assert args.train_args == "--epochs 1" and args.train_file == ["examples/train_mlp.py"]
+    assert changed == ([] if given is None else ["preference: balanced -> time"])
