@@ -120,9 +120,8 @@ def run_baseline(
     for i, alloc in bar:
         trial_dir = run_dir / "trials" / trial_name(i, alloc)
         bar.set_postfix_str(alloc.key())
-        if (trial_dir / "summary.json").exists():
-            summary = TrialSummary.load(trial_dir)
-        else:
+        summary = manager.recorded_trial(trial_dir)  # None: not recorded, or stale
+        if summary is None:
             summary = manager.run_training(
                 alloc, trial_dir, resource_config=config.resources,
                 probe_seconds=probe_seconds, timeout_s=config.run.trial_timeout_s,

@@ -211,6 +211,7 @@ class CloudResourceOptimizer:
             if whole.ok and whole.throughput:
                 usable.append(whole)
         sla_source = self._set_sla(usable, opts)
+        self.config.save(run_dir / "config.json")  # as applied: the SLA the run was held to
         profile, phase_note = self._phases(reference, run_dir, opts)
         from optimizer.refine import refine
 
@@ -249,6 +250,9 @@ class CloudResourceOptimizer:
                   f"{'probes of ' + format(probe, 'g') + ' s' if probe else 'full runs'}")
         trials = run_baseline(manager, allocations, run_dir, cfg, probe_seconds=probe,
                               total_samples=opts.total_samples, quiet=self.quiet)
+        for line in manager.replaced:
+            self._say(line, always=True)
+        manager.replaced.clear()
         settable = manager.batch_control() is not None
         return [self._label_batch(t, run_dir / "trials" / self._trial_folder(run_dir, t),
                                   settable) for t in trials]
@@ -438,8 +442,12 @@ class CloudResourceOptimizer:
         alloc = Allocation(alloc.gpus, alloc.cpus, memory_for(alloc.cpus, self.config.resources),
                            alloc.batch_size if settable else None)
         trial_dir = run_dir / "trials" / f"{prefix}-{alloc.key()}"
-        if (trial_dir / "summary.json").exists():
-            return TrialSummary.load(trial_dir)
+        recorded = manager.recorded_trial(trial_dir)
+        if recorded is not None:
+            return recorded
+        for line in manager.replaced:
+            self._say(line, always=True)
+        manager.replaced.clear()
         run = self.config.run
         probe = None if opts.probe_seconds == 0 else (opts.probe_seconds or run.probe_seconds)
         if probe and probe >= 0.5 * run.trial_timeout_s:

@@ -14,6 +14,7 @@ The planned adjustments are reported beside it.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -133,6 +134,11 @@ def _outcome(name: str, total: float, rows: list[dict[str, Any]], optimum: float
     return PolicyOutcome(name, float(total), float(share), float(t), float(c), ok, allocs)
 
 
+def _pct(share: float) -> str:
+    """A share of the optimum for people: "n/a" where the optimum's return is not positive."""
+    return f"{share:.1%}" if math.isfinite(share) else "n/a"
+
+
 def held_allocation(allocations: Sequence[Allocation]) -> Allocation:
     """The allocation a plan holds for the most steps (the later one on ties)."""
     counts = Counter(a.key() for a in allocations)
@@ -243,13 +249,13 @@ def recommend(env_config: Any, config: OptimizerConfig, *, time_budget_s: float,
     if best_agent.total_return < static_out.total_return - 1e-9:
         chosen = static_out
         notes.append(f"no agent beat the best static allocation (best agent {best_agent.name} "
-                     f"reached {best_agent.share_of_optimum:.1%} of the optimum); the best static "
+                     f"reached {_pct(best_agent.share_of_optimum)} of the optimum); the best static "
                      "allocation is recommended")
     elif best_agent.total_return <= static_out.total_return + 1e-9:
         # A tie is the static allocation's: the agent learned nothing a fixed choice lacks.
         chosen = static_out
         notes.append(f"{best_agent.name} tied with the best static allocation "
-                     f"({best_agent.share_of_optimum:.1%} of the optimum); the tie is reported "
+                     f"({_pct(best_agent.share_of_optimum)} of the optimum); the tie is reported "
                      "as the best static allocation's")
     feasible = optimum.total_time_s <= sla.time_max and optimum.total_cost <= sla.cost_max \
         and not optimum.oom

@@ -77,15 +77,29 @@ class TrialSummary:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "<dict>") -> TrialSummary:
+        """A summary from its JSON form; every field's type is checked (CloudoptError naming
+        ``source`` and the field), so a bad record fails here and not deep in a fit."""
+        if not isinstance(data, dict):
+            raise CloudoptError(f"{source}: not a trial summary (a JSON object is expected, "
+                                f"got {type(data).__name__})")
         data = dict(data)
-        known = {f.name for f in dataclasses.fields(cls)}
-        extra = sorted(set(data) - known)
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        extra = sorted(set(data) - set(fields))
         if extra:
             warnings.warn(f"{source}: ignoring unknown summary keys {extra}", stacklevel=2)
         alloc = data.pop("allocation", {}) or {}
+        if not isinstance(alloc, dict):
+            raise CloudoptError(f"{source}: 'allocation' must be an object, got {alloc!r}")
+        for name, value in alloc.items():
+            kind = {"gpus": "int", "cpus": "int", "memory_gb": "float",
+                    "batch_size": "int | None"}.get(name)
+            if kind is not None:
+                _check_type(value, kind, f"allocation.{name}", source)
+        kwargs = {k: v for k, v in data.items() if k in fields}
+        for name, value in kwargs.items():
+            _check_type(value, str(fields[name].type), name, source)
         try:
-            return cls(allocation=Allocation(**alloc),
-                       **{k: v for k, v in data.items() if k in known})
+            return cls(allocation=Allocation(**alloc), **kwargs)
         except TypeError as exc:
             raise CloudoptError(f"{source}: not a trial summary ({exc})") from None
 
@@ -96,6 +110,21 @@ class TrialSummary:
     def load(cls, trial_dir: str | os.PathLike) -> TrialSummary:
         path = Path(trial_dir) / SUMMARY_FILE
         return cls.from_dict(read_json(path), source=str(path))
+
+
+def _check_type(value: Any, annotation: str, name: str, source: str) -> None:
+    """Raise CloudoptError unless ``value`` fits the field's (string) annotation."""
+    if value is None and "None" in annotation:
+        return
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    base = annotation.split("|")[0].strip()
+    ok = {"str": isinstance(value, str), "int": number and float(value).is_integer(),
+          "float": number}.get(base)
+    if ok is None:
+        ok = isinstance(value, list) if base.startswith("list") else (
+            isinstance(value, dict) if base.startswith("dict") else True)
+    if not ok:
+        raise CloudoptError(f"{source}: field {name!r} must be {annotation}, got {value!r}")
 
 
 def iter_trials(run_dir: str | os.PathLike) -> Iterator[TrialSummary]:

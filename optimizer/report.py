@@ -35,11 +35,21 @@ code{background:#f6f8fa;padding:1px 4px;border-radius:3px}
 
 
 def format_value(value: Any) -> str:
-    """A table cell: floats with 4 significant digits, None/NaN as an em dash."""
+    """A cell for people: floats with 4 significant digits, None/NaN as an em dash, yes/no,
+    lists joined with commas ("none" when empty), a (before, after) pair as "before → after";
+    never a Python repr."""
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:  # numpy scalars
+        value = value.item()
     if value is None:
         return "—"
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if isinstance(value, tuple) and len(value) == 2:
+        return f"{format_value(value[0])} → {format_value(value[1])}"
+    if isinstance(value, (list, tuple, set)):
+        return ", ".join(format_value(v) for v in value) if value else "none"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {format_value(v)}" for k, v in value.items()) or "none"
     if isinstance(value, float):
         if math.isnan(value):
             return "—"

@@ -19,7 +19,7 @@ from optimizer.allocation import Allocation
 from optimizer.atomic_files import atomic_write_json, atomic_write_text
 from optimizer.k8s import k8s_resources_yaml
 from optimizer.records import TrialSummary, job_cost, job_time
-from optimizer.report import Report
+from optimizer.report import Report, format_value
 from optimizer.resources import ResourceManager
 from optimizer.sla import calculate_sla_violations
 from optimizer.trial_runner import with_batch_flag
@@ -378,7 +378,7 @@ def _build_report(opt: Any, result: Any, reference: TrialSummary, rec: dict[str,
     r.heading("Baseline trials")
     r.table([_row("baseline", t) for t in result.baseline])
     r.heading("Environment")
-    r.table([{"check": k, "value": str(v)} for k, v in {**gpu_check, **{
+    r.table([{"check": k, "value": format_value(v)} for k, v in {**gpu_check, **{
         f"script: {k}": v for k, v in analysis.items() if not isinstance(v, (dict, list))}}.items()])
     return r
 

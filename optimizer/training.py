@@ -30,6 +30,7 @@ them together.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
 import subprocess
@@ -42,11 +43,12 @@ from typing import Any
 import pandas as pd
 
 from optimizer.allocation import Allocation
-from optimizer.atomic_files import atomic_write_json
+from optimizer.atomic_files import atomic_write_json, read_json
 from optimizer.config import ResourceConfig
 from optimizer.cost import ResourceCostCalculator
+from optimizer.errors import CloudoptError
 from optimizer.monitor import CSVMonitor
-from optimizer.records import TrialSummary
+from optimizer.records import SUMMARY_FILE, TrialSummary
 from optimizer.resources import cpu_affinity_set
 from optimizer.script_scan import (
     ENTRY_NAMES,
@@ -125,6 +127,8 @@ class TrainingModuleManager:
         self.batch_size_arg = batch_size_arg
         self.module: ScriptInfo | None = None
         self.training_process: subprocess.Popen | None = None
+        self.replaced: list[str] = []
+        """Recorded trials found stale by :meth:`recorded_trial`, one line each."""
         self.csv_monitor: CSVMonitor | None = None
         self.output_csv_path: Path | None = None
         self.resource_config: ResourceConfig | None = None
@@ -175,6 +179,46 @@ class TrainingModuleManager:
             if found is not None:
                 return found
         return env_default(info.tree, "OPTIMIZER_BATCH_SIZE")
+
+    def script_digest(self) -> str:
+        """SHA-256 of the script's source: a trial of another version is not reused."""
+        info = self.module or self.load_module()
+        return hashlib.sha256(info.source.encode("utf-8")).hexdigest()
+
+    def recorded_trial(self, trial_dir: str | os.PathLike) -> TrialSummary | None:
+        """The trial recorded in ``trial_dir`` when it still applies: same script source and
+        same command line (arguments, batch flag). A record that no longer applies is moved to
+        ``<run>/replaced/`` (kept, not lost) and None is returned, so the trial runs again."""
+        trial_dir = Path(trial_dir)
+        if not (trial_dir / SUMMARY_FILE).exists():
+            return None
+        summary = TrialSummary.load(trial_dir)
+        try:
+            recorded = read_json(trial_dir / "config.json")
+        except CloudoptError:
+            recorded = {}
+        recorded = recorded if isinstance(recorded, dict) else {}
+        try:  # the allocation as run, before any batch label was added to the summary
+            command_now = self.command(Allocation(**recorded["allocation"]))
+        except (KeyError, TypeError):
+            command_now = None
+        why = None
+        digest = recorded.get("script_sha256")
+        if digest is not None and digest != self.script_digest():
+            why = "the script changed since it was measured"
+        elif command_now is not None and recorded.get("command") not in (None, command_now):
+            why = "the script's arguments changed since it was measured"
+        if why is None:
+            return summary
+        keep = trial_dir.parent.parent / "replaced" / trial_dir.name
+        n = 1
+        while keep.exists():
+            keep, n = keep.with_name(f"{trial_dir.name}.{n}"), n + 1
+        keep.parent.mkdir(parents=True, exist_ok=True)
+        trial_dir.rename(keep)
+        self.replaced.append(f"trial {trial_dir.name}: {why}; measuring it again (the old "
+                             f"record is in {keep})")
+        return None
 
     def command(self, allocation: Allocation) -> list[str]:
         """The command line of a run: the script, its arguments and the batch-size flag."""
@@ -247,6 +291,7 @@ class TrainingModuleManager:
         atomic_write_json(trial_dir / "config.json", {
             "trial_id": trial_id, "allocation": allocation, "train_file": str(info.path),
             "train_args": self.train_args, "command": cmd, "cpu_affinity": cpus,
+            "script_sha256": self.script_digest(),
             "env": recorded_env(env),
             "probe_seconds": probe_seconds, "timeout_s": timeout_s,
             "monitor_interval": monitor_interval, "started_at": started_at,

@@ -54,6 +54,14 @@ def test_every_output_file_and_key(tiny_run):
     assert set(rec["optimized"]["sla"]) >= {"time", "cost"}
     for key in ("hourly_cost_baseline", "hourly_cost_optimized", "tradeoff_acceptable"):
         assert key in rec["comparison"]
+    # Strict JSON, and the configuration as applied (the SLA forecast from the baseline, not
+    # the configured 3600 s placeholder).
+    for path in out.rglob("*.json"):
+        json.loads(path.read_text(), parse_constant=lambda c, p=path: pytest.fail(f"{p}: {c}"))
+    applied = json.loads((out / "config.json").read_text())
+    assert applied["sla"]["time_max"] != 3600.0
+    md = (out / "report.md").read_text()
+    assert "None |" not in md and "(nan" not in md and "0000000" not in md
 
     k8s = yaml.safe_load((out / "k8s-resources.yaml").read_text())
     alloc = rec["allocation"]

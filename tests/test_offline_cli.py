@@ -65,3 +65,20 @@ def test_predictor_beats_global_mean_on_shipped_logs(repo_root):
     assert s["runs"] >= 12
     assert s["predictor_throughput_mape"] < s["baseline_throughput_mape"]
     assert s["predictor_time_mape"] < s["baseline_time_mape"]
+
+
+def test_cli_names_dropped_rows_on_the_console_and_leaves_no_empty_folder(repo_root, tmp_path,
+                                                                         capsys):
+    frame = pd.read_csv(repo_root / "examples" / "logs" / "mlp.csv")
+    frame["throughput"] = frame["throughput"].astype(object)
+    frame.loc[0, "throughput"] = "-5"
+    log = tmp_path / "mlp.csv"
+    frame.to_csv(log, index=False)
+    assert main(["analyze", "--logs", str(log), "--out", str(tmp_path / "a"), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: {log}: 1 of {len(frame)} rows dropped" in err
+
+    bad = tmp_path / "bad.csv"
+    bad.write_text("foo,bar\n1,2\n")
+    assert main(["analyze", "--logs", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert not (tmp_path / "o").exists()

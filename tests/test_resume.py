@@ -73,3 +73,21 @@ def test_recorded_options_fill_what_is_not_given(tmp_path, given, expected):
     assert args.preference == expected and args.baseline_samples == 6
     assert args.train_args == "--epochs 1" and args.train_file == ["examples/train_mlp.py"]
     assert changed == ([] if given is None else ["preference: balanced -> time"])
+
+
+def test_changed_script_is_measured_again_and_the_old_record_kept(tmp_path, repo_root):
+    script = tmp_path / "tiny.py"
+    script.write_text((repo_root / "tests" / "data" / "tiny_train.py").read_text())
+    out = tmp_path / "run"
+    args = ["--train-file", str(script), "--preference", "cost", *TINY_ARGS, "--refine-rounds",
+            "0", "--quiet"]
+    first = cli(repo_root, *args, "--output", str(out))
+    assert first.returncode == 0, first.stderr[-3000:]
+    probes = sorted(p.name for p in out.glob("trials/0*"))
+    script.write_text(script.read_text() + "\n# tuned\n")
+    again = cli(repo_root, "--resume", str(out), "--quiet")
+    assert again.returncode == 0, again.stderr[-3000:]
+    replaced = {p.name for p in (out / "replaced").iterdir()}  # probes and the loop's trial
+    assert set(probes) < replaced
+    assert again.stdout.count("the script changed since it was measured") == len(replaced)
+    assert all((out / "trials" / p / "summary.json").exists() for p in probes)

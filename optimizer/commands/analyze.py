@@ -13,12 +13,14 @@ prints the per-model table (and the prediction when a model is given) and writes
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from optimizer.config import load_config, parse_preference
+from optimizer.errors import CloudoptError
 from optimizer.offline import OfflineDataAnalyzer, ResourcePrediction
 
 
@@ -70,11 +72,35 @@ def format_prediction(pred: ResourcePrediction) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    out_existed = Path(args.out).exists()
+    try:
+        return _run(args)
+    except CloudoptError as exc:
+        out = Path(args.out)
+        if not out_existed and out.is_dir() and not any(out.rglob("*")):
+            out.rmdir()  # no empty output folder left behind
+        message = str(exc)
+        if not any(str(spec) in message for spec in args.logs):
+            # errors about the history as a whole: say which logs it was
+            raise CloudoptError(f"{', '.join(map(str, args.logs))}: {message}") from None
+        raise
+
+
+def _report_dropped(analyzer: OfflineDataAnalyzer) -> None:
+    for path, rep in analyzer.reports.items():
+        if rep.dropped:
+            reasons = ", ".join(f"{n} {why}" for why, n in rep.dropped.items())
+            print(f"warning: {path}: {rep.rows_dropped} of {rep.rows_read} rows dropped "
+                  f"({reasons})", file=sys.stderr)
+
+
+def _run(args: argparse.Namespace) -> int:
     from optimizer.offline_report import model_table, write_analysis
 
     preference = parse_preference(args.preference)
     config = load_config(args.config)
     analyzer = OfflineDataAnalyzer(args.logs, resources=config.resources)
+    _report_dropped(analyzer)
     prediction = None
     chars = characteristics(args)
     if chars is not None:

@@ -22,7 +22,12 @@ from optimizer.allocation import Allocation
 from optimizer.atomic_files import atomic_write_json
 from optimizer.baseline import best_trial, format_trials_table, rank_trials
 from optimizer.cli import commands_epilog
-from optimizer.commands.resume import fill_from_run, recorded_options, resume_command
+from optimizer.commands.resume import (
+    fill_from_run,
+    has_recorded_options,
+    recorded_options,
+    resume_command,
+)
 from optimizer.config import OptimizerConfig, load_config, parse_preference
 from optimizer.errors import CloudoptError, ConfigError
 from optimizer.pipeline import CloudResourceOptimizer, JobOptions
@@ -74,9 +79,12 @@ def _load(args: argparse.Namespace) -> OptimizerConfig:
     if args.resume:
         if not Path(args.resume).is_dir():
             raise CloudoptError(f"--resume {args.resume}: no such run folder")
-        changed = fill_from_run(args)
-        print(f"resuming {args.resume}" + (": changed " + "; ".join(changed) if changed
-                                            else " with its recorded options"))
+        if args.train_file and not has_recorded_options(Path(args.resume)):
+            pass  # a folder of trials without run.json: resumed with the options given
+        else:
+            changed = fill_from_run(args)
+            print(f"resuming {args.resume}" + (": changed " + "; ".join(changed) if changed
+                                                else " with its recorded options"))
     if not args.train_file:
         raise CloudoptError("--train-file FILE is required (or --resume DIR of a run folder)")
     args.preference = "balanced" if args.preference is None else args.preference

@@ -35,6 +35,11 @@ def _run_files(folder: Path) -> list[Path]:
     return sorted(folder.glob(f"*/{RUN_FILE}"))  # several scripts: one folder each
 
 
+def has_recorded_options(folder: Path) -> bool:
+    """Whether ``folder`` (or its per-script folders) holds a ``run.json``."""
+    return bool(_run_files(folder))
+
+
 def load_recorded(folder: Path) -> dict[str, Any]:
     """The options recorded in a run folder (or its per-script folders)."""
     files = _run_files(folder)
@@ -90,4 +95,5 @@ def resume_command(run_dir: Path) -> str:
     return f"python -m optimizer --resume {shlex.quote(str(run_dir))}"
 
 
-__all__ = ["RECORDED", "fill_from_run", "load_recorded", "recorded_options", "resume_command"]
+__all__ = ["RECORDED", "fill_from_run", "has_recorded_options", "load_recorded",
+           "recorded_options", "resume_command"]
