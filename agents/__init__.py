@@ -14,3 +14,5 @@
   (recommended settings), :mod:`agents.baselines` (static, threshold-heuristic and
   oracle-replay policies).
 """
+
+__cloudopt_package__ = True  # checked, without importing, by optimizer.install_check

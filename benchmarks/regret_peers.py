@@ -140,7 +140,8 @@ def cloudopt_picks(body: dict[str, Any], w: Workload, truth: GroundTruth, store:
         r = body["recommendation"]
         a = Allocation(**r["allocation"])
         cell = _measured(effective_cell(w, a), truth, store)
-        own = _best_own(trials, w, truth, store, preference, a.memory_gb)
+        own = _best_own(trials, w, truth, store, preference, cell, a.memory_gb) \
+            if cell is not None else None
         extra.update(agent=r.get("agent"), cloudopt_batch=a.batch_size,
                      dominated_by_own_trial=own)
         rec = Pick(f"cloudopt@{budget}", cell, float(a.memory_gb), trials=len(trials),
@@ -188,23 +189,19 @@ def best_probe(probes: list[TrialSummary], w: Workload, truth: GroundTruth, stor
 
 
 def _best_own(trials: list[TrialSummary], w: Workload, truth: GroundTruth, store: TruthStore,
-              preference: str, rec_memory: float) -> bool | None:
-    """Whether a trial cloudopt measured itself is better, under the ground truth, than what it
-    recommended (each at the memory it ran with)."""
+              preference: str, rec_cell: Cell, rec_memory: float) -> bool | None:
+    """Whether a trial cloudopt measured itself would have been better, under the ground truth,
+    than what it recommended by more than 2%: that trial's cell at a request right-sized from its
+    measured peak, against the recommendation at the memory it requests. (cloudopt picks the best
+    trial by its own measurement; True here means that measurement misled it.)"""
     ok = [t for t in trials if t.ok and t.throughput]
-    if not ok:
-        return None
-    rec = [t for t in ok if t.trial_id.startswith("optimized")]
-    if not rec:
-        return None
-    rec_cell = effective_cell(w, rec[-1].allocation)
-    if rec_cell not in truth.cells:
+    if not ok or rec_cell not in truth.cells:
         return None
     rec_value = truth.objective(rec_cell, rec_memory, preference)
     for t in ok:
         c = effective_cell(w, t.allocation)
-        if c in truth.cells and truth.objective(c, t.allocation.memory_gb, preference) \
-                < rec_value * 0.98:
+        if c in truth.cells and c != rec_cell and truth.objective(
+                c, right_size(truth.cells[c].peak), preference) < rec_value * 0.98:
             return True
     return False
 

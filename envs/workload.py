@@ -61,6 +61,7 @@ from typing import Any
 
 import numpy as np
 
+from optimizer.config import CONFIG_DIR
 from optimizer.errors import CloudoptError, ConfigError
 
 if sys.version_info >= (3, 11):
@@ -68,7 +69,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-PRESET_DIR = Path(__file__).resolve().parents[1] / "configs" / "workloads"
+PRESET_DIR = CONFIG_DIR / "workloads"
 KAPPA = 5.0
 """Soft-maximum exponent combining the input pipeline with the GPU step (prefetch overlap)."""
 

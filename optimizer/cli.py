@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from optimizer.errors import CloudoptError
+from optimizer.install_check import foreign_packages
 
 PROG = "python -m optimizer"
 OPTIMIZE_MODULE = "optimizer.commands.optimize"
@@ -48,6 +49,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv is None:  # the process's own entry point, not a caller's: SIGTERM is ours
         signal.signal(signal.SIGTERM, _raise_terminated)
     argv = list(sys.argv[1:] if argv is None else argv)
+    problems = foreign_packages()
+    if problems:  # before any trial runs: a shadowed package would fail after them
+        for line in problems:
+            print(f"error: {line}", file=sys.stderr)
+        return 2
     try:
         if argv and argv[0] in COMMANDS:
             module = importlib.import_module(COMMANDS[argv[0]][0])

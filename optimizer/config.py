@@ -9,6 +9,7 @@ be > 0 (got -1)``. The resolved configuration is saved beside each run as JSON.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import math
 import os
@@ -28,7 +29,23 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-CONFIG_DIR = REPO_ROOT / "configs"
+
+
+def configs_dir() -> Path:
+    """The shipped configurations: the repository's ``configs/`` (the one copy), reached as
+    the package data ``optimizer.configs`` where cloudopt is installed (setup.py maps it), else
+    beside the sources (a checkout on ``PYTHONPATH``)."""
+    try:
+        spec = importlib.util.find_spec("optimizer.configs")
+    except (ImportError, ValueError):
+        spec = None
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        if (Path(location) / "default.toml").is_file():
+            return Path(location)
+    return REPO_ROOT / "configs"
+
+
+CONFIG_DIR = configs_dir()
 DEFAULT_CONFIG = CONFIG_DIR / "default.toml"
 OBJECTIVES = ("cost", "time", "resource")
 

@@ -80,3 +80,63 @@ def k8s_resources_yaml(
         lines.append("args:")
         lines += [f"  - {_q(a)}" for a in args]
     return "\n".join(lines) + "\n"
+
+
+PLACEHOLDER_IMAGE = "registry.example.com/replace-with-your-training-image:latest"
+"""The image when ``--image`` is not given: valid, and plainly a placeholder."""
+
+
+def _container_lines(allocation: Allocation, env: Mapping[str, str], name: str,
+                     image: str, command: list[str], args: list[str] | None,
+                     indent: str) -> list[str]:
+    cpu, mem = cpu_quantity(allocation.cpus), memory_quantity(allocation.memory_gb)
+    lines = [f"- name: {_q(dns_label(name))}", f"  image: {_q(image)}",
+             "  command:"] + [f"    - {_q(c)}" for c in command]
+    if args:
+        lines += ["  args:"] + [f"    - {_q(a)}" for a in args]
+    lines += ["  resources:", "    requests:", f"      cpu: {_q(cpu)}",
+              f"      memory: {_q(mem)}", "    limits:", f"      cpu: {_q(cpu)}",
+              f"      memory: {_q(mem)}"]
+    if allocation.gpus > 0:
+        lines.append(f"      nvidia.com/gpu: {_q(allocation.gpus)}")
+    if env:
+        lines.append("  env:")
+        for key in sorted(env):
+            lines += [f"    - name: {_q(key)}", f"      value: {_q(env[key])}"]
+    return [indent + ln for ln in lines]
+
+
+def k8s_job_yaml(allocation: Allocation, env: Mapping[str, str], *, name: str,
+                 command: list[str], args: list[str] | None = None,
+                 image: str | None = None, memory_bounds_gb: tuple[float, float],
+                 cpu_bounds: tuple[float, float], comment: str = "") -> str:
+    """Two complete objects: a ``batch/v1`` Job running the script with the recommended
+    requests and limits, and an ``autoscaling.k8s.io/v1`` VerticalPodAutoscaler for it.
+
+    The VPA's ``updateMode`` is ``Initial`` (a Job's pods are not evicted to be resized), and
+    its bounds come from what was measured: memory from the recommended trial's peak to the
+    largest request any trial's peak would need, CPU from the cores it used to the cores
+    allowed.
+    """
+    label = dns_label(name)
+    lines = [f"# {t}".rstrip() for t in comment.splitlines()]
+    lines += ["apiVersion: batch/v1", "kind: Job", "metadata:", f"  name: {_q(label)}",
+              "  labels:", f"    app.kubernetes.io/name: {_q(label)}",
+              "    app.kubernetes.io/managed-by: \"cloudopt\"", "spec:", "  backoffLimit: 0",
+              "  template:", "    metadata:", "      labels:",
+              f"        app.kubernetes.io/name: {_q(label)}", "    spec:",
+              "      restartPolicy: \"Never\"", "      containers:"]
+    lines += _container_lines(allocation, env, name, image or PLACEHOLDER_IMAGE, command, args,
+                              "        ")
+    (mem_lo, mem_hi), (cpu_lo, cpu_hi) = memory_bounds_gb, cpu_bounds
+    lines += ["---", "apiVersion: autoscaling.k8s.io/v1", "kind: VerticalPodAutoscaler",
+              "metadata:", f"  name: {_q(label + '-vpa')}", "spec:", "  targetRef:",
+              "    apiVersion: \"batch/v1\"", "    kind: \"Job\"", f"    name: {_q(label)}",
+              "  updatePolicy:", "    updateMode: \"Initial\"", "  resourcePolicy:",
+              "    containerPolicies:", f"      - containerName: {_q(label)}",
+              "        minAllowed:", f"          cpu: {_q(cpu_quantity(max(cpu_lo, 0.1)))}",
+              f"          memory: {_q(memory_quantity(mem_lo))}", "        maxAllowed:",
+              f"          cpu: {_q(cpu_quantity(cpu_hi))}",
+              f"          memory: {_q(memory_quantity(max(mem_hi, mem_lo)))}",
+              "        controlledResources: [\"cpu\", \"memory\"]"]
+    return "\n".join(lines) + "\n"

@@ -33,22 +33,17 @@ from typing import Any
 import pandas as pd
 
 from optimizer.allocation import Allocation
-from optimizer.atomic_files import atomic_write_json, read_json
-from optimizer.baseline import memory_for, plan_baseline, rank_trials, run_baseline
+from optimizer.baseline import memory_for, plan_baseline, run_baseline
 from optimizer.config import OptimizerConfig, load_config, validate_preference
 from optimizer.cost import ResourceCostCalculator
 from optimizer.errors import CloudoptError
 from optimizer.failures import explain_unusable
 from optimizer.gpu import nvml_device_count, visible_device_indices
-from optimizer.plan_cache import plan_inputs, reusable_plan
 from optimizer.records import TrialSummary, job_cost, job_size, job_time
 from optimizer.training import TrainingModuleManager
 from optimizer.trial_batch import label_batch
 from optimizer.trial_choice import same_setting
 from optimizer.trial_guard import clean_stale_work
-
-ENV_STEPS = 10
-"""Adjustment intervals of the simulated job (one tenth of its work each)."""
 
 
 @dataclass
@@ -67,6 +62,8 @@ class JobOptions:
     """SLA limits the user set explicitly; the others may be derived from the baseline."""
     agent_seconds: float | None = None
     """Training budget of each agent (default: the configuration's)."""
+    image: str | None = None
+    """Container image of the Kubernetes Job (default: a placeholder)."""
 
 
 @dataclass
@@ -327,111 +324,11 @@ class CloudResourceOptimizer:
     def _recommend(self, usable: list[TrialSummary], reference: TrialSummary,
                    total: float | None, profile: Any, run_dir: Path,
                    opts: JobOptions, round_k: int = 0) -> tuple[dict[str, Any], Any]:
-        """Stage 4 for one round: the model fitted to ``usable`` and the agents' plan on it
-        (the agents get half the budget after the first round). Returns the plan (cached in
-        ``rl/`` for resume) and the environment config, None when the model cannot be
-        fitted and the best measured trial stands in for the plan."""
-        from optimizer.recommend import recommend
+        """Stage 4 for one round (:func:`optimizer.planning.plan_round`)."""
+        from optimizer.planning import plan_round
 
-        out = run_dir / "rl" / (f"round-{round_k}" if round_k else "")
-        cache = out / "recommendation.json"
-        try:
-            env_config = self._env_config(usable, reference, total, profile)
-        except CloudoptError as exc:
-            env_config, reason = None, str(exc)
         budget = opts.agent_seconds or self.config.run.agent_seconds
-        budget = budget if round_k == 0 else budget / 2
-        inputs = plan_inputs(self.user_preference, [t.trial_id for t in usable], budget,
-                             self.config)
-        recorded, why = reusable_plan(cache, inputs)
-        if recorded is not None:
-            self._say(f"agents (round {round_k}): reusing the recorded plan")
-            return recorded, env_config
-        if why:
-            self._say(f"agents (round {round_k}): planning again, {why}", always=True)
-        if env_config is None:
-            rec = self._fallback(usable, reason)
-        else:
-            self._say(f"round {round_k}: training agents ({budget:g} s each) on the workload "
-                      f"model fitted to {len(usable)} trials")
-            r = recommend(env_config, self.config, time_budget_s=budget, quiet=self.quiet)
-            self._say("agents trained: " + ", ".join(
-                f"{o.name} {_share(o.share_of_optimum)} of the model's optimum"
-                for o in r.outcomes if o.name in ("reinforce", "morl"))
-                + f"; plan of {r.agent}: {r.allocation.key()}")
-            rec = self._rec_dict(r, env_config.workload)
-            self._save_rl(out, r)
-        atomic_write_json(cache, {**rec, "inputs": inputs})
-        return read_json(cache), env_config
-
-    def _env_config(self, usable: list[TrialSummary], reference: TrialSummary,
-                    total: float | None, profile: Any) -> Any:
-        """A CloudEnvironment over the workload model fitted to the trials (raises
-        CloudoptError when they cannot identify it), started from the reference allocation."""
-        from optimizer.calibrate import env_config_from_trials
-
-        trials = [t for t in usable if t.allocation.batch_size is not None]
-        batches = sorted({int(t.allocation.batch_size) for t in trials})
-        phases: dict[str, Any] = {}
-        if len(batches) == 1:  # the batch was not varied: the model and the agents keep it
-            phases.update(batch_sizes=batches, batch_actions=False)
-        if profile is not None:
-            phases = {"phase_sequence": profile.sequence, "phase_scales": profile.scales,
-                      "max_phases": max(4, len(profile.scales))}
-        config = env_config_from_trials(
-            trials, resources=self.config.resources, sla=self.config.sla,
-            preference=self.user_preference, n_steps=ENV_STEPS,
-            preferences=self.config.multi_objective, noise=0.05, total_samples=total, **phases)
-        if total:
-            config = config.replace(total_samples=float(total))
-        return config.replace(initial=self._initial_allocation(config, reference))
-
-    @staticmethod
-    def _initial_allocation(config: Any, reference: TrialSummary) -> Allocation:
-        """Where the plan starts: the model's best static allocation, found by exact
-        enumeration with no restart cost (nothing has run yet); the agents then plan the
-        adjustments the phases call for. The reference trial's allocation if that fails."""
-        from envs.oracle import best_static
-
-        try:
-            target = best_static(config.replace(initial=reference.allocation, restart_s=0.0))
-        except CloudoptError:
-            return reference.allocation
-        return target.allocation or reference.allocation
-
-    def _fallback(self, usable: list[TrialSummary], reason: str) -> dict[str, Any]:
-        ranked = rank_trials(usable, self.config, self.user_preference)
-        best = ranked.iloc[0]
-        alloc = Allocation(int(best["gpus"]), int(best["cpus"]), float(best["memory_gb"]),
-                           None if pd.isna(best["batch_size"]) else int(best["batch_size"]))
-        self._say(f"workload model not fitted ({reason}); recommending the best measured trial")
-        return {"agent": "best-measured-trial", "allocation": alloc, "initial": alloc,
-                "outcomes": [], "predicted": {}, "sla_feasible": None,
-                "notes": [f"the workload model could not be fitted: {reason}; the best measured "
-                          "baseline trial is recommended and no agent was trained"],
-                "fit": None}
-
-    @staticmethod
-    def _rec_dict(r: Any, fitted: Any) -> dict[str, Any]:
-        pred = fitted.predict_trial(r.allocation)
-        fit = fitted.fit_report_.to_dict() if fitted.fit_report_ is not None else None
-        return {"agent": r.agent, "allocation": r.allocation, "initial": r.initial,
-                "outcomes": [o.summary() for o in r.outcomes],
-                "predicted": {**r.predicted, "throughput": pred["throughput"],
-                              "mem_gb": pred["mem_gb"]},
-                "sla_feasible": r.sla_feasible, "notes": list(r.notes), "fit": fit,
-                "planned_adjustments": r.decisions.loc[r.decisions["changed"], [
-                    "step", "description", "gpus", "cpus", "memory_gb", "batch_size"]
-                ].to_dict("records")}
-
-    @staticmethod
-    def _save_rl(out: Path, r: Any) -> None:
-        from optimizer.atomic_files import atomic_write_csv
-
-        atomic_write_csv(out / "decisions.csv", r.decisions)
-        atomic_write_csv(out / "pareto_sweep.csv", r.pareto)
-        for name, curve in r.curves.items():
-            atomic_write_csv(out / f"curve_{name}.csv", curve)
+        return plan_round(self, usable, reference, total, profile, run_dir, budget, round_k)
 
     def _measure(self, manager: TrainingModuleManager, alloc: Allocation, prefix: str,
                  run_dir: Path, opts: JobOptions, total: float | None) -> TrialSummary:
@@ -506,10 +403,6 @@ class CloudResourceOptimizer:
     def generate_report(self, result: OptimizationResult) -> dict[str, Path]:
         """The report paths written by :meth:`optimize_training` (it writes them itself)."""
         return result.report_paths
-
-
-def _share(x: float) -> str:
-    return "n/a" if x != x else f"{x:.1%}"  # nan when the optimum's return is not positive
 
 
 def _figures(t: TrialSummary | None) -> dict[str, Any]:

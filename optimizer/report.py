@@ -24,7 +24,9 @@ body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:11
 padding:0 1em;color:#1f2328;line-height:1.45}
 h1{border-bottom:2px solid #d0d7de;padding-bottom:.3em}h2{border-bottom:1px solid #d0d7de;
 padding-bottom:.2em;margin-top:1.8em}
+.scroll{overflow-x:auto;max-width:100%}
 table{border-collapse:collapse;margin:.8em 0;font-size:.92em}
+.answer{background:#ddf4ff;border:1px solid #54aeff;padding:.6em 1em;border-radius:6px}
 th,td{border:1px solid #d0d7de;padding:4px 9px;text-align:right}
 th{background:#f6f8fa}td:first-child,th:first-child{text-align:left}
 figure{margin:1em 0}img{max-width:100%;border:1px solid #eee}
@@ -32,6 +34,23 @@ figcaption{color:#57606a;font-size:.9em}
 .note{background:#fff8c5;border:1px solid #d4a72c;padding:.5em .8em;border-radius:4px}
 code{background:#f6f8fa;padding:1px 4px;border-radius:3px}
 """
+
+
+_UNITS = {"_s": " (s)", "_gb": " (GB)", "_pct": " (%)", "_usd": " ($)"}
+_WORDS = {"job_cost": "job cost ($)", "hourly_cost": "$ per hour", "cost": "cost ($)",
+          "cpus": "CPUs", "gpus": "GPUs", "mem_gb_peak": "peak memory (GB)",
+          "cpu_util_pct": "CPU use (%)", "r_cost": "reward: cost", "r_time": "reward: time",
+          "r_efficiency": "reward: efficiency", "r_sla": "reward: SLA"}
+
+
+def human_header(name: str) -> str:
+    """``job_time_s`` -> ``job time (s)``: snake_case and unit suffixes read as words."""
+    if name in _WORDS:
+        return _WORDS[name]
+    for suffix, unit in _UNITS.items():
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)].replace("_", " ") + unit
+    return name.replace("_", " ")
 
 
 def format_value(value: Any) -> str:
@@ -84,6 +103,11 @@ class Report:
         self.blocks.append(_Block("paragraph", text=text))
         return self
 
+    def answer(self, text: str) -> Report:
+        """The report's first block: its first line in bold, the rest below it."""
+        self.blocks.append(_Block("answer", text=text))
+        return self
+
     def note(self, text: str) -> Report:
         """A highlighted paragraph (warnings such as an SLA no configuration can meet)."""
         self.blocks.append(_Block("note", text=text))
@@ -120,8 +144,11 @@ class Report:
                 out += [b.text, ""]
             elif b.kind == "note":
                 out += ["> **Note.** " + b.text, ""]
+            elif b.kind == "answer":
+                first, _, rest = b.text.partition("\n")
+                out += [f"**{first}**", ""] + [f"- {x}" for x in rest.splitlines()] + [""]
             elif b.kind == "table":
-                out.append("| " + " | ".join(b.columns) + " |")
+                out.append("| " + " | ".join(human_header(c) for c in b.columns) + " |")
                 out.append("|" + "---|" * len(b.columns))
                 for r in b.rows:
                     cells = [format_value(v).replace("|", "\\|") for v in r]
@@ -146,13 +173,18 @@ class Report:
                 out.append(f"<p>{esc(b.text)}</p>")
             elif b.kind == "note":
                 out.append(f'<p class="note"><b>Note.</b> {esc(b.text)}</p>')
+            elif b.kind == "answer":
+                first, _, rest = b.text.partition("\n")
+                lines = "".join(f"<br>{esc(x)}" for x in rest.splitlines())
+                out.append(f'<div class="answer"><b>{esc(first)}</b>{lines}</div>')
             elif b.kind == "table":
-                head = "".join(f"<th>{esc(c)}</th>" for c in b.columns)
+                head = "".join(f"<th>{esc(human_header(c))}</th>" for c in b.columns)
                 body = "".join(
                     "<tr>" + "".join(f"<td>{esc(format_value(v))}</td>" for v in r) + "</tr>"
                     for r in b.rows
                 )
-                out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+                out.append(f'<div class="scroll"><table><thead><tr>{head}</tr></thead>'
+                           f"<tbody>{body}</tbody></table></div>")
             elif b.kind == "figure":
                 assert b.path is not None
                 data = base64.b64encode(b.path.read_bytes()).decode("ascii")

@@ -17,8 +17,8 @@ import pandas as pd
 
 from optimizer.allocation import Allocation
 from optimizer.atomic_files import atomic_write_json, atomic_write_text
-from optimizer.k8s import k8s_resources_yaml
-from optimizer.records import TrialSummary, job_cost, job_time
+from optimizer.k8s import k8s_job_yaml, k8s_resources_yaml
+from optimizer.records import TrialSummary, iter_trials, job_cost, job_time
 from optimizer.report import Report, format_value
 from optimizer.resources import ResourceManager
 from optimizer.sla import calculate_sla_violations
@@ -26,6 +26,30 @@ from optimizer.trial_runner import with_batch_flag
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+
+def _write_k8s_job(opt: Any, result: Any, rec: dict[str, Any], alloc: Allocation,
+                   env: dict[str, str], args: list[str] | None, run_dir: Path,
+                   opts: Any) -> Path:
+    """``k8s-job.yaml``: the Job to run and its VPA, bounded by the measured peaks."""
+    from optimizer.trial_choice import right_size_memory
+
+    trials = [t for t in iter_trials(run_dir) if t.ok and t.mem_gb_peak > 0]
+    final = result.optimized
+    peak = final.mem_gb_peak if final is not None and final.mem_gb_peak > 0 else alloc.memory_gb
+    top = max([right_size_memory(t.mem_gb_peak) for t in trials] + [alloc.memory_gb])
+    used = final.cpu_cores_mean if final is not None and final.cpu_cores_mean > 0 else 0.1
+    mgr = opt.training_manager
+    script = Path(mgr.module_path).name if mgr is not None else "train.py"
+    job_args = args if args is not None else (list(mgr.train_args) if mgr is not None else [])
+    path = run_dir / "k8s-job.yaml"
+    atomic_write_text(path, k8s_job_yaml(
+        alloc, env, name=Path(result.run_dir).name, command=["python", script],
+        args=job_args or None, image=getattr(opts, "image", None),
+        memory_bounds_gb=(peak, top), cpu_bounds=(round(used, 1), opt.config.resources.cpu_count_max),
+        comment=f"cloudopt recommendation ({rec['agent']}, preference {result.preference}); "
+                "image: set --image (the default is a placeholder)"))
+    return path
 
 
 def _alloc(value: Any) -> Allocation:
@@ -189,6 +213,7 @@ def write_outputs(opt: Any, result: Any, reference: TrialSummary, profile: Any,
         alloc, env, name=Path(result.run_dir).name, args=args,
         comment=f"cloudopt recommendation ({rec['agent']}, preference {result.preference})"))
     paths["k8s"] = run_dir / "k8s-resources.yaml"
+    paths["k8s_job"] = _write_k8s_job(opt, result, rec, alloc, env, args, run_dir, opts)
     paths["recommendation"] = _write_recommendation(run_dir, result, reference, rec, sla_rows)
 
     figs = _figures(plots, result, reference, profile, decisions, sweep, curves, rec, run_dir)
@@ -307,6 +332,7 @@ def _build_report(opt: Any, result: Any, reference: TrialSummary, rec: dict[str,
     mgr = opt.training_manager
     r = Report(f"cloudopt report: {Path(str(mgr.module_path)).name if mgr else 'run'}")
     alloc = _alloc(rec["allocation"])
+    r.answer(_answer(result, reference, rec, alloc))
     r.paragraph(f"Preference: {result.preference}. Recommended allocation: {alloc.gpus} GPU, "
                 f"{alloc.cpus} CPU threads, {alloc.memory_gb:g} GB memory, batch "
                 f"{alloc.batch_size or 'default'} (policy: {rec['agent']}). Run folder: "
@@ -372,7 +398,7 @@ def _build_report(opt: Any, result: Any, reference: TrialSummary, rec: dict[str,
         cols = ["step", "phase", "description", "effect", "cpus", "memory_gb", "batch_size",
                 "reward", "r_cost", "r_time", "r_efficiency", "r_sla", "confidence",
                 "uncertainty"]
-        r.table(decisions[[c for c in cols if c in decisions]])
+        r.table(_collapse_repeats(decisions[[c for c in cols if c in decisions]]))
     else:
         r.paragraph("No RL decisions (see notes).")
     r.heading("Baseline trials")
@@ -381,6 +407,59 @@ def _build_report(opt: Any, result: Any, reference: TrialSummary, rec: dict[str,
     r.table([{"check": k, "value": format_value(v)} for k, v in {**gpu_check, **{
         f"script: {k}": v for k, v in analysis.items() if not isinstance(v, (dict, list))}}.items()])
     return r
+
+
+def _collapse_repeats(frame: pd.DataFrame) -> pd.DataFrame:
+    """Consecutive steps that repeat the same action with the same effect become one row whose
+    ``step`` reads ``first–last``: ten identical blocked actions say nothing ten times."""
+    keys = [c for c in ("phase", "description", "effect", "cpus", "memory_gb", "batch_size")
+            if c in frame]
+    if frame.empty or not keys or "step" not in frame:
+        return frame
+    same = frame[keys].astype(str).eq(frame[keys].astype(str).shift()).all(axis=1)
+    group = (~same).cumsum()
+    rows = []
+    for _, g in frame.groupby(group, sort=False):
+        row = g.iloc[0].to_dict()
+        if len(g) > 1:
+            row["step"] = f"{g['step'].iloc[0]}–{g['step'].iloc[-1]}"
+        rows.append(row)
+    return pd.DataFrame(rows, columns=frame.columns)
+
+
+def _change(new: float | None, old: float | None, less: str, more: str) -> str:
+    if not new or not old:
+        return "not comparable"
+    ratio = new / old - 1
+    return f"{abs(ratio):.0%} {less if ratio < 0 else more}" if abs(ratio) >= 0.005 else "same"
+
+
+def _answer(result: Any, reference: TrialSummary, rec: dict[str, Any],
+            alloc: Allocation) -> str:
+    """What to run, what it saves against the default allocation, and how it was verified."""
+    batch = alloc.batch_size or "the script's default"
+    lines = [f"Run it with {alloc.gpus} GPU, {alloc.cpus} CPU threads, "
+             f"{alloc.memory_gb:g} GB memory, batch {batch}."]
+    m, t0, c0 = rec.get("measured") or {}, job_time(reference), job_cost(reference)
+    if m and t0 and c0:
+        lines.append(
+            f"Measured: {m['job_time_s']:.1f} s and ${m['job_cost']:.4g} per job, "
+            f"{_change(m['job_cost'], c0, 'cheaper', 'dearer')} and "
+            f"{_change(m['job_time_s'], t0, 'faster', 'slower')} than the default allocation "
+            f"({reference.allocation.cpus} CPU threads, {reference.allocation.memory_gb:g} GB: "
+            f"{t0:.1f} s, ${c0:.4g}).")
+    rounds = rec.get("rounds") or []
+    fit = rec.get("fit") or {}
+    how = (f"Verified on trial {m['trial']} ({m['time_is']})" if m else "Verified")
+    loop = sum(1 for row in rounds if row.get("trial"))
+    lines.append(f"{how}: the best measured of the run's trials for '{result.preference}', "
+                 f"{loop} of them chosen by the closed loop"
+                 + (f"; workload-model error up to {fit['max_rel_error']:.0%} over "
+                    f"{fit.get('n_trials')} trials" if fit.get("max_rel_error") is not None
+                    else "; no workload model could be fitted") + ".")
+    lines.append("Deploy: k8s-job.yaml (a Job with these requests and a VerticalPodAutoscaler "
+                 "bounded by the measured peaks).")
+    return "\n".join(lines)
 
 
 def _rounds_section(r: Report, rec: dict[str, Any]) -> None:
@@ -394,9 +473,14 @@ def _rounds_section(r: Report, rec: dict[str, Any]) -> None:
     rows = []
     for row in rec.get("rounds", []):
         a = _alloc(row.get("measured_allocation") or row["planned"])
+        p = _alloc(row["planned"])
+        outside = row.get("plan_outside_measured_range") or []
         rows.append({"round": row["round"], "proposed by": row.get("proposed_by"),
+                     "planned": f"g{p.gpus} c{p.cpus} b{p.batch_size or 'default'}"
+                     + (f" (beyond the measured range: {', '.join(outside)})" if outside else ""),
                      "measured": f"g{a.gpus} c{a.cpus} b{a.batch_size or 'default'}",
                      "why": row.get("why", ""),
+                     "spread of the plan's objective": row.get("plan_spread"),
                      "predicted samples/s": row.get("predicted_throughput"),
                      "measured samples/s": row.get("measured_throughput"),
                      "error": row.get("rel_error")})

@@ -83,16 +83,44 @@ def objective_table(trials: Sequence[TrialSummary], config: OptimizerConfig,
             continue
         a = t.allocation
         memory = right_size_memory(t.mem_gb_peak, **_oom_kwargs(trials, a))
-        rows.append({"trial_id": t.trial_id, "gpus": a.gpus, "cpus": a.cpus,
+        rows.append({"trial_id": t.trial_id, "started_at": t.started_at or "",
+                     "gpus": a.gpus, "cpus": a.cpus,
                      "batch_size": a.batch_size, "status": t.status, "job_time_s": seconds,
                      "memory_gb": memory, "mem_gb_peak": t.mem_gb_peak,
                      "job_cost": seconds * hourly_cost(config, a.gpus, a.cpus, memory) / 3600,
                      "resource_share": resource_share(config, a.gpus, a.cpus, memory)})
-    frame = pd.DataFrame(rows)
+    frame = _pool_replicates(pd.DataFrame(rows), config)
     if frame.empty:
         return frame
     frame["objective"] = score(frame, config, preference)
     return frame
+
+
+def _pool_replicates(frame: pd.DataFrame, config: OptimizerConfig) -> pd.DataFrame:
+    """One row per setting: repeated trials of a setting (the loop's confirmations) count by
+    their mean time and their largest peak, under the id of the latest one. A single run on a
+    shared machine can be 20% off; the best of several noisy single runs is biased low."""
+    if frame.empty:
+        return frame
+    keys = ["gpus", "cpus", "batch_size"]
+    frame = frame.assign(_order=range(len(frame)))
+    grouped = frame.groupby(keys, dropna=False, sort=False)
+    if grouped.ngroups == len(frame):
+        return frame.drop(columns=["_order", "started_at"]).assign(replicates=1)
+    rows = []
+    for _, g in grouped:
+        # the latest run names the setting, whatever order the trials came in
+        last = g.sort_values(["started_at", "_order"]).iloc[-1].to_dict()
+        memory = g["memory_gb"].max()
+        seconds = float(g["job_time_s"].mean())
+        last.update(job_time_s=seconds, memory_gb=memory, mem_gb_peak=g["mem_gb_peak"].max(),
+                    job_cost=seconds * hourly_cost(config, last["gpus"], last["cpus"],
+                                                   memory) / 3600,
+                    resource_share=resource_share(config, last["gpus"], last["cpus"], memory),
+                    replicates=len(g))
+        rows.append(last)
+    return (pd.DataFrame(rows).sort_values("_order").drop(columns=["_order", "started_at"])
+            .reset_index(drop=True))
 
 
 def _oom_kwargs(trials: Sequence[TrialSummary], alloc: Allocation) -> dict[str, Any]:
@@ -131,6 +159,7 @@ def recommended_allocation(trial: TrialSummary, trials: Sequence[TrialSummary],
     """The chosen trial's setting with right-sized memory; a batch size the script cannot be
     told is left to the script (None)."""
     a = trial.allocation
-    return Allocation(a.gpus, a.cpus, right_size_memory(trial.mem_gb_peak,
-                                                        **_oom_kwargs(trials, a)),
+    peak = max([t.mem_gb_peak for t in trials if t.ok and same_setting(t.allocation, a)]
+               + [trial.mem_gb_peak])  # the largest of its repeats
+    return Allocation(a.gpus, a.cpus, right_size_memory(peak, **_oom_kwargs(trials, a)),
                       a.batch_size if batch_settable else None)

@@ -336,6 +336,11 @@ def fit_workload_model(
         ref_batch=ref_batch, gpu_mem_gb=gpu_mem_gb, fixed=fixed,
     )
     model = WorkloadModel(params=params, name=name, fit_report_=report)
+    # Where each resource was measured: a plan outside these ranges is an extrapolation,
+    # measured before it is believed (optimizer.refine).
+    model.meta["measured_range"] = {
+        name: [float(v.min()), float(v.max())] for name, v in
+        (("gpus", d.g), ("cpus", d.c), ("batch_size", d.b))}
     if params.device == "gpu" and "alpha_r" in report.fixed:
         model.meta["fitted_gpu_range"] = [int(d.g.min()), int(d.g.max())]
     return model

@@ -37,3 +37,5 @@ def load_default_detector(*, device: str | None = None) -> PhaseDetector:
     """The shipped :class:`PhaseDetector` (features ``cpu_cores`` in cores and ``mem_gb`` in GiB,
     ``delay=3``, 5 phases), fitted on the 60 measured PyTorch runs of ``dl-traces``."""
     return PhaseDetector.load(DEFAULT_MODEL_DIR, device=device)
+
+__cloudopt_package__ = True  # checked, without importing, by optimizer.install_check

@@ -195,3 +195,24 @@ def test_argparse_script_reaches_trained_agents_in_the_main_job(tmp_path, repo_r
     k8s = yaml.safe_load((out / "k8s-resources.yaml").read_text())
     assert "OPTIMIZER_BATCH_SIZE" not in {e["name"] for e in k8s["env"]}
     assert k8s["args"][-2:] == ["--batch-size", str(rec["allocation"]["batch_size"])]
+
+
+def test_repeats_of_a_setting_are_judged_by_their_mean():
+    from optimizer.config import OptimizerConfig, ResourceConfig
+    from optimizer.trial_choice import best_measured, objective_table
+
+    cfg = OptimizerConfig(resources=ResourceConfig(gpu_count_max=0, cpu_count_max=2,
+                                                   memory_max=8.0))
+
+    def t(tid, cpus, batch, seconds, peak=1.0):
+        return TrialSummary(tid, "completed", Allocation(0, cpus, 4.0, batch),
+                            wall_time_s=seconds, throughput=100.0, mem_gb_peak=peak)
+    # b256 was lucky once (10 s) and measured again (16 s): its mean, 13 s, loses to b64's 12 s.
+    trials = [t("a", 1, 64, 12.0), t("b", 1, 256, 10.0, 1.2), t("confirm-0-b", 1, 256, 16.0, 1.4)]
+    table = objective_table(trials, cfg, "time")
+    assert len(table) == 2 and table.set_index("trial_id").loc["confirm-0-b", "replicates"] == 2
+    assert table.set_index("trial_id").loc["confirm-0-b", "job_time_s"] == pytest.approx(13.0)
+    best, row = best_measured(trials, cfg, "time")
+    assert best.trial_id == "a" and row["job_time_s"] == 12.0
+    # the memory of a repeated setting is sized from the larger of its peaks
+    assert table.set_index("trial_id").loc["confirm-0-b", "mem_gb_peak"] == 1.4

@@ -9,7 +9,14 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from optimizer.allocation import Allocation
-from optimizer.k8s import cpu_quantity, dns_label, k8s_resources_yaml, memory_quantity  # noqa: E402
+from optimizer.k8s import (  # noqa: E402
+    PLACEHOLDER_IMAGE,
+    cpu_quantity,
+    dns_label,
+    k8s_job_yaml,
+    k8s_resources_yaml,
+    memory_quantity,
+)
 from optimizer.report import Report, format_value  # noqa: E402
 
 yaml = pytest.importorskip("yaml")
@@ -55,7 +62,7 @@ def test_report_markdown_and_self_contained_html(tmp_path):
     rep.figure(png, "A line")
     md, page = rep.write(tmp_path)
     text = md.read_text()
-    assert "| config | time_s |" in text and "1.235" in text and "—" in text
+    assert "| config | time (s) |" in text and "1.235" in text and "—" in text
     assert "](plots/line.png)" in text
     body = page.read_text()
     assert "a &lt;b&gt; &amp; c" in body
@@ -70,3 +77,72 @@ def test_format_value():
     assert format_value(True) == "yes"
     assert format_value(0.00001234) == "1.234e-05"
     assert format_value(12.3456) == "12.35"
+    assert format_value((128, 256)) == "128 → 256"  # a (before, after) pair, not a repr
+    assert format_value([]) == "none" and format_value(["a", 1.5]) == "a, 1.5"
+    assert format_value(1.0000000000000002) == "1"
+
+
+VPA_MODES = {"Off", "Initial", "Recreate", "Auto", "InPlaceOrRecreate"}
+
+
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_k8s_job_and_vpa_are_complete_objects(tmp_path, gpus):
+    alloc = Allocation(gpus=gpus, cpus=4, memory_gb=11.5, batch_size=256)
+    text = k8s_job_yaml(alloc, {"OMP_NUM_THREADS": "4"}, name="ResNet_run", command=[
+        "python", "train.py"], args=["--batch-size", "256"], memory_bounds_gb=(10.2, 14.0),
+        cpu_bounds=(3.2, 16), comment="cloudopt")
+    job, vpa = list(yaml.safe_load_all(text))
+    assert (job["apiVersion"], job["kind"]) == ("batch/v1", "Job")
+    spec = job["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    assert spec["restartPolicy"] == "Never" and container["image"] == PLACEHOLDER_IMAGE
+    assert container["args"] == ["--batch-size", "256"]
+    limits, requests = container["resources"]["limits"], container["resources"]["requests"]
+    assert requests["memory"] == limits["memory"] == "11776Mi"
+    assert ("nvidia.com/gpu" in limits) == bool(gpus) and "nvidia.com/gpu" not in requests
+    # The VPA (a CRD, so checked here against its documented fields) targets the Job.
+    assert (vpa["apiVersion"], vpa["kind"]) == ("autoscaling.k8s.io/v1",
+                                                "VerticalPodAutoscaler")
+    assert vpa["spec"]["targetRef"] == {"apiVersion": "batch/v1", "kind": "Job",
+                                        "name": job["metadata"]["name"]}
+    assert vpa["spec"]["updatePolicy"]["updateMode"] in VPA_MODES
+    (policy,) = vpa["spec"]["resourcePolicy"]["containerPolicies"]
+    assert policy["containerName"] == container["name"]
+    assert set(policy) == {"containerName", "minAllowed", "maxAllowed", "controlledResources"}
+    assert policy["minAllowed"] == {"cpu": "3200m", "memory": "10445Mi"}
+    assert policy["maxAllowed"] == {"cpu": "16", "memory": "14336Mi"}
+
+    validate = pytest.importorskip("kubernetes_validate")
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "kubernetes_validate", "--strict", str(path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "passed for resource job/resnet-run" in proc.stdout
+    assert validate is not None
+
+
+def test_human_headers_and_collapsed_decisions():
+    from optimizer.report import human_header
+    from optimizer.run_report import _collapse_repeats
+
+    assert human_header("job_time_s") == "job time (s)"
+    assert human_header("memory_gb") == "memory (GB)" and human_header("cpus") == "CPUs"
+    assert human_header("trial") == "trial"
+    steps = pd.DataFrame({"step": range(5), "description": ["grow", "keep", "keep", "keep", "keep"],
+                          "effect": ["+1 CPU", "no change", "no change", "no change", "no change"],
+                          "cpus": [2, 2, 2, 2, 2]})
+    out = _collapse_repeats(steps)
+    assert out["step"].tolist() == [0, "1–4"] and len(out) == 2
+
+
+def test_answer_block_comes_first(tmp_path):
+    r = Report("t").answer("Run it with 2 CPUs.\nMeasured: 3 s.").paragraph("details")
+    md, page = r.write(tmp_path)
+    text = md.read_text().splitlines()
+    assert text[2] == "**Run it with 2 CPUs.**" and text[4] == "- Measured: 3 s."
+    assert '<div class="answer"><b>Run it with 2 CPUs.</b><br>Measured: 3 s.</div>' in \
+        page.read_text()

@@ -71,6 +71,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                    help="closed-loop rounds after the baseline: measure the plan, refit, "
                    "re-plan (default: [run].refine_rounds)")
     p.add_argument("--phase-model", default=None, metavar="DIR", help="saved phase model")
+    p.add_argument("--image", default=None, metavar="IMAGE",
+                   help="container image of the Kubernetes Job in k8s-job.yaml")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
 
@@ -148,7 +150,7 @@ def optimize_file(optimizer: CloudResourceOptimizer, manager: TrainingModuleMana
         probe_seconds=args.probe_seconds, total_samples=args.total_samples,
         dataset_path=args.dataset_path, offline_logs=args.offline_logs,
         phase_model=args.phase_model, sla_given=_sla_given(args),
-        agent_seconds=args.agent_seconds)
+        agent_seconds=args.agent_seconds, image=args.image)
     result = optimizer.optimize_training(manager.module_path, run_dir, options)
     ranked = rank_trials(result.baseline, config, args.preference)
     print(format_trials_table(ranked))
