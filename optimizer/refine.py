@@ -262,7 +262,10 @@ def _round_row(k: int, rec: dict[str, Any], planned: Allocation, choice: Allocat
                    if getattr(planned, k) is not None and not lo <= getattr(planned, k) <= hi]
         row["plan_outside_measured_range"] = outside
     if env_config is not None and choice.batch_size is not None:
-        pred = env_config.workload.predict_trial(choice)
+        # an acquisition candidate carries no memory yet: predict it unconstrained
+        unbounded = Allocation(choice.gpus, choice.cpus, choice.memory_gb or float("inf"),
+                               choice.batch_size)
+        pred = env_config.workload.predict_trial(unbounded)
         row["predicted_throughput"] = pred["throughput"]
         if trial.ok and trial.throughput:
             err = pred["throughput"] / trial.throughput - 1
