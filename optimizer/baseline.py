@@ -26,6 +26,7 @@ from optimizer.config import OptimizerConfig, ResourceConfig
 from optimizer.records import TrialSummary, summaries_to_frame, write_trials_csv
 from optimizer.sla import calculate_sla_violations
 from optimizer.training import TrainingModuleManager
+from optimizer.trial_choice import resource_share
 
 GB_PER_CPU = 4.0
 """Memory given per CPU by default, the ratio of common general-purpose cloud instances."""
@@ -135,16 +136,6 @@ def run_baseline(
     return out
 
 
-def _resource_share(frame: pd.DataFrame, resources: ResourceConfig) -> pd.Series:
-    """Mean share of the allowed GPUs, CPUs and memory that each trial holds."""
-    parts = []
-    for col, bound in (("gpus", resources.gpu_count_max), ("cpus", resources.cpu_count_max),
-                       ("memory_gb", resources.memory_max)):
-        if bound:
-            parts.append(frame[col].astype(float) / float(bound))
-    return sum(parts) / len(parts)
-
-
 def rank_trials(summaries: Sequence[TrialSummary], config: OptimizerConfig,
                 preference: str | Sequence[float] = "balanced") -> pd.DataFrame:
     """Trials as a table with ``job_time_s``, ``job_cost``, ``resource_share``, ``sla_ok`` and
@@ -159,7 +150,9 @@ def rank_trials(summaries: Sequence[TrialSummary], config: OptimizerConfig,
         return frame
     frame["job_time_s"] = frame["predicted_total_time_s"].astype(float)
     frame["job_cost"] = frame["predicted_total_cost"].astype(float)
-    frame["resource_share"] = _resource_share(frame, config.resources)
+    frame["resource_share"] = resource_share(config, frame["gpus"].astype(float),
+                                             frame["cpus"].astype(float),
+                                             frame["memory_gb"].astype(float))
     ok = frame["status"].isin(["completed", "probe"]) & frame["job_time_s"].notna()
     frame["sla_ok"] = [
         bool(ok_i) and all(calculate_sla_violations(

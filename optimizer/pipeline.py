@@ -163,6 +163,12 @@ class CloudResourceOptimizer:
         return flags
 
     # ------------------------------------------------------------------ the pipeline
+    def _say_replaced(self, manager: TrainingModuleManager) -> None:
+        """Recorded trials found stale (another script version or command line), once each."""
+        for line in manager.replaced:
+            self._say(line, always=True)
+        manager.replaced.clear()
+
     def _say(self, text: str, always: bool = False) -> None:
         """A stage message: printed unless quiet (or ``always``), and appended to ``main.log``."""
         if always or not self.quiet:
@@ -247,9 +253,7 @@ class CloudResourceOptimizer:
                   f"{'probes of ' + format(probe, 'g') + ' s' if probe else 'full runs'}")
         trials = run_baseline(manager, allocations, run_dir, cfg, probe_seconds=probe,
                               total_samples=opts.total_samples, quiet=self.quiet)
-        for line in manager.replaced:
-            self._say(line, always=True)
-        manager.replaced.clear()
+        self._say_replaced(manager)
         settable = manager.batch_control() is not None
         return [self._label_batch(t, run_dir / "trials" / self._trial_folder(run_dir, t),
                                   settable) for t in trials]
@@ -342,9 +346,7 @@ class CloudResourceOptimizer:
         recorded = manager.recorded_trial(trial_dir)
         if recorded is not None:
             return recorded
-        for line in manager.replaced:
-            self._say(line, always=True)
-        manager.replaced.clear()
+        self._say_replaced(manager)
         run = self.config.run
         probe = None if opts.probe_seconds == 0 else (opts.probe_seconds or run.probe_seconds)
         if probe and probe >= 0.5 * run.trial_timeout_s:

@@ -23,10 +23,6 @@ ENV_STEPS = 10
 """Adjustment intervals of the simulated job (one tenth of its work each)."""
 
 
-def _share(x: float) -> str:
-    return "n/a" if x != x else f"{x:.1%}"  # nan when the optimum's return is not positive
-
-
 def plan_round(opt: Any, usable: list[TrialSummary], reference: TrialSummary,
                total: float | None, profile: Any, run_dir: Path, agent_seconds: float,
                round_k: int = 0) -> tuple[dict[str, Any], Any]:
@@ -34,7 +30,7 @@ def plan_round(opt: Any, usable: list[TrialSummary], reference: TrialSummary,
     (the agents get half the budget after the first round). Returns the plan (cached in
     ``rl/`` for resume) and the environment config, None when the model cannot be
     fitted and the best measured trial stands in for the plan."""
-    from optimizer.recommend import recommend
+    from optimizer.recommend import recommend, share_text
 
     out = run_dir / "rl" / (f"round-{round_k}" if round_k else "")
     cache = out / "recommendation.json"
@@ -58,7 +54,7 @@ def plan_round(opt: Any, usable: list[TrialSummary], reference: TrialSummary,
                  f"model fitted to {len(usable)} trials")
         r = recommend(env_cfg, opt.config, time_budget_s=budget, quiet=opt.quiet)
         opt._say("agents trained: " + ", ".join(
-            f"{o.name} {_share(o.share_of_optimum)} of the model's optimum"
+            f"{o.name} {share_text(o.share_of_optimum)} of the model's optimum"
             for o in r.outcomes if o.name in ("reinforce", "morl"))
             + f"; plan of {r.agent}: {r.allocation.key()}")
         rec = _rec_dict(r, env_cfg.workload)

@@ -134,7 +134,7 @@ def _outcome(name: str, total: float, rows: list[dict[str, Any]], optimum: float
     return PolicyOutcome(name, float(total), float(share), float(t), float(c), ok, allocs)
 
 
-def _pct(share: float) -> str:
+def share_text(share: float) -> str:
     """A share of the optimum for people: "n/a" where the optimum's return is not positive."""
     return f"{share:.1%}" if math.isfinite(share) else "n/a"
 
@@ -249,13 +249,13 @@ def recommend(env_config: Any, config: OptimizerConfig, *, time_budget_s: float,
     if best_agent.total_return < static_out.total_return - 1e-9:
         chosen = static_out
         notes.append(f"no agent beat the best static allocation (best agent {best_agent.name} "
-                     f"reached {_pct(best_agent.share_of_optimum)} of the optimum); the best static "
+                     f"reached {share_text(best_agent.share_of_optimum)} of the optimum); the best static "
                      "allocation is recommended")
     elif best_agent.total_return <= static_out.total_return + 1e-9:
         # A tie is the static allocation's: the agent learned nothing a fixed choice lacks.
         chosen = static_out
         notes.append(f"{best_agent.name} tied with the best static allocation "
-                     f"({_pct(best_agent.share_of_optimum)} of the optimum); the tie is reported "
+                     f"({share_text(best_agent.share_of_optimum)} of the optimum); the tie is reported "
                      "as the best static allocation's")
     feasible = optimum.total_time_s <= sla.time_max and optimum.total_cost <= sla.cost_max \
         and not optimum.oom

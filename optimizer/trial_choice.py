@@ -21,6 +21,7 @@ import pandas as pd
 
 from optimizer.allocation import Allocation
 from optimizer.config import OptimizerConfig
+from optimizer.cost import ResourceCostCalculator
 from optimizer.records import TrialSummary, job_time
 
 MEMORY_MARGIN = 0.15
@@ -55,15 +56,17 @@ def _ooms(trials: Sequence[TrialSummary], alloc: Allocation) -> tuple[int, float
 
 
 def hourly_cost(config: OptimizerConfig, gpus: float, cpus: float, memory_gb: float) -> float:
-    r = config.resources
-    return gpus * r.cost_per_gpu_hour + cpus * r.cost_per_cpu_hour + memory_gb * r.cost_per_gb_hour
+    """The configured price of an allocation per hour (:class:`ResourceCostCalculator`)."""
+    return ResourceCostCalculator.from_config(config.resources).calculate_hourly_cost(
+        Allocation(gpus, cpus, memory_gb))
 
 
-def resource_share(config: OptimizerConfig, gpus: float, cpus: float, memory_gb: float) -> float:
-    """Mean share of the allowed GPUs, CPUs and memory held (as ``rank_trials`` computes it)."""
+def resource_share(config: OptimizerConfig, gpus: Any, cpus: Any, memory_gb: Any) -> Any:
+    """Mean share of the allowed GPUs, CPUs and memory held (scalars or columns alike; bounds
+    of 0, such as no GPU, are left out)."""
     r = config.resources
-    parts = [v / b for v, b in ((gpus, r.gpu_count_max), (cpus, r.cpu_count_max),
-                                (memory_gb, r.memory_max)) if b]
+    parts = [v / float(b) for v, b in ((gpus, r.gpu_count_max), (cpus, r.cpu_count_max),
+                                       (memory_gb, r.memory_max)) if b]
     return sum(parts) / len(parts)
 
 

@@ -77,40 +77,40 @@ def test_no_training_process_outlives_the_optimizer(tmp_path, repo_root, sig):
                 os.kill(pid, signal.SIGKILL)
 
 
-def test_stale_work_folder_is_ended_and_removed(tmp_path):
-    work = tmp_path / "trials" / "00-g0-c1-m4-b32" / ".work"
+@pytest.fixture
+def sleeper():
+    """A process in its own session, as a training process left behind would be."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
+                            start_new_session=True)
+    yield proc
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def _owned_work(tmp_path, name: str, pid: int, created: float):
+    work = tmp_path / "trials" / name / ".work"
     work.mkdir(parents=True)
+    (work / OWNER_FILE).write_text(json.dumps({"pid": pid, "pgid": pid, "created": created}))
+    return work
+
+
+def test_stale_work_folder_is_ended_and_removed(tmp_path, sleeper):
     # A training process left by an optimizer killed before the guards existed.
-    stale = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
-                             start_new_session=True)
-    try:
-        created = psutil.Process(stale.pid).create_time()
-        (work / OWNER_FILE).write_text(json.dumps({"pid": stale.pid, "pgid": stale.pid,
-                                                   "created": created}))
-        done = tmp_path / "trials" / "01-g0-c2-m8-b32"
-        done.mkdir()
-        (done / "summary.json").write_text("{}")
-        lines = clean_stale_work(tmp_path / "trials")
-        assert stale.wait(timeout=10) == -signal.SIGKILL
-        assert not work.exists() and done.exists()
-        assert len(lines) == 1 and "00-g0-c1-m4-b32" in lines[0] and str(stale.pid) in lines[0]
-    finally:
-        if stale.poll() is None:
-            stale.kill()
+    work = _owned_work(tmp_path, "00-g0-c1-m4-b32", sleeper.pid,
+                       psutil.Process(sleeper.pid).create_time())
+    done = tmp_path / "trials" / "01-g0-c2-m8-b32"
+    done.mkdir()
+    (done / "summary.json").write_text("{}")
+    lines = clean_stale_work(tmp_path / "trials")
+    assert sleeper.wait(timeout=10) == -signal.SIGKILL
+    assert not work.exists() and done.exists()
+    assert len(lines) == 1 and "00-g0-c1-m4-b32" in lines[0] and str(sleeper.pid) in lines[0]
 
 
-def test_owner_of_another_process_is_not_killed(tmp_path):
+def test_owner_of_another_process_is_not_killed(tmp_path, sleeper):
     """A recorded pid that now belongs to another process (reused) is left alone."""
-    work = tmp_path / "trials" / "t" / ".work"
-    work.mkdir(parents=True)
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
-                             start_new_session=True)
-    try:
-        (work / OWNER_FILE).write_text(json.dumps({"pid": other.pid, "pgid": other.pid,
-                                                   "created": 1.0}))
-        lines = clean_stale_work(tmp_path / "trials")
-        assert other.poll() is None and not work.exists()
-        assert "ended" not in lines[0]
-    finally:
-        other.kill()
-        other.wait()
+    work = _owned_work(tmp_path, "t", sleeper.pid, created=1.0)
+    lines = clean_stale_work(tmp_path / "trials")
+    assert sleeper.poll() is None and not work.exists()
+    assert "ended" not in lines[0]

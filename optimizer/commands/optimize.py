@@ -112,9 +112,7 @@ def _load(args: argparse.Namespace) -> OptimizerConfig:
 
 def _run_dir(args: argparse.Namespace, config: OptimizerConfig, script: Path, n_files: int) -> Path:
     if args.resume:
-        base = Path(args.resume)
-        if not base.is_dir():
-            raise CloudoptError(f"--resume {base}: no such run folder")
+        base = Path(args.resume)  # checked in _load
     elif args.output:
         base = Path(args.output)
     else:
