@@ -1,5 +1,6 @@
 # Both targets set themselves up: a virtual environment in .venv with CPU torch first
-# (the pin keeps pip from pulling CUDA wheels), then this package with its dev and bench extras.
+# (the pin keeps pip from pulling CUDA wheels), then this package with its dev, bench and ray
+# extras (the tests cover the Ray executor).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
@@ -12,7 +13,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e '.[dev,bench]'
+	$(PY) -m pip install -q -e '.[dev,bench,ray]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 
 from optimizer.allocation import Allocation
 from optimizer.config import OptimizerConfig, ResourceConfig
+from optimizer.executors import LocalExecutor, TrialExecutor, TrialRequest
 from optimizer.records import TrialSummary, summaries_to_frame, write_trials_csv
 from optimizer.sla import calculate_sla_violations
 from optimizer.training import TrainingModuleManager
@@ -106,34 +107,40 @@ def run_baseline(
     probe_seconds: float | None = None,
     total_samples: float | None = None,
     quiet: bool = False,
+    executor: TrialExecutor | None = None,
 ) -> list[TrialSummary]:
     """Run each allocation as a trial of ``run_dir`` (skipping those already recorded).
 
     Trial ``i`` lives in ``run_dir/trials/<NN-key>/``; a folder with a ``summary.json`` is
     complete and is loaded instead of run again. ``runs/<run>/trials.csv`` is rewritten after
-    each trial. The job size found by an earlier trial (``total_samples``) is passed on, so
-    every probe predicts the same job.
+    each trial. The trials run on ``executor`` (default: one after another, locally; the job
+    size found by an earlier trial is then passed on, so every probe predicts the same job).
     """
     run_dir = Path(run_dir)
-    out: list[TrialSummary] = []
-    bar = tqdm(list(enumerate(allocations)), desc="baseline trials", unit="trial",
-               disable=quiet, leave=False)
-    for i, alloc in bar:
+    executor = executor or LocalExecutor()
+    out: list[TrialSummary | None] = []
+    requests, slots = [], []
+    for i, alloc in enumerate(allocations):
         trial_dir = run_dir / "trials" / trial_name(i, alloc)
-        bar.set_postfix_str(alloc.key())
-        summary = manager.recorded_trial(trial_dir)  # None: not recorded, or stale
-        if summary is None:
-            summary = manager.run_training(
-                alloc, trial_dir, resource_config=config.resources,
-                probe_seconds=probe_seconds, timeout_s=config.run.trial_timeout_s,
-                monitor_interval=config.run.monitor_interval, total_samples=total_samples,
-                quiet=True)
-        if total_samples is None and summary.ok and summary.total_samples:
-            total_samples = summary.total_samples
-        out.append(summary)
+        out.append(manager.recorded_trial(trial_dir))  # None: not recorded, or stale
+        if out[-1] is None:
+            requests.append(TrialRequest(
+                alloc, trial_dir, probe_seconds=probe_seconds,
+                timeout_s=config.run.trial_timeout_s,
+                monitor_interval=config.run.monitor_interval,
+                total_samples=total_samples or next(
+                    (t.total_samples for t in out if t is not None and t.ok and t.total_samples),
+                    None)))
+            slots.append(i)
+    bar = tqdm(total=len(requests), desc=f"baseline trials ({executor.name})", unit="trial",
+               disable=quiet or not requests, leave=False)
+    for k, summary in executor.run(manager, requests, config.resources):
+        out[slots[k]] = summary
+        bar.set_postfix_str(summary.allocation.key())
+        bar.update()
     bar.close()
     write_trials_csv(run_dir)
-    return out
+    return [t for t in out if t is not None]
 
 
 def rank_trials(summaries: Sequence[TrialSummary], config: OptimizerConfig,

@@ -432,6 +432,12 @@ class RunConfig:
     sla_from_baseline: bool = True
     """Set the time and cost limits not given on the command line from the baseline trials
     (their forecast + 25%), so the reward weighs allocations against this job's own scale."""
+    executor: str = "local"
+    """Where trials run: ``local`` (subprocesses, one after another) or ``ray`` (Ray tasks,
+    side by side where they fit; ``pip install 'cloudopt[ray]'``)."""
+    ray_address: str = ""
+    """With ``executor = "ray"``: the cluster to join (``auto``, ``ray://head:10001``); empty
+    starts a local Ray sized to this machine."""
 
     def __post_init__(self) -> None:
         _check(isinstance(self.baseline_samples, int) and self.baseline_samples >= 1,
@@ -440,6 +446,10 @@ class RunConfig:
                "[run].refine_rounds", "must be a whole number >= 0", self.refine_rounds)
         _check(isinstance(self.refine_tolerance, (int, float)) and self.refine_tolerance > 0,
                "[run].refine_tolerance", "must be a positive share", self.refine_tolerance)
+        _check(self.executor in ("local", "ray"), "[run].executor",
+               'must be "local" or "ray"', self.executor)
+        _check(isinstance(self.ray_address, str), "[run].ray_address", "must be a string",
+               self.ray_address)
         for name in ("probe_seconds", "trial_timeout_s", "monitor_interval", "agent_seconds"):
             v = getattr(self, name)
             _check(isinstance(v, (int, float)) and v > 0, f"[run].{name}", "must be > 0", v)

@@ -20,6 +20,18 @@ def _cause(t: TrialSummary, probe_seconds: float | None, timeout_s: float) -> tu
     if reason == "timeout":
         return "timeout", (f"still running at the {timeout_s:g} s trial limit without a steady "
                            "rate: raise [run].trial_timeout_s")
+    if reason == "infeasible":
+        return "infeasible", (f"asked the Ray cluster for more than any node has "
+                              f"({(t.stderr_tail or '').strip()}): lower [resources].cpu_count_max "
+                              "/ gpu_count_max or add a larger node")
+    if reason == "worker-lost":
+        return "worker-lost", ("lost with the Ray worker or node that ran them (killed, or the "
+                               "node died): see `ray status` and the raylet logs, then "
+                               "--resume to measure them again")
+    if reason == "executor-error":
+        last = (t.stderr_tail or "").strip().splitlines()[-1:] or ["no message"]
+        return "executor-error", (f"could not start on the Ray worker ({last[0]}): check that "
+                                  "cloudopt is installed on the cluster's nodes")
     if reason.startswith("crash"):
         tail = [ln for ln in (t.stderr_tail or "").strip().splitlines() if ln.strip()]
         last = " | ".join(tail[-STDERR_LINES:]) or "stderr was empty"

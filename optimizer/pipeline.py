@@ -37,6 +37,7 @@ from optimizer.baseline import memory_for, plan_baseline, run_baseline
 from optimizer.config import OptimizerConfig, load_config, validate_preference
 from optimizer.cost import ResourceCostCalculator
 from optimizer.errors import CloudoptError
+from optimizer.executors import TrialExecutor, TrialRequest, make_executor
 from optimizer.failures import explain_unusable
 from optimizer.gpu import nvml_device_count, visible_device_indices
 from optimizer.records import TrialSummary, job_cost, job_size, job_time
@@ -100,6 +101,20 @@ class CloudResourceOptimizer:
         self.user_preference: str | tuple[float, float, float] = "balanced"
         self.rl_metrics = pd.DataFrame()
         self.metrics_tracker: Any = None
+        self.executor: TrialExecutor | None = None
+
+    def trial_executor(self) -> TrialExecutor:
+        """Where this optimizer's trials run (``[run].executor``), started on first use."""
+        if self.executor is None:
+            run = self.config.run
+            self.executor = make_executor(run.executor, run.ray_address or None)
+        return self.executor
+
+    def close(self) -> None:
+        """Stop what the executor started (a local Ray)."""
+        if self.executor is not None:
+            self.executor.close()
+            self.executor = None
 
     # ------------------------------------------------------------------ settings and checks
     def set_user_preference(self, preference: str | Sequence[float]) -> None:
@@ -181,8 +196,13 @@ class CloudResourceOptimizer:
     def optimize_training(self, train_file: str | os.PathLike, run_dir: str | os.PathLike,
                           options: JobOptions | None = None) -> OptimizationResult:
         """Run the six stages for one script into ``run_dir`` (resuming what is recorded)."""
-        opts = options or JobOptions()
-        run_dir = Path(run_dir)
+        try:
+            return self._optimize(train_file, Path(run_dir), options or JobOptions())
+        finally:
+            self.close()
+
+    def _optimize(self, train_file: str | os.PathLike, run_dir: Path,
+                  opts: JobOptions) -> OptimizationResult:
         run_dir.mkdir(parents=True, exist_ok=True)
         self._log_path = run_dir / "main.log"
         for line in clean_stale_work(run_dir / "trials"):
@@ -252,7 +272,8 @@ class CloudResourceOptimizer:
         self._say(f"{manager.module_path}: {len(allocations)} baseline trial(s), "
                   f"{'probes of ' + format(probe, 'g') + ' s' if probe else 'full runs'}")
         trials = run_baseline(manager, allocations, run_dir, cfg, probe_seconds=probe,
-                              total_samples=opts.total_samples, quiet=self.quiet)
+                              total_samples=opts.total_samples, quiet=self.quiet,
+                              executor=self.trial_executor())
         self._say_replaced(manager)
         settable = manager.batch_control() is not None
         return [self._label_batch(t, run_dir / "trials" / self._trial_folder(run_dir, t),
@@ -352,10 +373,13 @@ class CloudResourceOptimizer:
         if probe and probe >= 0.5 * run.trial_timeout_s:
             probe = None
         self._say(f"measuring {alloc.key()} ({'probe' if probe else 'whole job'})")
-        return manager.run_training(
-            alloc, trial_dir, resource_config=self.config.resources, probe_seconds=probe,
-            timeout_s=run.trial_timeout_s, monitor_interval=run.monitor_interval,
-            total_samples=total, quiet=True)
+        request = TrialRequest(alloc, trial_dir, probe_seconds=probe,
+                               timeout_s=run.trial_timeout_s,
+                               monitor_interval=run.monitor_interval, total_samples=total)
+        # One trial at a time here: the closed loop's steps depend on each other, and a trial
+        # alone measures what the job gets alone (see optimizer.executors).
+        return [s for _, s in self.trial_executor().run(manager, [request],
+                                                        self.config.resources)][0]
 
     # ------------------------------------------------------------------ outputs
     def _finish(self, run_dir: Path, baseline: list[TrialSummary], reference: TrialSummary,

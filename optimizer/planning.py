@@ -50,9 +50,12 @@ def plan_round(opt: Any, usable: list[TrialSummary], reference: TrialSummary,
     if env_cfg is None:
         rec = _fallback(opt, usable, reason)
     else:
-        opt._say(f"round {round_k}: training agents ({budget:g} s each) on the workload "
-                 f"model fitted to {len(usable)} trials")
-        r = recommend(env_cfg, opt.config, time_budget_s=budget, quiet=opt.quiet)
+        executor = opt.trial_executor()
+        together = "side by side, " if executor.name != "local" else ""
+        opt._say(f"round {round_k}: training agents ({together}{budget:g} s each) on the "
+                 f"workload model fitted to {len(usable)} trials")
+        r = recommend(env_cfg, opt.config, time_budget_s=budget, quiet=opt.quiet,
+                      map_fn=executor.map)
         opt._say("agents trained: " + ", ".join(
             f"{o.name} {share_text(o.share_of_optimum)} of the model's optimum"
             for o in r.outcomes if o.name in ("reinforce", "morl"))

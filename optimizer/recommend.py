@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,9 +165,21 @@ def pareto_sweep(env_config: Any) -> pd.DataFrame:
     return frame
 
 
+def _timed(train: Callable[[], Any]) -> tuple[Any, float]:
+    started = time.perf_counter()
+    result = train()
+    return result, time.perf_counter() - started
+
+
 def recommend(env_config: Any, config: OptimizerConfig, *, time_budget_s: float,
-              quiet: bool = True) -> Recommendation:
-    """Train both agents on ``env_config`` (noisy) and pick the plan (see module docstring)."""
+              quiet: bool = True,
+              map_fn: Callable[[list[Callable[[], Any]]], list[Any]] | None = None
+              ) -> Recommendation:
+    """Train both agents on ``env_config`` (noisy) and pick the plan (see module docstring).
+
+    ``map_fn`` runs the agents' trainings (argument-free callables) and returns their results
+    in order: default one after the other; an executor's ``map`` trains them side by side
+    (:meth:`optimizer.executors.ray_executor.RayExecutor.map`), each for the same budget."""
     from agents.train import (
         cloud_action_factors,
         evaluate,
@@ -209,10 +221,9 @@ def recommend(env_config: Any, config: OptimizerConfig, *, time_budget_s: float,
             config.multi_objective, time_budget_s=time_budget_s, quiet=quiet,
             action_factors=factors, **morl_train_kwargs()),
     }
-    for name in AGENTS:
-        started = time.perf_counter()
-        result = trainers[name]()
-        seconds = time.perf_counter() - started
+    jobs = [lambda train=trainers[name]: _timed(train) for name in AGENTS]
+    trained = (map_fn or (lambda fns: [f() for f in fns]))(jobs)
+    for name, (result, seconds) in zip(AGENTS, trained, strict=True):
         agent = result.agent
         if name == "reinforce":
             act_fn = reinforce_act(agent)

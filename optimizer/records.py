@@ -67,6 +67,14 @@ class TrialSummary:
     """What the script's source or metrics reveal: model family, parameters, dataset..."""
     stderr_tail: str = ""
     started_at: str = ""
+    finished_at: str = ""
+    executor: str = "local"
+    """Where the trial ran: ``local`` (a subprocess of the optimizer) or ``ray``."""
+    node: str = ""
+    """The machine it ran on (host name), for telling which trials shared one."""
+    concurrent_with: list[str] = field(default_factory=list)
+    """Trials that ran on the same machine at the same time (they share caches and memory
+    bandwidth, so their throughputs may be lower than alone)."""
 
     @property
     def ok(self) -> bool:
@@ -182,6 +190,7 @@ def summaries_to_frame(summaries: Iterable[TrialSummary | dict[str, Any]]) -> An
         info = d.pop("model_info") or {}
         d.pop("stderr_tail", None)
         d["train_args"] = " ".join(str(a) for a in d.get("train_args") or [])
+        d["concurrent_with"] = " ".join(d.get("concurrent_with") or [])
         row = {"trial_id": d.pop("trial_id"), "status": d.pop("status")}
         row.update({k: alloc.get(k) for k in alloc_fields})
         row.update(d)

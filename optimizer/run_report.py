@@ -65,7 +65,8 @@ def _row(role: str, t: TrialSummary) -> dict[str, Any]:
             "job_cost": job_cost(t), "hourly_cost": t.hourly_cost,
             "figures": "measured" if t.status == "completed" else "throughput measured, "
             "job time/cost predicted", "cpu_util_pct": t.cpu_util_mean,
-            "mem_gb_peak": t.mem_gb_peak}
+            "mem_gb_peak": t.mem_gb_peak,
+            "ran_beside": ", ".join(t.concurrent_with) or "nothing (alone)"}
 
 
 def _sla(t: TrialSummary, sla: Any) -> dict[str, bool]:

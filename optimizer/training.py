@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
+import socket
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -187,8 +188,9 @@ class TrainingModuleManager:
 
     def recorded_trial(self, trial_dir: str | os.PathLike) -> TrialSummary | None:
         """The trial recorded in ``trial_dir`` when it still applies: same script source and
-        same command line (arguments, batch flag). A record that no longer applies is moved to
-        ``<run>/replaced/`` (kept, not lost) and None is returned, so the trial runs again."""
+        same command line (arguments, batch flag), and not lost with an executor's worker. A
+        record that no longer applies is moved to ``<run>/replaced/`` (kept, not lost) and None
+        is returned, so the trial runs again."""
         trial_dir = Path(trial_dir)
         if not (trial_dir / SUMMARY_FILE).exists():
             return None
@@ -204,7 +206,9 @@ class TrainingModuleManager:
             command_now = None
         why = None
         digest = recorded.get("script_sha256")
-        if digest is not None and digest != self.script_digest():
+        if summary.reason == "worker-lost":  # the executor's failure, not the job's
+            why = "it was lost with its Ray worker"
+        elif digest is not None and digest != self.script_digest():
             why = "the script changed since it was measured"
         elif command_now is not None and recorded.get("command") not in (None, command_now):
             why = "the script's arguments changed since it was measured"
@@ -241,6 +245,7 @@ class TrainingModuleManager:
         visible_devices: Sequence[int] | None = None,
         steady_windows: int = 4,
         steady_tol: float = 0.03,
+        cpu_ids: Sequence[int] | None = None,
     ) -> TrialSummary:
         """Run the script once under ``allocation`` and record it in ``trial_dir``.
 
@@ -271,6 +276,10 @@ class TrainingModuleManager:
         steady_windows, steady_tol : int, float
             A probe is steady once at least ``steady_windows`` rate windows after the first
             give their mean a relative standard error of at most ``steady_tol``.
+        cpu_ids : sequence of int, optional
+            The cores to pin to (an executor running trials side by side leases them, see
+            :mod:`optimizer.core_lease`); default: the first ``allocation.cpus`` of this
+            process's affinity mask.
 
         Returns
         -------
@@ -285,9 +294,9 @@ class TrainingModuleManager:
         metrics_part = work / "metrics.csv"
         env = trial_environment(allocation, resource_config, visible_devices, metrics_part,
                                 trial_id)
-        cpus = cpu_affinity_set(allocation.cpus)
+        cpus = sorted(cpu_ids) if cpu_ids is not None else cpu_affinity_set(allocation.cpus)
         cmd = self.command(allocation)
-        started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        started_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
         atomic_write_json(trial_dir / "config.json", {
             "trial_id": trial_id, "allocation": allocation, "train_file": str(info.path),
             "train_args": self.train_args, "command": cmd, "cpu_affinity": cpus,
@@ -370,6 +379,8 @@ class TrainingModuleManager:
             **stats, train_file=str(self.module_path), train_args=list(self.train_args),
             model_info=model_info,
             stderr_tail=stderr if status == "failed" else "", started_at=started_at,
+            finished_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+            node=socket.gethostname(),
         )
 
 

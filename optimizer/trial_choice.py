@@ -87,6 +87,7 @@ def objective_table(trials: Sequence[TrialSummary], config: OptimizerConfig,
         a = t.allocation
         memory = right_size_memory(t.mem_gb_peak, **_oom_kwargs(trials, a))
         rows.append({"trial_id": t.trial_id, "started_at": t.started_at or "",
+                     "alone": not t.concurrent_with,
                      "gpus": a.gpus, "cpus": a.cpus,
                      "batch_size": a.batch_size, "status": t.status, "job_time_s": seconds,
                      "memory_gb": memory, "mem_gb_peak": t.mem_gb_peak,
@@ -102,10 +103,16 @@ def objective_table(trials: Sequence[TrialSummary], config: OptimizerConfig,
 def _pool_replicates(frame: pd.DataFrame, config: OptimizerConfig) -> pd.DataFrame:
     """One row per setting: repeated trials of a setting (the loop's confirmations) count by
     their mean time and their largest peak, under the id of the latest one. A single run on a
-    shared machine can be 20% off; the best of several noisy single runs is biased low."""
+    shared machine can be 20% off; the best of several noisy single runs is biased low.
+
+    A setting measured both alone and beside other trials (``concurrent_with``) counts by its
+    runs alone: they measure what the job gets when it runs by itself. ``alone`` says whether
+    a row's figures come from such runs."""
     if frame.empty:
         return frame
     keys = ["gpus", "cpus", "batch_size"]
+    alone_somewhere = frame.groupby(keys, dropna=False)["alone"].transform("any")
+    frame = frame[frame["alone"] | ~alone_somewhere]
     frame = frame.assign(_order=range(len(frame)))
     grouped = frame.groupby(keys, dropna=False, sort=False)
     if grouped.ngroups == len(frame):

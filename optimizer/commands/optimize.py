@@ -30,6 +30,7 @@ from optimizer.commands.resume import (
 )
 from optimizer.config import OptimizerConfig, load_config, parse_preference
 from optimizer.errors import CloudoptError, ConfigError
+from optimizer.executors import check_available
 from optimizer.pipeline import CloudResourceOptimizer, JobOptions
 from optimizer.training import TrainingModuleManager, describe_allocation
 
@@ -73,6 +74,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--phase-model", default=None, metavar="DIR", help="saved phase model")
     p.add_argument("--image", default=None, metavar="IMAGE",
                    help="container image of the Kubernetes Job in k8s-job.yaml")
+    p.add_argument("--executor", choices=("local", "ray"), default=None,
+                   help="where trials run: local (default; one after another) or ray (Ray "
+                        "tasks, side by side where they fit; pip install 'cloudopt[ray]')")
+    p.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="with --executor ray: a cluster to join (auto, ray://head:10001); "
+                        "default: start a local Ray sized to this machine")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
 
@@ -95,9 +102,11 @@ def _load(args: argparse.Namespace) -> OptimizerConfig:
         "sla": {"time_max": args.time_max, "cost_max": args.cost_max,
                 "throughput_min": args.throughput_min},
         "run": {"baseline_samples": args.baseline_samples, "refine_rounds": args.refine_rounds,
-                "probe_seconds": args.probe_seconds if args.probe_seconds else None},
+                "probe_seconds": args.probe_seconds if args.probe_seconds else None,
+                "executor": args.executor, "ray_address": args.ray_address},
     }
     config = load_config(args.config, overrides)
+    check_available(config.run.executor)
     args.preference = parse_preference(args.preference)
     config.multi_objective.vector(args.preference)  # unknown names fail here (exit 2)
     for flag, value, low, strict in (("--probe-seconds", args.probe_seconds, 0, False),

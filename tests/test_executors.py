@@ -1,0 +1,133 @@
+"""The executor seam without Ray: core leases, trials that shared a machine, and how the
+choice of the recommendation treats throughputs measured beside other trials."""
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from optimizer.allocation import Allocation
+from optimizer.config import load_config
+from optimizer.core_lease import CoreLease
+from optimizer.errors import CloudoptError, ConfigError
+from optimizer.executors import make_executor, record_concurrency
+from optimizer.executors.base import overlapping
+from optimizer.records import TrialSummary
+from optimizer.refine import _to_confirm
+from optimizer.trial_choice import best_measured, objective_table
+
+
+def test_leases_take_distinct_cores_and_wait_for_a_free_one(tmp_path):
+    a = CoreLease(1, [0, 1], lock_dir=tmp_path)
+    b = CoreLease(1, [0, 1], lock_dir=tmp_path)
+    assert a.acquire() == [0] and b.acquire() == [1]
+    c = CoreLease(1, [0, 1], lock_dir=tmp_path, timeout_s=0.3)
+    with pytest.raises(CloudoptError, match="1 free core"):
+        c.acquire()
+    a.release()
+    assert c.acquire() == [0]
+    wide = CoreLease(2, [0, 1], lock_dir=tmp_path, timeout_s=0.2)
+    with pytest.raises(CloudoptError):
+        wide.acquire()  # all or nothing: it holds no core while it waits
+    assert wide.cores == []
+    b.release()
+    c.release()
+    with CoreLease(5, [0, 1], lock_dir=tmp_path) as cores:  # more than exist: all of them
+        assert cores == [0, 1]
+
+
+def test_a_dead_holder_leaves_its_core_free(tmp_path):
+    code = ("import sys, time; sys.path.insert(0, '.');"
+            "from optimizer.core_lease import CoreLease;"
+            f"CoreLease(1, [3], lock_dir={str(tmp_path)!r}).acquire(); print('held', flush=True);"
+            "time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    with pytest.raises(CloudoptError):
+        CoreLease(1, [3], lock_dir=tmp_path, timeout_s=0.2).acquire()
+    proc.kill()
+    proc.wait()
+    with CoreLease(1, [3], lock_dir=tmp_path, timeout_s=2) as cores:
+        assert cores == [3]
+
+
+def _trial(tid, cpus, batch, thr, start, end, node="n1", **kw):
+    return TrialSummary(
+        trial_id=tid, status="completed", allocation=Allocation(0, cpus, 4.0, batch),
+        throughput=thr, samples=1000.0, total_samples=1000.0, wall_time_s=1000.0 / thr,
+        predicted_total_time_s=1000.0 / thr, mem_gb_peak=1.0,
+        started_at=f"2026-01-01T00:00:{start:02d}.000+00:00",
+        finished_at=f"2026-01-01T00:00:{end:02d}.000+00:00", node=node, **kw)
+
+
+def test_trials_that_overlapped_on_one_machine_name_each_other(tmp_path):
+    a = _trial("a", 1, 64, 100, 0, 10)
+    b = _trial("b", 1, 128, 100, 5, 15)
+    c = _trial("c", 1, 32, 100, 16, 20)  # after both
+    d = _trial("d", 1, 16, 100, 0, 20, node="n2")  # same time, another machine
+    assert overlapping(a, b) and not overlapping(a, c) and not overlapping(a, d)
+    done = [(t, tmp_path / t.trial_id) for t in (a, b, c, d)]
+    for _, path in done:
+        path.mkdir()
+    record_concurrency(done)
+    assert a.concurrent_with == ["b"] and b.concurrent_with == ["a"]
+    assert c.concurrent_with == [] and d.concurrent_with == []
+    assert TrialSummary.load(tmp_path / "a").concurrent_with == ["b"]  # rewritten on disk
+    assert not (tmp_path / "c" / "summary.json").exists()  # unchanged: not rewritten
+
+
+def test_a_setting_measured_alone_counts_by_its_runs_alone():
+    cfg = load_config()
+    trials = [_trial("shared", 1, 64, 80, 0, 10, concurrent_with=["x"]),
+              _trial("x", 1, 128, 90, 0, 10, concurrent_with=["shared"]),
+              _trial("confirm", 1, 64, 100, 20, 30)]
+    table = objective_table(trials, cfg, "time").set_index("trial_id")
+    assert table.loc["confirm", "job_time_s"] == pytest.approx(10.0)  # the run alone only
+    assert table.loc["confirm", "replicates"] == 1 and table.loc["confirm", "alone"]
+    assert not table.loc["x", "alone"]
+    best, _ = best_measured(trials, cfg, "time")
+    assert best.trial_id == "confirm"
+
+
+def test_settings_that_decide_are_measured_again_alone():
+    cfg = load_config()
+    # Beside others, b128 ran 12% slower than b64 alone: within reach once the slowdown is
+    # allowed for, so both are measured again (b128 alone; b64 within the band).
+    trials = [_trial("b64", 2, 64, 100, 0, 10),
+              _trial("b128", 1, 128, 88, 0, 10, concurrent_with=["b32"]),
+              _trial("b32", 1, 32, 40, 0, 10, concurrent_with=["b128"])]
+    picks = _to_confirm(objective_table(trials, cfg, "time"))
+    assert [row["trial_id"] for row, _ in picks] == ["b128", "b64"]
+    assert "measured again alone" in picks[0][1] and "within 15%" in picks[1][1]
+    # Everything alone and far apart: nothing to confirm.
+    alone = [_trial("fast", 2, 64, 100, 0, 10), _trial("slow", 1, 64, 50, 10, 20)]
+    assert _to_confirm(objective_table(alone, cfg, "time")) == []
+
+
+def test_executor_choice_is_checked():
+    with pytest.raises(ConfigError, match="unknown executor 'slurm'"):
+        make_executor("slurm")
+    with pytest.raises(ConfigError, match=r"\[run\].executor"):
+        load_config(overrides={"run": {"executor": "slurm"}})
+    assert make_executor("local").name == "local"
+
+
+def test_ray_executor_without_ray_says_how_to_get_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    with pytest.raises(CloudoptError, match=r"pip install 'cloudopt\[ray\]'"):
+        make_executor("ray")
+
+
+def test_main_command_without_ray_fails_cleanly(tmp_path, repo_root, monkeypatch):
+    code = ("import sys; sys.modules['ray'] = None; from optimizer.cli import main;"
+            f"sys.exit(main(['--train-file', 'tests/data/tiny_train.py', '--executor', 'ray',"
+            f" '--output', {str(tmp_path / 'run')!r}, '--quiet']))")
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], cwd=repo_root, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "needs Ray: pip install 'cloudopt[ray]'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "run").exists()  # refused before any run folder or trial
+    assert time.monotonic() - t0 < 60
