@@ -156,6 +156,8 @@ class LogReport:
     rows_read: int = 0
     rows_kept: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
+    dropped_rows: dict[str, list[int]] = field(default_factory=dict)
+    """Reason -> the dropped data rows (1 is the first row after the header)."""
     columns: dict[str, str] = field(default_factory=dict)
     """Canonical name -> the file's column."""
 
@@ -205,7 +207,8 @@ def normalise_frame(raw: pd.DataFrame, source: str) -> tuple[pd.DataFrame, LogRe
     report = LogReport(path=source, rows_read=len(raw),
                        columns={k: str(v) for k, v in found.items()})
     out = _derive(out)
-    out, report.dropped = _drop_impossible(out)
+    out, report.dropped_rows = _drop_impossible(out)
+    report.dropped = {why: len(rows) for why, rows in report.dropped_rows.items()}
     out["source"] = source
     out["model_key"] = model_keys(out)
     report.rows_kept = len(out)
@@ -247,8 +250,9 @@ def _derive(out: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _drop_impossible(out: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
-    """Remove failed trials and rows no real run can produce; count each reason."""
+def _drop_impossible(out: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, list[int]]]:
+    """Remove failed trials and rows no real run can produce; the data rows (1-based)
+    dropped for each reason."""
     rules = {
         "failed trial": out["status"].astype(str).str.lower().isin(
             ["failed", "error", "crashed", "killed", "oom", "timeout"]),
@@ -267,13 +271,13 @@ def _drop_impossible(out: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
         "infinite value": np.isinf(out[list(NUMERIC)].to_numpy(dtype=float)).any(axis=1),
     }
     bad = pd.Series(False, index=out.index)
-    counts: dict[str, int] = {}
+    rows: dict[str, list[int]] = {}
     for reason, mask in rules.items():
         new = pd.Series(mask, index=out.index).fillna(False).astype(bool) & ~bad
         if new.any():
-            counts[reason] = int(new.sum())
+            rows[reason] = [int(i) + 1 for i in np.flatnonzero(new.to_numpy())]
         bad |= new
-    return out[~bad].copy(), counts
+    return out[~bad].copy(), rows
 
 
 def _size_tag(params: float, width: float) -> str:

@@ -235,13 +235,14 @@ class CloudResourceOptimizer:
                 usable.append(whole)
         sla_source = self._set_sla(usable, opts)
         self.config.save(run_dir / "config.json")  # as applied: the SLA the run was held to
+        earlier = self._earlier_trials(manager, run_dir, usable)
         profile, phase_note = self._phases(reference, run_dir, opts)
         from optimizer.refine import refine
 
         more = [a for a in self._planned_probes(manager, analysis, opts, extra=8)
                 if not any(same_setting(t.allocation, a) for t in baseline)]
         rec, optimized, _ = refine(self, manager, usable, reference, total, profile, run_dir,
-                                   opts, more, manager.batch_control() is not None)
+                                   opts, more, manager.batch_control() is not None, earlier)
         rec["sla_source"] = sla_source
         if recorded:
             names = sorted(d.name for d in (run_dir / "trials").glob("*")
@@ -278,6 +279,26 @@ class CloudResourceOptimizer:
         settable = manager.batch_control() is not None
         return [self._label_batch(t, run_dir / "trials" / self._trial_folder(run_dir, t),
                                   settable) for t in trials]
+
+    def _earlier_trials(self, manager: TrainingModuleManager, run_dir: Path,
+                        have: list[TrialSummary]) -> list[TrialSummary]:
+        """Usable trials an earlier run of this folder measured beyond the baseline (its
+        closed loop's, say, under another preference). A measurement does not depend on the
+        preference, so they compete for the final choice of a resumed run; the rounds plan as
+        before (their recorded plans stay reusable). Stale ones are set aside."""
+        known = {t.trial_id for t in have}
+        out = []
+        for d in sorted((run_dir / "trials").glob("*")):
+            if d.name[:2].isdigit() or d.name in known or not (d / "summary.json").exists():
+                continue
+            t = manager.recorded_trial(d)
+            if t is not None and t.ok and t.throughput:
+                out.append(self._label_batch(t, d, manager.batch_control() is not None))
+        self._say_replaced(manager)
+        if out:
+            self._say("measured earlier in this run folder, in the running for the final "
+                      "choice: " + ", ".join(t.trial_id for t in out), always=True)
+        return out
 
     def _planned_probes(self, manager: TrainingModuleManager, analysis: dict[str, Any],
                         opts: JobOptions, extra: int = 0) -> list[Allocation]:

@@ -130,11 +130,13 @@ def _spread_of(samples: Any, candidates: Sequence[Allocation], alloc: Allocation
 
 def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialSummary,
            total: float | None, profile: Any, run_dir: Path, opts: Any,
-           more_probes: Sequence[Allocation], batch_settable: bool
+           more_probes: Sequence[Allocation], batch_settable: bool,
+           earlier: Sequence[TrialSummary] = ()
            ) -> tuple[dict[str, Any], TrialSummary, list[TrialSummary]]:
     """Run the loop; returns the recommendation dict (``allocation`` is the final, measured
     choice; ``rounds`` says what each round planned, predicted and measured), the trial it
-    comes from and every trial."""
+    comes from and every trial. ``earlier``: trials a previous run of the folder measured
+    (under another preference, say); they compete for the final choice."""
     cfg = opt.config
     trials = list(trials)
     rounds: list[dict[str, Any]] = []
@@ -184,6 +186,11 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
         row = _round_row(k, rec, planned, choice, why, trial, spread, env_config,
                          cfg.run.refine_tolerance)
         rounds.append(row)
+    ids = {t.trial_id for t in trials}
+    for t in earlier:
+        if t.trial_id not in ids:
+            trials.append(t)
+            proposer[t.trial_id] = "an-earlier-run"  # of this folder, under its own preference
     for trial in _confirm(opt, manager, trials, total, run_dir, opts, batch_settable, rounds):
         proposer[trial.trial_id] = proposer.get(_twin(trial, trials), "")
     final, best_row = best_measured(trials, cfg, opt.user_preference)

@@ -71,12 +71,14 @@ def test_cli_names_dropped_rows_on_the_console_and_leaves_no_empty_folder(repo_r
                                                                          capsys):
     frame = pd.read_csv(repo_root / "examples" / "logs" / "mlp.csv")
     frame["throughput"] = frame["throughput"].astype(object)
-    frame.loc[0, "throughput"] = "-5"
+    frame.loc[2, "throughput"] = "-5"
     log = tmp_path / "mlp.csv"
     frame.to_csv(log, index=False)
     assert main(["analyze", "--logs", str(log), "--out", str(tmp_path / "a"), "--quiet"]) == 0
     err = capsys.readouterr().err
-    assert f"warning: {log}: 1 of {len(frame)} rows dropped" in err
+    # the row as a spreadsheet shows it: the third row after the header
+    assert (f"warning: {log}: 1 of {len(frame)} rows dropped (1 throughput <= 0 or not "
+            "finite: row 3)") in err
 
     bad = tmp_path / "bad.csv"
     bad.write_text("foo,bar\n1,2\n")

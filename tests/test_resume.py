@@ -33,6 +33,8 @@ def test_resume_alone_then_with_another_preference(tmp_path, repo_root):
     assert _stamps(out) == stamps  # nothing was run again
     assert json.loads((out / "recommendation.json").read_text())["preference"] == "cost"
 
+    looped = sorted(p.parent.name for p in out.glob("trials/*/summary.json")
+                    if not p.parent.name[:2].isdigit())
     timed = cli(repo_root, "--resume", str(out), "--preference", "time", "--quiet")
     assert timed.returncode == 0, timed.stderr[-3000:]
     assert "changed preference: cost -> time" in timed.stdout
@@ -40,6 +42,8 @@ def test_resume_alone_then_with_another_preference(tmp_path, repo_root):
         in timed.stdout
     baseline = {p: t for p, t in stamps.items() if p.parent.name[:2].isdigit()}
     assert all(p.stat().st_mtime_ns == t for p, t in baseline.items())  # probes reused
+    assert looped  # the cost run's own trials compete for the time run's choice
+    assert "in the running for the final choice: " + ", ".join(looped) in timed.stdout
     rec = json.loads((out / "recommendation.json").read_text())
     assert rec["preference"] == "time"
     plan = json.loads((out / "rl" / "recommendation.json").read_text())

@@ -86,10 +86,17 @@ def run(args: argparse.Namespace) -> int:
         raise
 
 
+def _rows(rows: list[int], shown: int = 8) -> str:
+    head = ", ".join(map(str, rows[:shown]))
+    more = f" and {len(rows) - shown} more" if len(rows) > shown else ""
+    return f"row{'s' if len(rows) > 1 else ''} {head}{more}"
+
+
 def _report_dropped(analyzer: OfflineDataAnalyzer) -> None:
     for path, rep in analyzer.reports.items():
         if rep.dropped:
-            reasons = ", ".join(f"{n} {why}" for why, n in rep.dropped.items())
+            reasons = ", ".join(f"{n} {why}: {_rows(rep.dropped_rows.get(why, []))}"
+                                for why, n in rep.dropped.items())
             print(f"warning: {path}: {rep.rows_dropped} of {rep.rows_read} rows dropped "
                   f"({reasons})", file=sys.stderr)
 
