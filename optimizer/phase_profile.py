@@ -97,8 +97,35 @@ def profile_trace(trace: pd.DataFrame, detector: Any, min_fraction: float = 0.05
                   mem[p] / mem_max if mem_max > 0 else 1.0) for p in ids}
     stats = pd.DataFrame([{"phase": p, "samples": int((labels == p).sum()), "share": share[p],
                            "cpu_cores_mean": cpu[p], "mem_gb_mean": mem[p],
+                           "mem_gb_peak": float(x[labels == p, 1].max()),
                            "cpu_scale": scales[p][0], "mem_scale": scales[p][1]} for p in ids])
     return PhaseProfile(labels, [(int(p), float(f)) for p, f in segments], scales, stats)
+
+
+PHASES_DIFFER = 0.25
+"""Phases call for their own resources when their mean CPU differs by more than this share of
+the run's mean, or their peak memory by more than this share of the run's peak."""
+
+
+def phase_needs(profile: PhaseProfile, cores_mean: float, mem_peak_gb: float) -> pd.DataFrame:
+    """What each phase needs at a run of ``cores_mean`` cores and ``mem_peak_gb`` peak: the
+    phases' CPU scales and peak-memory shares (measured on the profiled trace) applied to it.
+
+    Returns one row per phase (``phase, share, cpu_cores, mem_gb``), the heaviest CPU phase
+    first; empty when the phases do not differ (:data:`PHASES_DIFFER`).
+    """
+    st = profile.stats
+    if st.empty or "mem_gb_peak" not in st:
+        return pd.DataFrame(columns=["phase", "share", "cpu_cores", "mem_gb"])
+    peak = float(st["mem_gb_peak"].max()) or 1.0
+    cpu_spread = float(st["cpu_scale"].max() - st["cpu_scale"].min())
+    mem_spread = float((st["mem_gb_peak"].max() - st["mem_gb_peak"].min()) / peak)
+    if max(cpu_spread, mem_spread) <= PHASES_DIFFER:
+        return pd.DataFrame(columns=["phase", "share", "cpu_cores", "mem_gb"])
+    out = pd.DataFrame({"phase": st["phase"].astype(int), "share": st["share"],
+                        "cpu_cores": cores_mean * st["cpu_scale"],
+                        "mem_gb": mem_peak_gb * st["mem_gb_peak"] / peak})
+    return out.sort_values("cpu_cores", ascending=False).reset_index(drop=True)
 
 
 def load_detector(model_dir: str | os.PathLike | None = None) -> Any:

@@ -72,10 +72,17 @@ def format_value(value: Any) -> str:
     if isinstance(value, float):
         if math.isnan(value):
             return "—"
-        if value != 0 and (abs(value) >= 1e6 or abs(value) < 1e-3):
+        if value != 0 and (abs(value) >= 1e6 or abs(value) < 1e-9):
             return f"{value:.3e}"
+        if value != 0 and abs(value) < 1e-3:  # small prices: 0.0000867, not 8.666e-05
+            return f"{value:.{2 - math.floor(math.log10(abs(value)))}f}"
         return f"{value:.4g}"
     return str(value)
+
+
+def dollars(value: float) -> str:
+    """``$0.0000867``, ``$0.0123``, ``$12.35``: a price as people read it."""
+    return "$" + format_value(float(value))
 
 
 @dataclass

@@ -18,8 +18,9 @@ import pandas as pd
 from optimizer.allocation import Allocation
 from optimizer.atomic_files import atomic_write_json, atomic_write_text
 from optimizer.k8s import k8s_job_yaml, k8s_resources_yaml
+from optimizer.phase_profile import phase_needs
 from optimizer.records import TrialSummary, iter_trials, job_cost, job_time
-from optimizer.report import Report, format_value
+from optimizer.report import Report, dollars, format_value
 from optimizer.resources import ResourceManager
 from optimizer.sla import calculate_sla_violations
 from optimizer.trial_runner import with_batch_flag
@@ -30,8 +31,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 def _write_k8s_job(opt: Any, result: Any, rec: dict[str, Any], alloc: Allocation,
                    env: dict[str, str], args: list[str] | None, run_dir: Path,
-                   opts: Any) -> Path:
-    """``k8s-job.yaml``: the Job to run and its VPA, bounded by the measured peaks."""
+                   opts: Any, profile: Any = None) -> Path:
+    """``k8s-job.yaml``: the Job to run and its VPA, bounded by the measured peaks, and by the
+    phases where they differ: a Job's pods keep their first request for the whole run, so the
+    CPU floor is what the busiest phase uses, not the run's mean."""
     from optimizer.trial_choice import right_size_memory
 
     trials = [t for t in iter_trials(run_dir) if t.ok and t.mem_gb_peak > 0]
@@ -39,6 +42,14 @@ def _write_k8s_job(opt: Any, result: Any, rec: dict[str, Any], alloc: Allocation
     peak = final.mem_gb_peak if final is not None and final.mem_gb_peak > 0 else alloc.memory_gb
     top = max([right_size_memory(t.mem_gb_peak) for t in trials] + [alloc.memory_gb])
     used = final.cpu_cores_mean if final is not None and final.cpu_cores_mean > 0 else 0.1
+    needs = phase_needs(profile, used, peak) if profile is not None else None
+    comment = (f"cloudopt recommendation ({rec['agent']}, preference {result.preference}); "
+               "image: set --image (the default is a placeholder)")
+    if needs is not None and not needs.empty:
+        used = max(used, min(float(needs["cpu_cores"].max()), alloc.cpus))
+        comment += "\nphases differ; what each needs (VPA CPU floor: the busiest):" + "".join(
+            f"\n  phase {int(r.phase)} ({r.share:.0%} of the run): {r.cpu_cores:.2f} cores, "
+            f"{r.mem_gb:.2f} GB" for r in needs.itertuples())
     mgr = opt.training_manager
     script = Path(mgr.module_path).name if mgr is not None else "train.py"
     job_args = args if args is not None else (list(mgr.train_args) if mgr is not None else [])
@@ -46,9 +57,8 @@ def _write_k8s_job(opt: Any, result: Any, rec: dict[str, Any], alloc: Allocation
     atomic_write_text(path, k8s_job_yaml(
         alloc, env, name=Path(result.run_dir).name, command=["python", script],
         args=job_args or None, image=getattr(opts, "image", None),
-        memory_bounds_gb=(peak, top), cpu_bounds=(round(used, 1), opt.config.resources.cpu_count_max),
-        comment=f"cloudopt recommendation ({rec['agent']}, preference {result.preference}); "
-                "image: set --image (the default is a placeholder)"))
+        memory_bounds_gb=(peak, top),
+        cpu_bounds=(round(used, 1), opt.config.resources.cpu_count_max), comment=comment))
     return path
 
 
@@ -214,7 +224,8 @@ def write_outputs(opt: Any, result: Any, reference: TrialSummary, profile: Any,
         alloc, env, name=Path(result.run_dir).name, args=args,
         comment=f"cloudopt recommendation ({rec['agent']}, preference {result.preference})"))
     paths["k8s"] = run_dir / "k8s-resources.yaml"
-    paths["k8s_job"] = _write_k8s_job(opt, result, rec, alloc, env, args, run_dir, opts)
+    paths["k8s_job"] = _write_k8s_job(opt, result, rec, alloc, env, args, run_dir, opts,
+                                      profile)
     paths["recommendation"] = _write_recommendation(run_dir, result, reference, rec, sla_rows)
 
     figs = _figures(plots, result, reference, profile, decisions, sweep, curves, rec, run_dir)
@@ -357,7 +368,7 @@ def _build_report(opt: Any, result: Any, reference: TrialSummary, rec: dict[str,
     _rounds_section(r, rec)
     r.heading("SLA")
     sla = opt.config.sla
-    r.paragraph(f"Limits: time ≤ {sla.time_max:.4g} s, cost ≤ ${sla.cost_max:.4g}, throughput ≥ "
+    r.paragraph(f"Limits: time ≤ {sla.time_max:.4g} s, cost ≤ {dollars(sla.cost_max)}, throughput ≥ "
                 f"{sla.throughput_min:.4g} samples/s, memory ≤ {sla.memory_max:.4g} GB "
                 f"(source: {rec.get('sla_source', 'configuration')}).")
     r.table([{"run": k, **{m: ("met" if ok else "VIOLATED") for m, ok in v.items()}}
@@ -386,6 +397,15 @@ def _build_report(opt: Any, result: Any, reference: TrialSummary, rec: dict[str,
     r.heading("Phases")
     if profile is not None:
         r.table(profile.stats)
+        opt_trial = result.optimized
+        needs = phase_needs(profile, opt_trial.cpu_cores_mean, opt_trial.mem_gb_peak) \
+            if opt_trial is not None and opt_trial.cpu_cores_mean > 0 else None
+        if needs is not None and not needs.empty:
+            r.paragraph("The phases differ in what they use. At the recommended allocation "
+                        "each needs about this (the phases' shares of CPU and memory, measured "
+                        "on the baseline trace, applied to the recommended run); the "
+                        "Kubernetes VPA's CPU floor is the busiest phase's:")
+            r.table(needs)
         if "phases" in figs:
             r.figure(figs["phases"], "Baseline trace coloured by detected phase")
     else:
@@ -444,11 +464,11 @@ def _answer(result: Any, reference: TrialSummary, rec: dict[str, Any],
     m, t0, c0 = rec.get("measured") or {}, job_time(reference), job_cost(reference)
     if m and t0 and c0:
         lines.append(
-            f"Measured: {m['job_time_s']:.1f} s and ${m['job_cost']:.4g} per job, "
+            f"Measured: {m['job_time_s']:.1f} s and {dollars(m['job_cost'])} per job, "
             f"{_change(m['job_cost'], c0, 'cheaper', 'dearer')} and "
             f"{_change(m['job_time_s'], t0, 'faster', 'slower')} than the default allocation "
             f"({reference.allocation.cpus} CPU threads, {reference.allocation.memory_gb:g} GB: "
-            f"{t0:.1f} s, ${c0:.4g}).")
+            f"{t0:.1f} s, {dollars(c0)}).")
     rounds = rec.get("rounds") or []
     fit = rec.get("fit") or {}
     how = (f"Verified on trial {m['trial']} ({m['time_is']})" if m else "Verified")

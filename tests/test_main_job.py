@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -248,3 +249,42 @@ def test_probe_of_an_hour_long_job_predicts_the_measured_rate(tmp_path):
     measured_equivalent = short.wall_time_s * 72000 / 80
     assert long_run.predicted_total_time_s == pytest.approx(measured_equivalent, rel=0.15)
     assert 3000 < long_run.predicted_total_time_s < 4200
+
+
+def _chromium() -> str | None:
+    return next((p for p in (os.environ.get("CHROMIUM"), shutil.which("chromium"),
+                             shutil.which("chromium-browser"), shutil.which("google-chrome"))
+                 if p), None)
+
+
+def test_report_in_a_browser_fits_the_window_and_loads_everything(tiny_run):
+    """Playwright drives Chromium (skipped where either is missing): no console errors, every
+    image loaded, nothing wider than a 1280 px window, the answer on the first screen."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    chromium = _chromium()
+    if chromium is None:
+        pytest.skip("no Chromium installed (Debian: apt-get install chromium)")
+    out, _ = tiny_run
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--no-first-run"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            errors: list[str] = []
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto((out / "report.html").as_uri(), wait_until="load")
+            images = page.evaluate(
+                "Array.from(document.images).map(i => [i.complete, i.naturalWidth])")
+            width = page.evaluate("document.documentElement.scrollWidth")
+            first_screen = page.evaluate(
+                "Array.from(document.body.querySelectorAll('*')).filter(e => "
+                "e.getBoundingClientRect().top < 800 && e.children.length === 0)"
+                ".map(e => e.textContent).join(' ')")
+        finally:
+            browser.close()
+    assert errors == []
+    assert len(images) >= 4 and all(done and w > 0 for done, w in images)
+    assert width <= 1280
+    assert "Recommended" in first_screen or "recommended" in first_screen

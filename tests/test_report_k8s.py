@@ -5,6 +5,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
@@ -17,7 +18,7 @@ from optimizer.k8s import (  # noqa: E402
     k8s_resources_yaml,
     memory_quantity,
 )
-from optimizer.report import Report, format_value  # noqa: E402
+from optimizer.report import Report, dollars, format_value  # noqa: E402
 
 yaml = pytest.importorskip("yaml")
 
@@ -75,7 +76,10 @@ def test_format_value():
     assert format_value(None) == "—"
     assert format_value(math.nan) == "—"
     assert format_value(True) == "yes"
-    assert format_value(0.00001234) == "1.234e-05"
+    assert format_value(0.00001234) == "0.0000123"  # a price per job, as people read it
+    assert format_value(0.000866) == "0.000866" and format_value(-0.0005) == "-0.000500"
+    assert format_value(3e-12) == "3.000e-12" and format_value(2.5e7) == "2.500e+07"
+    assert dollars(8.666e-05) == "$0.0000867" and dollars(12.345) == "$12.35"
     assert format_value(12.3456) == "12.35"
     assert format_value((128, 256)) == "128 → 256"  # a (before, after) pair, not a repr
     assert format_value([]) == "none" and format_value(["a", 1.5]) == "a, 1.5"
@@ -146,3 +150,25 @@ def test_answer_block_comes_first(tmp_path):
     assert text[2] == "**Run it with 2 CPUs.**" and text[4] == "- Measured: 3 s."
     assert '<div class="answer"><b>Run it with 2 CPUs.</b><br>Measured: 3 s.</div>' in \
         page.read_text()
+
+
+def _profile(cpu_scales, mem_peaks):
+    from optimizer.phase_profile import PhaseProfile
+
+    stats = pd.DataFrame({"phase": range(len(cpu_scales)), "samples": 10,
+                          "share": [1 / len(cpu_scales)] * len(cpu_scales),
+                          "cpu_cores_mean": cpu_scales, "mem_gb_mean": mem_peaks,
+                          "mem_gb_peak": mem_peaks, "cpu_scale": cpu_scales,
+                          "mem_scale": [m / max(mem_peaks) for m in mem_peaks]})
+    return PhaseProfile(np.zeros(20, dtype=int), [(0, 1.0)], {}, stats)
+
+
+def test_phase_needs_scale_the_recommended_run_and_only_when_phases_differ():
+    from optimizer.phase_profile import phase_needs
+
+    # data loading at 0.4x the mean CPU, training at 1.6x: the busiest phase comes first
+    needs = phase_needs(_profile([0.4, 1.6], [1.0, 2.0]), cores_mean=1.0, mem_peak_gb=4.0)
+    assert list(needs["phase"]) == [1, 0]
+    assert needs["cpu_cores"].tolist() == pytest.approx([1.6, 0.4])
+    assert needs["mem_gb"].tolist() == pytest.approx([4.0, 2.0])
+    assert phase_needs(_profile([0.95, 1.05], [2.0, 1.9]), 1.0, 4.0).empty
