@@ -7,6 +7,7 @@
 >>> phases = model.predict(traces)  # one array per execution, -1 = warm-up  # doctest: +SKIP
 
 Modules: :mod:`phases.traces` (reading, scaling), :mod:`phases.crbm` (the CRBM),
+:mod:`phases.features` (engineered inputs), :mod:`phases.smoothing` (phase smoothing),
 :mod:`phases.detector` (:class:`PhaseDetector`), :mod:`phases.sequences` (statistics,
 prototypes, transition graph), :mod:`phases.plots`, :mod:`phases.synthetic`.
 """

@@ -39,6 +39,8 @@ from phases.detector_batch import (
 from phases.detector_io import FORMAT as FORMAT
 from phases.detector_io import FORMAT_VERSION as FORMAT_VERSION
 from phases.detector_io import load_detector, save_detector
+from phases.features import engineer_features, feature_groups
+from phases.smoothing import SMOOTHING, enforce_min_duration, smooth_phases
 from phases.traces import FeatureScaler, TraceSet, traces_from_frame
 
 __all__ = ["PhaseDetector", "WARMUP", "DEFAULT_EPOCHS", "Traces"]
@@ -86,6 +88,21 @@ class PhaseDetector(BaseEstimator):
         ``"exec-norm"`` (z-score each execution by its own mean and std; uses the whole
         execution, so it suits offline analysis) and ``"diff"`` (append first differences of
         the features). Phase statistics always use the original features.
+    features : str, default="abs"
+        Inputs engineered from the features before ``preprocess``: groups joined by ``+``,
+        each ``abs``, ``rel`` (each execution against its own running level; causal) or
+        ``whole`` (against its own 95th percentile; offline), optionally with ``-diff`` (first
+        differences) or ``-rate`` (slope over 4 samples), e.g. ``"whole+whole-rate"``. See
+        :mod:`phases.features`.
+    smoothing : str, default="none"
+        ``"none"`` (nearest centroid), ``"viterbi"`` (most likely phase sequence of each
+        execution under a sticky hidden-Markov model; offline) or ``"forward"`` (filtered
+        phase; causal). See :mod:`phases.smoothing`.
+    stay_prob : float, default=0.99
+        Probability of staying in a phase from one sample to the next, for ``smoothing``.
+    min_duration : int, default=1
+        Runs of one phase shorter than this many samples are merged into a neighbour after
+        smoothing (1: off; offline).
     device : str, default="auto"
         ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda"``.
     random_state : int or None
@@ -114,6 +131,9 @@ class PhaseDetector(BaseEstimator):
         Reconstruction error after each epoch.
     n_windows_ : int
         Training windows.
+    emission_var_ : float
+        Mean squared distance of the training codes to their centroid, per code dimension
+        (the spread of a phase that ``smoothing`` assumes).
 
     Notes
     -----
@@ -138,6 +158,10 @@ class PhaseDetector(BaseEstimator):
         k: int = 1,
         momentum: float = 0.9,
         preprocess: str = "none",
+        features: str = "abs",
+        smoothing: str = "none",
+        stay_prob: float = 0.99,
+        min_duration: int = 1,
         device: str = "auto",
         random_state: int | None = None,
         verbose: bool = False,
@@ -151,6 +175,10 @@ class PhaseDetector(BaseEstimator):
         self.k = k
         self.momentum = momentum
         self.preprocess = preprocess
+        self.features = features
+        self.smoothing = smoothing
+        self.stay_prob = stay_prob
+        self.min_duration = min_duration
         self.device = device
         self.random_state = random_state
         self.verbose = verbose
@@ -166,6 +194,14 @@ class PhaseDetector(BaseEstimator):
         if not (isinstance(self.momentum, (int, float)) and 0 <= self.momentum < 1):
             raise ValueError(f"momentum must be in [0, 1), got {self.momentum!r}")
         self._preprocess_steps()
+        feature_groups(self.features)
+        if self.smoothing not in SMOOTHING:
+            raise ValueError(f"smoothing must be one of {SMOOTHING}, got {self.smoothing!r}")
+        if not (isinstance(self.stay_prob, (int, float)) and 0 < self.stay_prob < 1):
+            raise ValueError(f"stay_prob must be in (0, 1), got {self.stay_prob!r}")
+        md = self.min_duration
+        if not isinstance(md, (int, np.integer)) or isinstance(md, bool) or md < 1:
+            raise ValueError(f"min_duration must be a positive integer, got {md!r}")
         resolve_device(self.device)
 
     def _preprocess_steps(self) -> list[str]:
@@ -227,8 +263,8 @@ class PhaseDetector(BaseEstimator):
         return traces_from_frame(frame, exec_id, features, time, source="DataFrame")
 
     def _prepare(self, flat: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        """Apply ``preprocess`` to the concatenated, unscaled executions (vectorised)."""
-        out = flat
+        """Apply ``features`` then ``preprocess`` to the concatenated, unscaled executions."""
+        out = engineer_features(flat, lengths, self.features)
         owner = np.repeat(np.arange(len(lengths)), lengths)
         starts = (np.cumsum(lengths) - lengths)[lengths > 0]
         for step in self._preprocess_steps():
@@ -308,6 +344,7 @@ class PhaseDetector(BaseEstimator):
         self._close_progress()
         codes = crbm.codes(win.v, win.u).cpu().numpy().astype(np.float64)
         km = KMeans(n_clusters=self.n_phases, n_init=10, random_state=int(seeds[2])).fit(codes)
+        emission_var = float(km.inertia_) / codes.size
         first = batch.flat[flat_positions(batch.lengths, win), 0]
         level = [first[km.labels_ == c].mean() for c in range(self.n_phases)]
         order = np.argsort(level, kind="stable")
@@ -322,6 +359,7 @@ class PhaseDetector(BaseEstimator):
         self.time_col_ = batch.time_col
         self.loss_curve_ = [float(x) for x in curve]
         self.n_windows_ = int(len(win.v))
+        self.emission_var_ = max(emission_var, 1e-12)
         return self
 
     def _progress(self):
@@ -359,10 +397,32 @@ class PhaseDetector(BaseEstimator):
 
     def _assign(self, codes: torch.Tensor) -> np.ndarray:
         """Nearest phase centroid of each code: argmin ||c||^2 - 2 x.c (one product)."""
+        return self._partial_distances(codes).argmin(1).cpu().numpy()
+
+    def _partial_distances(self, codes: torch.Tensor) -> torch.Tensor:
+        """||c||^2 - 2 x.c for every code and centroid: the squared distance less ||x||^2."""
         centers = torch.as_tensor(self.cluster_centers_, dtype=codes.dtype, device=codes.device)
         dist = codes.new_empty((len(codes), len(centers)))
         _affine(codes, -2.0 * centers.T.contiguous(), (centers * centers).sum(1), dist)
-        return dist.argmin(1).cpu().numpy()
+        return dist
+
+    def _smoothed(self, codes: torch.Tensor, valid: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """Phases of the valid windows after ``smoothing`` and ``min_duration``, per execution."""
+        if not hasattr(self, "emission_var_"):
+            raise ValueError(
+                f"smoothing={self.smoothing!r} needs emission_var_, which this model (saved "
+                "before smoothing existed) lacks; refit it"
+            )
+        d = self._partial_distances(codes) + (codes * codes).sum(1, keepdim=True)
+        d = d.clamp_min(0).double().cpu().numpy()[valid]
+        counts = np.maximum(lengths - self.delay, 0)
+        out = []
+        for part in split_per_execution(d, counts):
+            labels = smooth_phases(
+                part, self.emission_var_, method=self.smoothing, stay=float(self.stay_prob)
+            )
+            out.append(enforce_min_duration(labels, int(self.min_duration)))
+        return np.concatenate(out) if out else np.zeros(0, np.int64)
 
     def predict(
         self, traces: Traces, *, exec_id: str | None = None, time: str | None = None
@@ -381,7 +441,10 @@ class PhaseDetector(BaseEstimator):
         """
         batch, codes, valid = self._all_codes(traces, exec_id, time)
         labels = np.full(len(batch.flat), WARMUP, dtype=np.int64)
-        labels[self.delay :][valid] = self._assign(codes)[valid]
+        if self.smoothing == "none" and self.min_duration == 1:
+            labels[self.delay :][valid] = self._assign(codes)[valid]
+        else:
+            labels[self.delay :][valid] = self._smoothed(codes, valid, batch.lengths)
         return split_per_execution(labels, batch.lengths)
 
     def transform(
@@ -487,6 +550,6 @@ class PhaseDetector(BaseEstimator):
         return load_detector(cls, path, device=device)
 
     def _n_visible_expected(self) -> int:
-        """CRBM visible units implied by the features and ``preprocess``."""
-        n = int(self.n_features_in_)
+        """CRBM visible units implied by the features, ``features`` and ``preprocess``."""
+        n = int(self.n_features_in_) * len(feature_groups(self.features))
         return 2 * n if "diff" in self._preprocess_steps() else n

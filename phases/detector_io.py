@@ -50,8 +50,8 @@ def save_detector(model: Any, path: str | os.PathLike) -> Path:
 
 
 def detector_meta(model: Any) -> dict[str, Any]:
-    """The content of ``meta.json``: format, parameters, features, columns, sizes, loss curve
-    and library versions."""
+    """The content of ``meta.json``: format, parameters, features, columns, sizes, loss curve,
+    the smoother's emission variance and library versions."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -72,6 +72,7 @@ def detector_meta(model: Any) -> dict[str, Any]:
         "n_phases": int(model.n_phases_),
         "n_windows": int(model.n_windows_),
         "loss_curve": model.loss_curve_,
+        "emission_var": getattr(model, "emission_var_", None),
         "versions": {
             "cloudopt": cloudopt,
             "torch": torch.__version__,
@@ -119,6 +120,7 @@ def load_detector(cls: type, path: str | os.PathLike, *, device: str | None = No
     model.time_col_ = meta.get("time_col")
     model.loss_curve_ = [float(x) for x in meta.get("loss_curve", [])]
     model.n_windows_ = int(meta.get("n_windows", 0))
+    _set_emission_var(model, meta.get("emission_var"), root / "meta.json")
     if model._n_visible_expected() != n_vis:
         raise ModelFileError(
             f"{root / 'meta.json'}: {model.n_features_in_} features with preprocess="
@@ -126,6 +128,18 @@ def load_detector(cls: type, path: str | os.PathLike, *, device: str | None = No
             f"the CRBM has {n_vis}"
         )
     return model
+
+
+def _set_emission_var(model: Any, value: Any, where: Path) -> None:
+    """``emission_var_`` from ``meta.json``; models saved before smoothing existed lack it (and
+    their parameters, absent from ``params``, default to no smoothing), so it stays unset."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ModelFileError(f"{where}: emission_var must be a positive number, got {value!r}")
+    if not np.isfinite(value):
+        raise ModelFileError(f"{where}: emission_var must be finite, got {value!r}")
+    model.emission_var_ = float(value)
 
 
 def _read_meta(path: Path) -> dict[str, Any]:
