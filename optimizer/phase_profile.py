@@ -107,9 +107,11 @@ PHASES_DIFFER = 0.25
 the run's mean, or their peak memory by more than this share of the run's peak."""
 
 
-def phase_needs(profile: PhaseProfile, cores_mean: float, mem_peak_gb: float) -> pd.DataFrame:
+def phase_needs(profile: PhaseProfile, cores_mean: float, mem_peak_gb: float,
+                cpus: float | None = None) -> pd.DataFrame:
     """What each phase needs at a run of ``cores_mean`` cores and ``mem_peak_gb`` peak: the
-    phases' CPU scales and peak-memory shares (measured on the profiled trace) applied to it.
+    phases' CPU scales and peak-memory shares (measured on the profiled trace) applied to it,
+    and no more cores than the run's ``cpus`` (a phase cannot use cores it was not given).
 
     Returns one row per phase (``phase, share, cpu_cores, mem_gb``), the heaviest CPU phase
     first; empty when the phases do not differ (:data:`PHASES_DIFFER`).
@@ -123,7 +125,8 @@ def phase_needs(profile: PhaseProfile, cores_mean: float, mem_peak_gb: float) ->
     if max(cpu_spread, mem_spread) <= PHASES_DIFFER:
         return pd.DataFrame(columns=["phase", "share", "cpu_cores", "mem_gb"])
     out = pd.DataFrame({"phase": st["phase"].astype(int), "share": st["share"],
-                        "cpu_cores": cores_mean * st["cpu_scale"],
+                        "cpu_cores": (cores_mean * st["cpu_scale"]).clip(
+                            upper=cpus if cpus else None),
                         "mem_gb": mem_peak_gb * st["mem_gb_peak"] / peak})
     return out.sort_values("cpu_cores", ascending=False).reset_index(drop=True)
 

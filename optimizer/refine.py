@@ -190,7 +190,9 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
     for t in earlier:
         if t.trial_id not in ids:
             trials.append(t)
-            proposer[t.trial_id] = "an-earlier-run"  # of this folder, under its own preference
+            twin = _twin(t, trials)  # a repeat of a setting this run measured is credited alike
+            proposer[t.trial_id] = (proposer.get(twin, "") if twin != t.trial_id
+                                    else "an-earlier-run")
     for trial in _confirm(opt, manager, trials, total, run_dir, opts, batch_settable, rounds):
         proposer[trial.trial_id] = proposer.get(_twin(trial, trials), "")
     final, best_row = best_measured(trials, cfg, opt.user_preference)

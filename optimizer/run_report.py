@@ -42,11 +42,11 @@ def _write_k8s_job(opt: Any, result: Any, rec: dict[str, Any], alloc: Allocation
     peak = final.mem_gb_peak if final is not None and final.mem_gb_peak > 0 else alloc.memory_gb
     top = max([right_size_memory(t.mem_gb_peak) for t in trials] + [alloc.memory_gb])
     used = final.cpu_cores_mean if final is not None and final.cpu_cores_mean > 0 else 0.1
-    needs = phase_needs(profile, used, peak) if profile is not None else None
+    needs = phase_needs(profile, used, peak, alloc.cpus) if profile is not None else None
     comment = (f"cloudopt recommendation ({rec['agent']}, preference {result.preference}); "
                "image: set --image (the default is a placeholder)")
     if needs is not None and not needs.empty:
-        used = max(used, min(float(needs["cpu_cores"].max()), alloc.cpus))
+        used = max(used, float(needs["cpu_cores"].max()))
         comment += "\nphases differ; what each needs (VPA CPU floor: the busiest):" + "".join(
             f"\n  phase {int(r.phase)} ({r.share:.0%} of the run): {r.cpu_cores:.2f} cores, "
             f"{r.mem_gb:.2f} GB" for r in needs.itertuples())
@@ -398,7 +398,8 @@ def _build_report(opt: Any, result: Any, reference: TrialSummary, rec: dict[str,
     if profile is not None:
         r.table(profile.stats)
         opt_trial = result.optimized
-        needs = phase_needs(profile, opt_trial.cpu_cores_mean, opt_trial.mem_gb_peak) \
+        needs = phase_needs(profile, opt_trial.cpu_cores_mean, opt_trial.mem_gb_peak,
+                            opt_trial.allocation.cpus) \
             if opt_trial is not None and opt_trial.cpu_cores_mean > 0 else None
         if needs is not None and not needs.empty:
             r.paragraph("The phases differ in what they use. At the recommended allocation "

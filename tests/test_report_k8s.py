@@ -172,3 +172,7 @@ def test_phase_needs_scale_the_recommended_run_and_only_when_phases_differ():
     assert needs["cpu_cores"].tolist() == pytest.approx([1.6, 0.4])
     assert needs["mem_gb"].tolist() == pytest.approx([4.0, 2.0])
     assert phase_needs(_profile([0.95, 1.05], [2.0, 1.9]), 1.0, 4.0).empty
+    # never more cores than the run was given
+    capped = phase_needs(_profile([0.4, 1.6], [1.0, 2.0]), cores_mean=1.0, mem_peak_gb=4.0,
+                         cpus=1)
+    assert capped["cpu_cores"].tolist() == pytest.approx([1.0, 0.4])
