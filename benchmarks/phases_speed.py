@@ -16,6 +16,10 @@ mem_gb``) this measures, in one run:
 Targets (issue 4): fit >= 10x faster than the NumPy loop, predict >= 1M windows/s on CPU.
 ``--curve`` also prints the reconstruction error against epochs (how ``DEFAULT_EPOCHS`` was
 chosen). Both sides use one thread unless ``--threads`` says otherwise.
+
+``--device`` (default ``auto``: CUDA where present) puts the torch side on a GPU; the NumPy
+baseline stays on the CPU, so on a GPU machine the ratios are GPU torch against CPU NumPy, and
+a second run with ``--device cpu`` gives the CPU torch figures beside them.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from phases import PhaseDetector, read_traces  # noqa: E402
-from phases.crbm import CRBM, stack_windows  # noqa: E402
+from phases.crbm import CRBM, resolve_device, stack_windows  # noqa: E402
 from phases.detector import DEFAULT_EPOCHS  # noqa: E402
 from phases.traces import FeatureScaler  # noqa: E402
 
@@ -103,20 +107,31 @@ def _windows(traces, delay=3):
     return stack_windows(scaler.transform(traces.arrays), delay)
 
 
-def bench_fit(traces, epochs: int, batch_size: int, lr: float, momentum: float, seed: int):
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":  # kernels are asynchronous: time what ran, not what was queued
+        torch.cuda.synchronize(device)
+
+
+def bench_fit(traces, epochs: int, batch_size: int, lr: float, momentum: float, seed: int,
+              device: torch.device | None = None):
+    device = device or torch.device("cpu")
     win = _windows(traces)
     torch_model = CRBM(win.v.shape[1], 10, 3, random_state=seed)
-    baseline = NumpyWindowCRBM(torch_model)
+    baseline = NumpyWindowCRBM(torch_model)  # the same initial weights, on the CPU
+    torch_model = torch_model.to(device)
+    wv, wu = win.v.to(device), win.u.to(device)
+    _sync(device)
     t0 = time.perf_counter()
     torch_curve = torch_model.fit_windows(
-        win.v,
-        win.u,
+        wv,
+        wu,
         epochs=epochs,
         batch_size=batch_size,
         lr=lr,
         momentum=momentum,
         random_state=seed,
     )
+    _sync(device)
     torch_s = (time.perf_counter() - t0) / epochs
     v, u = win.v.numpy().astype(np.float64), win.u.numpy().astype(np.float64)
     rng = np.random.default_rng(seed)
@@ -125,7 +140,7 @@ def bench_fit(traces, epochs: int, batch_size: int, lr: float, momentum: float, 
     for _ in range(epochs):
         baseline.train_epoch(v, u, batch_size, lr, momentum, rng, velocity)
     numpy_s = (time.perf_counter() - t0) / epochs
-    torch_err = float(torch_model.reconstruction_errors(win.v, win.u).mean())
+    torch_err = float(torch_model.reconstruction_errors(wv, wu).mean())
     return {
         "windows": int(len(v)),
         "epochs_compared": epochs,
@@ -148,11 +163,11 @@ def bench_predict(traces, model: PhaseDetector, baseline: NumpyWindowCRBM, targe
     times = []
     for _ in range(3):
         t0 = time.perf_counter()
-        model.predict(big)
+        model.predict(big)  # returns NumPy labels: the device has finished
         times.append(time.perf_counter() - t0)
     total = n_win * reps
     win = model._windows(model._as_batch(traces))  # the scaled windows the model sees
-    v, u = win.v.numpy().astype(np.float64), win.u.numpy().astype(np.float64)
+    v, u = win.v.cpu().numpy().astype(np.float64), win.u.cpu().numpy().astype(np.float64)
     t0 = time.perf_counter()
     labels_np = baseline.predict(v, u, model.cluster_centers_)
     numpy_s = time.perf_counter() - t0
@@ -175,8 +190,8 @@ def bench_predict(traces, model: PhaseDetector, baseline: NumpyWindowCRBM, targe
     }
 
 
-def error_curve(traces, checkpoints, seed: int) -> dict[int, float]:
-    model = PhaseDetector(epochs=max(checkpoints), random_state=seed, device="cpu").fit(traces)
+def error_curve(traces, checkpoints, seed: int, device: str = "cpu") -> dict[int, float]:
+    model = PhaseDetector(epochs=max(checkpoints), random_state=seed, device=device).fit(traces)
     return {e: model.loss_curve_[e - 1] for e in checkpoints}
 
 
@@ -191,7 +206,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--curve", action="store_true", help="also print error vs epochs")
     parser.add_argument("--quick", action="store_true", help="2 epochs, 200k predict windows")
     parser.add_argument("--json", type=Path, default=None, help="write the figures as JSON")
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                        help="where the torch side runs (auto: CUDA where present)")
     args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("--device cuda: CUDA is not available on this machine", file=sys.stderr)
+        return 2
+    device = resolve_device(args.device)
     if not args.traces.is_file():
         print(f"{args.traces}: not found; the shared data sit beside the repository")
         return 1
@@ -201,10 +222,12 @@ def main(argv: list[str] | None = None) -> int:
     traces = read_traces(args.traces, "exec_id", ["cpu_cores", "mem_gb"], "time_s", min_length=4)
     print(
         f"{args.traces}: {len(traces)} executions, {traces.n_samples} samples; "
-        f"torch {torch.__version__}, {args.threads} thread(s), CPU"
+        f"torch {torch.__version__}, {args.threads} thread(s), torch on {device}"
+        + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
     )
 
-    fit, baseline = bench_fit(traces, args.epochs, args.batch_size, 1e-3, 0.9, args.seed)
+    fit, baseline = bench_fit(traces, args.epochs, args.batch_size, 1e-3, 0.9, args.seed,
+                              device)
     print(f"fit, {fit['windows']} windows, batch {args.batch_size}, {args.epochs} epochs each:")
     print(
         f"  torch CRBM      {1e3 * fit['torch_s_per_epoch']:8.1f} ms/epoch "
@@ -219,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  speed-up {fit['fit_speedup']:.1f}x (target >= 10x)")
 
     t0 = time.perf_counter()
-    model = PhaseDetector(random_state=args.seed, device="cpu").fit(traces)
+    model = PhaseDetector(random_state=args.seed, device=str(device)).fit(traces)
     full_fit_s = time.perf_counter() - t0
     print(
         f"PhaseDetector.fit ({DEFAULT_EPOCHS} epochs + k-means): {full_fit_s:.2f} s, "
@@ -240,10 +263,11 @@ def main(argv: list[str] | None = None) -> int:
         "default_epochs": DEFAULT_EPOCHS,
         "default_recon_error": model.score(traces),
         "threads": args.threads,
+        "device": str(device),
     }
     if args.curve:
         checkpoints = [1, 10, 30, 50, 100, 200, 300, 400, 600, 1000]
-        curve = error_curve(traces, checkpoints, args.seed)
+        curve = error_curve(traces, checkpoints, args.seed, str(device))
         print(
             "reconstruction error by epoch: "
             + ", ".join(f"{e}: {err:.4f}" for e, err in curve.items())
