@@ -43,6 +43,7 @@ from optimizer.trial_choice import (
     objective_table,
     recommended_allocation,
     same_setting,
+    separated,
 )
 from optimizer.workload_fit import measurements_from_trials
 
@@ -216,6 +217,9 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
         f"the best measured trial for the preference is {final.trial_id} "
         f"({'proposed by ' + from_plan if from_plan else 'a baseline trial'}); "
         f"objective {best_row['objective']:.4g} over {len(trials)} trials")
+    if best_row.get("within_noise_of"):
+        rec["choice"] += (f"; {best_row['within_noise_of']} measured a little better, within "
+                          "the runs' noise, so the setting holding fewer resources is chosen")
     rec.setdefault("notes", []).append(rec["choice"])
     return rec, final, trials
 
@@ -237,43 +241,59 @@ def _twin(trial: TrialSummary, trials: Sequence[TrialSummary]) -> str:
     return next(t.trial_id for t in trials if same_setting(t.allocation, trial.allocation))
 
 
+RACE_REPEATS = 3
+"""At most this many runs of a setting: while the two best stay within each other's noise
+(:func:`optimizer.trial_choice.separated`), both are measured again, up to this count."""
+
+
 def _to_confirm(table: Any) -> list[tuple[Any, str]]:
     """The settings to measure again, and why: the best one and a runner-up within
-    :data:`CONFIRM_BAND` (once more each, judged by the mean), and any of them measured only
-    beside other trials (alone now, judged by that run)."""
+    :data:`CONFIRM_BAND` (once more each, judged by the mean; again, up to
+    :data:`RACE_REPEATS` runs, while the two cannot be told apart), and any of them measured
+    only beside other trials (alone now, judged by that run)."""
     if table.empty:
         return []
     hopeful = table["objective"] / np.where(table["alone"], 1.0, 1.0 + SHARED_SLOWDOWN)
     table = table.assign(_hopeful=hopeful).sort_values("_hopeful").reset_index(drop=True)
     close = len(table) >= 2 and (table["_hopeful"].iloc[1]
                                  <= table["_hopeful"].iloc[0] * (1 + CONFIRM_BAND))
+    tied = close and not separated(table.iloc[0], table.iloc[1])
     out = []
     for _, row in table.head(2 if close else 1).iterrows():
+        n = row.get("replicates", 1)
         if not row["alone"]:
             out.append((row, f"{row['trial_id']} ran beside other trials: measured again alone"))
-        elif close and row.get("replicates", 1) < 2:
+        elif close and n < 2:
             out.append((row, f"the two best settings are within {CONFIRM_BAND:.0%}: "
                              f"{row['trial_id']} measured again, judged by the mean"))
+        elif tied and n < RACE_REPEATS:
+            out.append((row, f"the two best settings are still within each other's noise "
+                             f"after {n} runs: {row['trial_id']} measured again"))
     return out
 
 
 def _confirm(opt: Any, manager: Any, trials: list[TrialSummary], total: float | None,
              run_dir: Path, opts: Any, batch_settable: bool,
              rounds: list[dict[str, Any]]) -> list[TrialSummary]:
-    """Measure again what :func:`_to_confirm` picks (each run alone, since the closed loop
-    runs one trial at a time); returns the new trials (also appended to ``trials``)."""
-    table = objective_table(trials, opt.config, opt.user_preference)
-    added = []
-    for i, (row, why) in enumerate(_to_confirm(table)):
-        alloc = next(t.allocation for t in trials if t.trial_id == row["trial_id"])
-        trial = opt._measure(manager, alloc, f"confirm-{i}", run_dir, opts, total)
-        trial = opt._label_batch(trial, run_dir / "trials" / trial.trial_id, batch_settable)
-        trials.append(trial)
-        added.append(trial)
-        rounds.append({"round": len(rounds), "proposed_by": "confirmation", "planned": alloc,
-                       "measured_allocation": alloc, "trial": trial.trial_id,
-                       "status": trial.status, "measured_throughput": trial.throughput,
-                       "why": why})
+    """Measure again what :func:`_to_confirm` picks, round after round until it picks
+    nothing (each run alone, since the closed loop runs one trial at a time); returns the new
+    trials (also appended to ``trials``)."""
+    added: list[TrialSummary] = []
+    for _ in range(RACE_REPEATS + 1):  # bounded: each round adds a run to a setting
+        picks = _to_confirm(objective_table(trials, opt.config, opt.user_preference))
+        if not picks:
+            break
+        for row, why in picks:
+            alloc = next(t.allocation for t in trials if t.trial_id == row["trial_id"])
+            trial = opt._measure(manager, alloc, f"confirm-{len(added)}", run_dir, opts, total)
+            trial = opt._label_batch(trial, run_dir / "trials" / trial.trial_id,
+                                     batch_settable)
+            trials.append(trial)
+            added.append(trial)
+            rounds.append({"round": len(rounds), "proposed_by": "confirmation",
+                           "planned": alloc, "measured_allocation": alloc,
+                           "trial": trial.trial_id, "status": trial.status,
+                           "measured_throughput": trial.throughput, "why": why})
     return added
 
 

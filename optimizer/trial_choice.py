@@ -116,18 +116,20 @@ def _pool_replicates(frame: pd.DataFrame, config: OptimizerConfig) -> pd.DataFra
     frame = frame.assign(_order=range(len(frame)))
     grouped = frame.groupby(keys, dropna=False, sort=False)
     if grouped.ngroups == len(frame):
-        return frame.drop(columns=["_order", "started_at"]).assign(replicates=1)
+        return frame.drop(columns=["_order", "started_at"]).assign(replicates=1,
+                                                                   time_rel_sd=float("nan"))
     rows = []
     for _, g in grouped:
         # the latest run names the setting, whatever order the trials came in
         last = g.sort_values(["started_at", "_order"]).iloc[-1].to_dict()
         memory = g["memory_gb"].max()
         seconds = float(g["job_time_s"].mean())
+        spread = float(g["job_time_s"].std(ddof=1) / seconds) if len(g) > 1 else float("nan")
         last.update(job_time_s=seconds, memory_gb=memory, mem_gb_peak=g["mem_gb_peak"].max(),
                     job_cost=seconds * hourly_cost(config, last["gpus"], last["cpus"],
                                                    memory) / 3600,
                     resource_share=resource_share(config, last["gpus"], last["cpus"], memory),
-                    replicates=len(g))
+                    replicates=len(g), time_rel_sd=spread)
         rows.append(last)
     return (pd.DataFrame(rows).sort_values("_order").drop(columns=["_order", "started_at"])
             .reset_index(drop=True))
@@ -152,14 +154,41 @@ def score(frame: pd.DataFrame, config: OptimizerConfig, preference: str | Sequen
     return (objs / np.where(norm > 0, norm, 1.0)) @ w
 
 
+NOISE_FLOOR = 0.05
+"""The least relative standard deviation assumed of one run's job time: a single run shows no
+spread of its own and two runs under-estimate it (on a shared 2-core machine single runs of
+one setting differ by up to 20%)."""
+
+
+def _variance(row: Any) -> float:
+    rel = row.get("time_rel_sd")
+    rel = NOISE_FLOOR if rel is None or not np.isfinite(rel) else max(float(rel), NOISE_FLOOR)
+    return (rel * float(row["objective"])) ** 2 / max(int(row.get("replicates", 1)), 1)
+
+
+def separated(a: Any, b: Any) -> bool:
+    """Whether two rows of :func:`objective_table` differ by more than twice the standard
+    error of the difference of their objectives (each run's spread at least
+    :data:`NOISE_FLOOR`)."""
+    gap = abs(float(a["objective"]) - float(b["objective"]))
+    return gap > 2.0 * math.sqrt(_variance(a) + _variance(b))
+
+
 def best_measured(trials: Sequence[TrialSummary], config: OptimizerConfig,
                   preference: str | Sequence[float]) -> tuple[TrialSummary, dict[str, Any]]:
     """The trial with the lowest measured objective and its row of :func:`objective_table`
-    (ties: the earlier trial). Raises ValueError when no trial is usable."""
+    (ties: the earlier trial); among settings the measurements cannot tell apart from it
+    (:func:`separated`), the one that holds the fewest resources, whose row then says
+    ``within_noise_of``. Raises ValueError when no trial is usable."""
     table = objective_table(trials, config, preference)
     if table.empty:
         raise ValueError("no usable trial")
-    row = table.iloc[int(np.argmin(table["objective"].to_numpy()))].to_dict()
+    order = table.sort_values("objective", kind="stable").reset_index(drop=True)
+    top = order.iloc[0].to_dict()
+    tied = [r.to_dict() for _, r in order.iterrows() if not separated(top, r)]
+    row = min(tied, key=lambda r: (r["resource_share"], r["objective"]))
+    if row["trial_id"] != top["trial_id"]:
+        row["within_noise_of"] = top["trial_id"]
     trial = next(t for t in trials if t.trial_id == row["trial_id"])
     return trial, row
 
