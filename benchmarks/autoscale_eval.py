@@ -14,11 +14,19 @@ Two data sets (``../shared/data``, see its README):
   split would test one; 4-fold cross-validation tests each once with models fitted on the
   other three.
 
+dl-traces is also evaluated leave-one-workload-out (issue 21): one fold per workload, whose
+12 executions are tested by policies and a phase model fitted on the other four workloads'
+48 only; per ``--seeds`` entry (the phase model's seed), figures per fold and pooled.
+``--nested`` checks the defaults of ``phase-adaptive`` by nested leave-one-workload-out
+(each outer fold picks among the options by an inner leave-one-workload-out over its four
+fitting workloads only).
+
 The baseline of every reduction is ``reactive-rules`` measured in the same run. VPA's
 out-of-memory minimum bump-up is its default 100 MiB in each data set's unit.
 Prints the policy tables and the wall time (target: < 2 minutes on 2 cores).
 
-    python benchmarks/autoscale_eval.py [--quick] [--seeds 0,1,2] [--out DIR] [--json PATH]
+    python benchmarks/autoscale_eval.py [--quick] [--seeds 0,1,2] [--nested] [--out DIR]
+                                        [--json PATH]
 """
 
 from __future__ import annotations
@@ -172,6 +180,129 @@ def sweep(data: Path, detector_params: dict) -> dict:
     return out
 
 
+def lowo(data: Path, seeds: list[int], detector_params: dict) -> dict:
+    """dl-traces leave-one-workload-out, per seed: metrics per fold and pooled (summaries)."""
+    from phases.evaluate import evaluate_file
+    from phases.evaluate_metrics import score_plans
+
+    kw = {k: v for k, v in datasets(data)["dl-traces"].items() if k != "test_fraction"}
+    out: dict = {}
+    for seed in seeds:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = evaluate_file(
+                **kw, seed=seed, group="workload", detector_params=detector_params
+            )
+        groups = result.settings["groups"]
+        folds = {}
+        for g in sorted(set(groups.values())):
+            idx = [i for i, e in enumerate(result.test) if groups[e.exec_id] == g]
+            plans = {n: [ps[i] for i in idx] for n, ps in result.plans.items()}
+            folds[g] = summary(score_plans(plans, [result.test[i] for i in idx]))
+        out[f"seed{seed}"] = {"pooled": summary(result), "folds": folds}
+    return out
+
+
+def _mean_table(summaries: list[dict]) -> dict:
+    """Mean over summaries of over-allocation and under-provisioning, policy → resource."""
+    first = summaries[0]
+    return {
+        p: {
+            r: {
+                k: float(np.mean([s[p][r][k] for s in summaries]))
+                for k in ("over_allocation_pct", "under_provisioned_pct")
+            }
+            for r in first[p]
+        }
+        for p in first
+    }
+
+
+def print_overview(report: dict, seeds: list[int]) -> dict:
+    """Per policy, CPU and memory over-allocation / under-provisioning %: mean over the seeded
+    splits, mean over the leave-one-workload-out folds (and seeds), and LOWO pooled."""
+    seeded = _mean_table([report["datasets"][f"dl-traces/seed{s}"]["summary"] for s in seeds])
+    runs = report["lowo"].values()
+    per_fold = _mean_table([f for run in runs for f in run["folds"].values()])
+    pooled = _mean_table([run["pooled"] for run in runs])
+    tables = {"seeded": seeded, "lowo_fold_mean": per_fold, "lowo_pooled": pooled}
+    res = list(next(iter(seeded.values())))
+    print(
+        f"\ndl-traces overview, seeds {seeds}: over-allocation % / under-provisioned % "
+        "(seeded splits: mean over seeds; LOWO: mean over 5 folds x seeds | pooled)"
+    )
+    print(
+        f"  {'policy':<20}" + "".join(f"{h:>34}" for h in ("seeded", "LOWO folds", "LOWO pooled"))
+    )
+    print(f"  {'':<20}" + f"{'  '.join(r[:8] for r in res):>34}" * 3)
+    for p in seeded:
+        cells = ""
+        for t in tables.values():
+            pair = "  ".join(
+                f"{t[p][r]['over_allocation_pct']:5.1f}/{t[p][r]['under_provisioned_pct']:4.1f}"
+                for r in res
+            )
+            cells += f"{pair:>34}"
+        print(f"  {p:<20}{cells}")
+    return tables
+
+
+def nested_selection(data: Path, detector_params: dict) -> dict:
+    """phase-adaptive's options judged by nested leave-one-workload-out (seed 0).
+
+    For each held-out workload, the four fitting workloads are split leave-one-workload-out
+    again; an option's inner score is the mean over resources and inner folds of its
+    reduction of over-allocation vs reactive-rules at matched under-provisioning. Returns
+    the inner scores and the option each outer fold would pick; the held-out workload is
+    never seen.
+    """
+    from phases.evaluate import evaluate_split, load_executions
+    from phases.evaluate_data import group_folds, read_groups
+    from phases.policies import POLICIES, PhaseAdaptivePolicy
+
+    kw = datasets(data)["dl-traces"]
+    options = {
+        f"{lv}/q{q:g}": {"level": lv, "quantile": q}
+        for lv in ("last-max", "running-max", "last", "trend")
+        for q in (0.9, 0.95, 0.99)
+    }
+    ex = load_executions(
+        kw["traces"], kw["exec_id"], kw["features"], time=kw["time"], cycle_s=kw["cycle_s"]
+    )
+    groups = read_groups(kw["traces"], kw["exec_id"], "workload")
+    out: dict = {}
+    print("\nnested leave-one-workload-out choice of phase-adaptive options (inner score %):")
+    for train, test in group_folds(ex, groups):
+        held = groups[test[0].exec_id]
+        scores = {}
+        for label, params in options.items():
+            POLICIES["_candidate"] = (type("C", (PhaseAdaptivePolicy,), {"name": "_c"}), params)
+            inner = []
+            for itr, ite in group_folds(train, groups):
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    r = evaluate_split(
+                        itr,
+                        ite,
+                        policies=["reactive-rules", "_candidate"],
+                        window_s=kw["cycle_s"],
+                        detector_params=detector_params,
+                    )
+                inner += [m["reduction_vs_reactive_matched_pct"] for m in r.metrics["_c"].values()]
+            scores[label] = float(np.nanmean(inner))
+        POLICIES.pop("_candidate", None)
+        best = max(scores, key=scores.get)
+        out[held] = {"scores": scores, "choice": best}
+        print(
+            f"  held out {held:<20} picks {best:<16} ("
+            + ", ".join(
+                f"{k} {v:+.1f}" for k, v in sorted(scores.items(), key=lambda kv: -kv[1])[:3]
+            )
+            + ")"
+        )
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
@@ -180,6 +311,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--out", type=Path, default=None, help="write reports and plots here")
     parser.add_argument("--json", type=Path, default=None, help="write the figures as JSON")
+    parser.add_argument(
+        "--nested",
+        action="store_true",
+        help="check phase-adaptive's options by nested leave-one-workload-out",
+    )
     parser.add_argument(
         "--sweep",
         action="store_true",
@@ -244,12 +380,16 @@ def main(argv: list[str] | None = None) -> int:
             }
             if args.out is not None:
                 write_outputs(result, args.out / key.replace("/", "-"))
+    report["lowo"] = lowo(args.data, seeds, detector_params)
+    report["overview"] = print_overview(report, seeds)
     total = time.perf_counter() - started
     cpu = time.process_time() - cpu_started
     report["wall_s"] = total
     report["cpu_s"] = cpu
     if args.sweep:
         report["sweep"] = sweep(args.data, detector_params)
+    if args.nested:
+        report["nested"] = nested_selection(args.data, detector_params)
     report["cpu_count"] = os.cpu_count()
     report["torch_threads"] = args.threads
     print(

@@ -26,7 +26,13 @@ from typing import Any
 import numpy as np
 
 from optimizer.errors import CloudoptError
-from phases.evaluate_data import kfold_executions, load_executions, split_executions
+from phases.evaluate_data import (
+    group_folds,
+    kfold_executions,
+    load_executions,
+    read_groups,
+    split_executions,
+)
 from phases.evaluate_metrics import METRIC_KEYS as METRIC_KEYS
 from phases.evaluate_metrics import EvaluationResult, allocation_metrics, score_plans
 from phases.evaluate_metrics import count_rescales as count_rescales
@@ -67,6 +73,7 @@ DEFAULT_POLICIES = (
     "phase-rules",
     "phase-proactive",
     "phase-rules-pooled",
+    "phase-adaptive",
     "vpa",
     "static-peak",
 )
@@ -173,6 +180,7 @@ def evaluate_file(
     detector_params: dict[str, Any] | None = None,
     phase_features: str | None = None,
     folds: int = 0,
+    group: str | None = None,
     cold_start: str | None = None,
     quiet: bool = True,
 ) -> EvaluationResult:
@@ -185,6 +193,9 @@ def evaluate_file(
     loaded one. ``folds >= 2`` replaces the single split by k-fold cross-validation over executions (each
     execution is tested once, by policies and phase models fitted on the other folds) and
     pools the test samples of all folds; for data sets with a handful of executions.
+    ``group`` (a column of the trace file, e.g. ``"workload"``) replaces both by
+    leave-one-group-out: one fold per group, tested by policies and phase models fitted on the
+    other groups' executions only (``settings["groups"]`` maps each execution to its group).
     """
     started = _time.perf_counter()
     # a saved model (``phases fit``) was fitted on the features as read
@@ -195,7 +206,10 @@ def evaluate_file(
     built = build_policies(
         policies, policy_params, phase_features=phase_features, cold_start=cold_start
     )
-    if folds >= 2:
+    groups = read_groups(traces, exec_id, group) if group else None
+    if groups is not None:
+        splits = group_folds(executions, groups)
+    elif folds >= 2:
         splits = kfold_executions(executions, folds, seed)
     else:
         splits = [split_executions(executions, test_fraction, seed)]
@@ -207,8 +221,10 @@ def evaluate_file(
         "resources": list(resources or features),
         "time": time,
         "cycle_s": cycle_s,
-        "test_fraction": None if folds >= 2 else test_fraction,
-        "folds": folds if folds >= 2 else None,
+        "test_fraction": None if folds >= 2 or group else test_fraction,
+        "folds": folds if folds >= 2 and not group else None,
+        "group": group,
+        "groups": {e.exec_id: groups[e.exec_id] for e in executions} if groups else None,
         "seed": seed,
         "tolerance": tolerance,
         "cold_start": cold_start or "pooled",

@@ -56,6 +56,21 @@ def load_executions(
     return out
 
 
+def read_groups(path: str | Path, exec_id: str, group: str) -> dict[str, str]:
+    """Execution id → group (e.g. workload) from two columns of a trace file."""
+    import pandas as pd
+
+    try:
+        frame = pd.read_csv(path, usecols=[exec_id, group])
+    except ValueError as exc:
+        raise CloudoptError(f"{path}: cannot read group column {group!r}: {exc}") from None
+    pairs = frame.drop_duplicates()
+    clash = pairs[exec_id][pairs[exec_id].duplicated()]
+    if len(clash):
+        raise CloudoptError(f"{path}: execution {clash.iloc[0]!r} has more than one {group!r}")
+    return {str(k): str(v) for k, v in zip(pairs[exec_id], pairs[group], strict=True)}
+
+
 def split_executions(
     executions: Sequence[Execution], test_fraction: float = 0.1, seed: int = 0
 ) -> tuple[list[Execution], list[Execution]]:
@@ -97,3 +112,26 @@ def kfold_executions(
             )
         )
     return out
+
+
+def group_folds(
+    executions: Sequence[Execution], groups: dict[str, str]
+) -> list[tuple[list[Execution], list[Execution]]]:
+    """Leave-one-group-out splits: each group's executions are tested by the others'.
+
+    ``groups`` maps execution id → group (e.g. the workload); one (train, test) split per
+    group, in sorted group order, so nothing fitted has seen the held-out group.
+    """
+    missing = sorted({e.exec_id for e in executions} - set(groups))
+    if missing:
+        raise CloudoptError(f"no group for executions {', '.join(missing[:5])}")
+    names = sorted({groups[e.exec_id] for e in executions})
+    if len(names) < 2:
+        raise CloudoptError(f"leave-one-group-out needs at least 2 groups, found {names}")
+    return [
+        (
+            [e for e in executions if groups[e.exec_id] != g],
+            [e for e in executions if groups[e.exec_id] == g],
+        )
+        for g in names
+    ]

@@ -140,6 +140,9 @@ def render_report(result: EvaluationResult, plot_exec: str) -> str:
             f"- {s['folds']}-fold cross-validation over executions (each tested once, models "
             f"fitted on the other folds): {len(result.test)} test executions"
             if s.get("folds")
+            else f"- leave-one-{s['group']}-out (each {s['group']} tested by models fitted on "
+            f"the others' executions only): {len(result.test)} test executions"
+            if s.get("group")
             else f"- {len(result.train)} training executions, {len(result.test)} test "
             f"executions: {', '.join(e.exec_id for e in result.test)}"
         ),

@@ -25,6 +25,11 @@ Policies (``name`` → class)
 ``phase-proactive``
     As ``phase-rules``, but allocates the upper envelope over the current phase and every phase
     the transition graph reaches within the coming cycle with probability ≥ ``threshold``.
+``phase-adaptive``
+    Per-phase ratios to the job's own level (learned on the training executions) times the
+    level this job has shown so far, enveloped over the phases the transition graph expects
+    within the coming cycle, given the time already spent in the current one
+    (:mod:`.phase_adaptive`).
 ``vpa``
     The Kubernetes Vertical Pod Autoscaler recommender's scheme (see :class:`VPAPolicy`).
 ``static-peak``
@@ -53,6 +58,7 @@ from phases.policies.execution import WARM_UP as WARM_UP
 from phases.policies.execution import Execution, History
 from phases.policies.oracle_max import OracleMaxPolicy
 from phases.policies.oracle_rules import OracleRulesPolicy
+from phases.policies.phase_adaptive import PhaseAdaptivePolicy, job_levels
 from phases.policies.phase_proactive import (
     PhaseProactivePolicy,
     transition_matrix,
@@ -78,12 +84,14 @@ __all__ = [
     "StaticPeakPolicy",
     "PhaseRulesPolicy",
     "PhaseProactivePolicy",
+    "PhaseAdaptivePolicy",
     "VPAPolicy",
     "PhaseStatistics",
     "POLICIES",
     "make_policy",
     "cycle_stats",
     "cycle_level",
+    "job_levels",
     "decaying_percentile",
     "transition_matrix",
     "visit_probabilities",
@@ -101,6 +109,7 @@ POLICIES: dict[str, type[AutoscalingPolicy] | tuple[type[AutoscalingPolicy], dic
         PhaseRulesPolicy,
         {"stats": "absolute", "conditioning": "sample", "phase_features": "raw"},
     ),
+    "phase-adaptive": PhaseAdaptivePolicy,
     "vpa": VPAPolicy,
     "static-peak": StaticPeakPolicy,
 }
