@@ -1,6 +1,7 @@
 """The executor seam without Ray: core leases, trials that shared a machine, and how the
 choice of the recommendation treats throughputs measured beside other trials."""
 
+import os
 import subprocess
 import sys
 import time
@@ -155,3 +156,17 @@ def test_the_two_best_are_raced_while_within_noise_up_to_three_runs():
     assert len(picks) == 2 and all("still within each other's noise" in w for _, w in picks)
     three_each = two_each + [_trial("a3", 2, 64, 99, 40, 50), _trial("b3", 1, 64, 97, 50, 60)]
     assert _to_confirm(objective_table(three_each, cfg, "time")) == []  # the race is over
+
+
+def test_trial_folders_of_dead_workers_are_removed(tmp_path):
+    from optimizer.executors.ray_executor import TRIAL_PREFIX, remove_orphaned_folders
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()  # a process id that no longer runs
+    dead = tmp_path / f"{TRIAL_PREFIX}{proc.pid}-abc"
+    alive = tmp_path / f"{TRIAL_PREFIX}{os.getpid()}-def"
+    other = tmp_path / "cloudopt-trial-notapid"
+    for d in (dead, alive, other):
+        (d / "trial").mkdir(parents=True)
+    assert remove_orphaned_folders(str(tmp_path)) == [dead]
+    assert alive.exists() and other.exists() and not dead.exists()

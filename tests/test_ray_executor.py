@@ -128,6 +128,13 @@ def test_a_killed_worker_is_a_failed_trial_and_the_others_go_on(tmp_path, config
     # The script of the dead worker did not outlive it (parent-death signal).
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert str(script) not in ps
+    # The next trial on the node removes the dead worker's temporary folder.
+    run_baseline(TrainingModuleManager(TINY, "--samples 500"),
+                 [Allocation(cpus=1, memory_gb=1.0, batch_size=64)], tmp_path / "after",
+                 config, quiet=True, executor=make_executor("ray"))
+    from optimizer.executors.ray_executor import remove_orphaned_folders
+
+    assert remove_orphaned_folders() == []  # nothing left to remove
 
 
 def test_an_allocation_no_node_can_hold_fails_instead_of_waiting(tmp_path, config, local_ray):

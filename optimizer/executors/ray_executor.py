@@ -59,6 +59,26 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
+TRIAL_PREFIX = "cloudopt-trial-"
+
+
+def remove_orphaned_folders(root: str | None = None) -> list[Path]:
+    """Remove the temporary trial folders of workers that died (killed with their trial, so
+    their own clean-up never ran); returns what was removed. A folder's name carries its
+    worker's process id."""
+    import shutil
+
+    import psutil
+
+    removed = []
+    for d in Path(root or tempfile.gettempdir()).glob(f"{TRIAL_PREFIX}*-*"):
+        pid = d.name[len(TRIAL_PREFIX):].split("-", 1)[0]
+        if d.is_dir() and pid.isdigit() and not psutil.pid_exists(int(pid)):
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
+
+
 def run_trial_task(spec: dict[str, Any], request: dict[str, Any]) -> dict[str, bytes]:
     """The body of one Ray task (runs on a worker): the trial, and its files as bytes."""
     import ray
@@ -69,7 +89,8 @@ def run_trial_task(spec: dict[str, Any], request: dict[str, Any]) -> dict[str, b
     alloc = Allocation(**request["allocation"])
     manager = TrainingModuleManager(spec["train_file"], spec["train_args"], spec["batch_size_arg"])
     gpu_ids = [int(g) for g in ray.get_gpu_ids()] if alloc.gpus else None
-    with tempfile.TemporaryDirectory(prefix="cloudopt-trial-") as tmp:
+    remove_orphaned_folders()
+    with tempfile.TemporaryDirectory(prefix=f"{TRIAL_PREFIX}{os.getpid()}-") as tmp:
         trial_dir = Path(tmp) / request["name"]
         with CoreLease(alloc.cpus) as cores:
             manager.run_training(
@@ -249,4 +270,4 @@ class RayExecutor:
             self._started = False
 
 
-__all__ = ["RayExecutor", "run_trial_task"]
+__all__ = ["RayExecutor", "remove_orphaned_folders", "run_trial_task"]
