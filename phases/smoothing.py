@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from phases.sequences import run_lengths
+
 __all__ = ["SMOOTHING", "enforce_min_duration", "smooth_phases", "sticky_log_transitions"]
 
 SMOOTHING = ("none", "viterbi", "forward")
@@ -154,7 +156,5 @@ def _merge_equal(values: list, runs: list[int]) -> tuple[list, list[int]]:
 
 
 def _runs(labels: np.ndarray) -> tuple[list, list[int]]:
-    change = np.flatnonzero(labels[1:] != labels[:-1]) + 1
-    starts = np.concatenate([[0], change])
-    ends = np.concatenate([change, [len(labels)]])
-    return labels[starts].tolist(), (ends - starts).tolist()
+    runs = run_lengths(labels)
+    return [r.phase for r in runs], [r.length for r in runs]

@@ -35,6 +35,7 @@ import numpy as np
 from phases.policies.base import HistoryPolicy
 from phases.policies.execution import Execution, History
 from phases.policies.phase_proactive import transition_matrix
+from phases.sequences import run_lengths
 
 JOB_LEVELS = ("running-max", "last", "last-max", "trend", "mean")
 
@@ -102,14 +103,6 @@ def leave_probability(dwells: np.ndarray, elapsed: int, horizon: int) -> float:
     if not alive.any():
         return 1.0
     return float(np.mean(dwells[alive] < elapsed + horizon))
-
-
-def _run_lengths(phases: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Phase and length of each run of equal labels in ``phases``."""
-    if len(phases) == 0:
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    starts = np.flatnonzero(np.r_[True, phases[1:] != phases[:-1]])
-    return phases[starts], np.diff(np.r_[starts, len(phases)])
 
 
 class PhaseAdaptivePolicy(HistoryPolicy):
@@ -208,9 +201,9 @@ class PhaseAdaptivePolicy(HistoryPolicy):
         self.overall_grid_ = overall
         full = [np.bincount(e.cycle)[:-1] for e in train if e.n_cycles > 1]
         self.steps_per_cycle_ = int(np.median(np.concatenate(full))) if full else 1
-        runs = [_run_lengths(np.asarray(e.phases)) for e in train]
-        run_phase = np.concatenate([r[0] for r in runs])
-        run_len = np.concatenate([r[1] for r in runs])
+        runs = [r for e in train for r in run_lengths(e.phases)]
+        run_phase = np.array([r.phase for r in runs], dtype=np.int64)
+        run_len = np.array([r.length for r in runs], dtype=np.int64)
         self.dwells_ = {int(p): run_len[run_phase == p] for p in self.labels_}
         return self
 
@@ -230,7 +223,7 @@ class PhaseAdaptivePolicy(HistoryPolicy):
         i = int(i[0])
         chain = self.transitions_.copy()
         if self.dwell_aware:
-            elapsed = int(_run_lengths(np.asarray(phases))[1][-1])
+            elapsed = run_lengths(phases)[-1].length
             leave = leave_probability(self.dwells_[phase], elapsed, steps)
             stay = (1.0 - leave) ** (1.0 / steps)
             off = chain[i] * (np.arange(k) != i)
