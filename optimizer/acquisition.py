@@ -29,11 +29,14 @@ from envs import WorkloadModel
 from optimizer.allocation import Allocation
 from optimizer.config import OptimizerConfig
 from optimizer.errors import CloudoptError
-from optimizer.trial_choice import hourly_cost, resource_share, right_size_memory, score
+from optimizer.trial_choice import (
+    NOISE_FLOOR,
+    hourly_cost,
+    resource_share,
+    right_size_memory,
+    score,
+)
 from optimizer.workload_fit import fit_workload_model
-
-NOISE_FLOOR = 0.05
-"""Smallest log-throughput noise assumed: repeats of one trial differ by 5-20% here."""
 
 
 def bootstrap_models(measurements: pd.DataFrame, model: WorkloadModel, *, n: int = 16,

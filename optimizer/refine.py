@@ -217,9 +217,6 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
         f"the best measured trial for the preference is {final.trial_id} "
         f"({'proposed by ' + from_plan if from_plan else 'a baseline trial'}); "
         f"objective {best_row['objective']:.4g} over {len(trials)} trials")
-    if best_row.get("within_noise_of"):
-        rec["choice"] += (f"; {best_row['within_noise_of']} measured a little better, within "
-                          "the runs' noise, so the setting holding fewer resources is chosen")
     rec.setdefault("notes", []).append(rec["choice"])
     return rec, final, trials
 

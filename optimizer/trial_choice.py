@@ -155,9 +155,9 @@ def score(frame: pd.DataFrame, config: OptimizerConfig, preference: str | Sequen
 
 
 NOISE_FLOOR = 0.05
-"""The least relative standard deviation assumed of one run's job time: a single run shows no
-spread of its own and two runs under-estimate it (on a shared 2-core machine single runs of
-one setting differ by up to 20%)."""
+"""The least relative spread assumed of one run (its job time here, its log-throughput in
+:mod:`optimizer.acquisition`): a single run shows no spread of its own and two runs
+under-estimate it (on a shared 2-core machine single runs of one setting differ by 5-20%)."""
 
 
 def _variance(row: Any) -> float:
@@ -169,7 +169,7 @@ def _variance(row: Any) -> float:
 def separated(a: Any, b: Any) -> bool:
     """Whether two rows of :func:`objective_table` differ by more than twice the standard
     error of the difference of their objectives (each run's spread at least
-    :data:`NOISE_FLOOR`)."""
+    :data:`NOISE_FLOOR`); the closed loop races two settings that are not."""
     gap = abs(float(a["objective"]) - float(b["objective"]))
     return gap > 2.0 * math.sqrt(_variance(a) + _variance(b))
 
@@ -177,18 +177,12 @@ def separated(a: Any, b: Any) -> bool:
 def best_measured(trials: Sequence[TrialSummary], config: OptimizerConfig,
                   preference: str | Sequence[float]) -> tuple[TrialSummary, dict[str, Any]]:
     """The trial with the lowest measured objective and its row of :func:`objective_table`
-    (ties: the earlier trial); among settings the measurements cannot tell apart from it
-    (:func:`separated`), the one that holds the fewest resources, whose row then says
-    ``within_noise_of``. Raises ValueError when no trial is usable."""
+    (ties: the earlier trial): never a setting measured worse than another. Raises
+    ValueError when no trial is usable."""
     table = objective_table(trials, config, preference)
     if table.empty:
         raise ValueError("no usable trial")
-    order = table.sort_values("objective", kind="stable").reset_index(drop=True)
-    top = order.iloc[0].to_dict()
-    tied = [r.to_dict() for _, r in order.iterrows() if not separated(top, r)]
-    row = min(tied, key=lambda r: (r["resource_share"], r["objective"]))
-    if row["trial_id"] != top["trial_id"]:
-        row["within_noise_of"] = top["trial_id"]
+    row = table.iloc[int(np.argmin(table["objective"].to_numpy()))].to_dict()
     trial = next(t for t in trials if t.trial_id == row["trial_id"])
     return trial, row
 
