@@ -47,8 +47,8 @@ def head_to_head(rows: list[dict]) -> list[str]:
 
 
 def reachable(rows: list[dict], grids: dict[str, dict]) -> list[str]:
-    """cloudopt's regret against the best cell it can reach: a batch size the script takes from
-    its own variable, or a data-loader worker count, stays at the script's default."""
+    """cloudopt's regret against the best cell it can reach: a batch size its options do not
+    let it set, or a data-loader worker count, stays at the script's default."""
     from regret_score import Cell, CellTruth, GroundTruth
     from regret_truth import load_workloads
 
@@ -65,7 +65,7 @@ def reachable(rows: list[dict], grids: dict[str, dict]) -> list[str]:
         w = workloads.get(row["script"])
         if not row["method"].startswith("cloudopt@") or w is None or row["regret"] is None:
             continue
-        fixed_batch = w.default_batch if w.batch.startswith("env:") else None
+        fixed_batch = None if w.cloudopt_reaches_batch() else w.default_batch
         fixed_workers = w.default_workers if w.workers_flag else None
         if fixed_batch is None and fixed_workers is None:
             continue

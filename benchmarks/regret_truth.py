@@ -63,8 +63,11 @@ class Workload:
         """Whether the main command, run with ``cloudopt_args``, can change the batch size."""
         if self.batch == "optimizer-env":
             return True
+        given = shlex.split(self.cloudopt_args)
         if self.batch.startswith("flag:"):
-            return any(a.startswith("--batch-size-arg") for a in shlex.split(self.cloudopt_args))
+            return any(a.startswith("--batch-size-arg") for a in given)
+        if self.batch.startswith("env:"):
+            return any(a.startswith("--batch-size-env") for a in given)
         return False
 
     def digest(self) -> str:

@@ -53,6 +53,7 @@ class JobOptions:
 
     train_args: str | Sequence[str] = ""
     batch_size_arg: str | None = None
+    batch_size_env: str | None = None
     probe_seconds: float | None = None
     """None: the configuration's; 0: every trial runs to its end."""
     total_samples: float | None = None
@@ -208,7 +209,8 @@ class CloudResourceOptimizer:
         for line in clean_stale_work(run_dir / "trials"):
             self._say(line)
         recorded = {d.name for d in (run_dir / "trials").glob("*") if (d / "summary.json").exists()}
-        manager = TrainingModuleManager(train_file, opts.train_args, opts.batch_size_arg)
+        manager = TrainingModuleManager(train_file, opts.train_args, opts.batch_size_arg,
+                                        opts.batch_size_env)
         self.training_manager = manager
         manager.load_module()
         analysis = manager.analyze_module()
@@ -261,8 +263,11 @@ class CloudResourceOptimizer:
         cfg = self.config
         allocations = self._planned_probes(manager, analysis, opts)
         if manager.batch_control() is None:
+            hint = manager.batch_knob_hint()
             self._say("batch size: the script neither takes --batch-size-arg nor reads "
-                      "OPTIMIZER_BATCH_SIZE, so it is not varied and the model keeps it fixed")
+                      "OPTIMIZER_BATCH_SIZE, so it is not varied and the model keeps it fixed"
+                      + (f"; its source names a batch size: {hint} would let cloudopt vary it"
+                         if hint else ""), always=hint is not None)
         elif self._default_batch is None:
             self._say("batch size: the script's default is not known from its source; trials at "
                       "the default take the batch_size=N it prints, if any")

@@ -216,8 +216,9 @@ def write_outputs(opt: Any, result: Any, reference: TrialSummary, profile: Any,
     env = ResourceManager.apply_configuration(alloc, env={}, resource_config=opt.config.resources)
     env = {k: v for k, v in env.items() if not k.startswith("COST_PER")}
     mgr, args = opt.training_manager, None
-    if mgr is not None and mgr.batch_control() != "env":
+    if mgr is not None and (mgr.batch_control() != "env" or mgr.batch_size_env):
         env.pop("OPTIMIZER_BATCH_SIZE", None)  # the script ignores it: no false promise
+        env.update(mgr.batch_environment(alloc.batch_size))
         if mgr.batch_control() == "flag" and alloc.batch_size is not None:
             args = with_batch_flag(list(mgr.train_args), mgr.batch_size_arg, alloc.batch_size)
     atomic_write_text(run_dir / "k8s-resources.yaml", k8s_resources_yaml(

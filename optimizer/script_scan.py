@@ -9,6 +9,8 @@
   reads ``OPTIMIZER_BATCH_SIZE`` or writes ``OPTIMIZER_METRICS_CSV``.
 - :func:`flag_default` and :func:`env_default` read the batch size a script uses when it is
   not told one: an argparse or click default, or the fallback of an environment variable.
+- :func:`batch_knobs` lists the flags and environment variables through which a script seems
+  to take its batch size, so that a user who gave neither is told which one to give.
 
 Everything here works on the source alone; running the script is :mod:`optimizer.trial_runner`.
 """
@@ -211,3 +213,47 @@ def env_default(tree: ast.Module, variable: str) -> int | None:
             if value is not None:
                 return value
     return None
+
+
+def _env_read(node: ast.AST) -> str | None:
+    """The variable a node reads from the environment: ``os.environ.get("X")``,
+    ``os.getenv("X")``, ``environ.get("X")`` or ``os.environ["X"]``."""
+    if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        owner = getattr(func, "value", None)
+        owner_name = (owner.attr if isinstance(owner, ast.Attribute)
+                      else getattr(owner, "id", ""))
+        if name == "getenv" or (name == "get" and owner_name == "environ"):
+            value = node.args[0].value
+            return value if isinstance(value, str) else None
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+        owner = node.value
+        owner_name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+        if owner_name == "environ" and isinstance(node.slice.value, str):
+            return node.slice.value
+    return None
+
+
+def _call_name(node: ast.Call) -> str:
+    func = node.func
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
+def batch_knobs(tree: ast.Module) -> dict[str, list[str]]:
+    """Flags (``add_argument``/``click.option`` names) and environment variables whose name
+    mentions a batch size, in source order: ``{"flags": [...], "env": [...]}``.
+    ``OPTIMIZER_BATCH_SIZE`` is left out: cloudopt sets it anyway."""
+    flags: list[str] = []
+    env: list[str] = []
+    for node in ast.walk(tree):
+        var = _env_read(node)
+        if var and "batch" in var.lower() and var != "OPTIMIZER_BATCH_SIZE" and var not in env:
+            env.append(var)
+        if isinstance(node, ast.Call) and _call_name(node) in ("add_argument", "option"):
+            for a in node.args:
+                if (isinstance(a, ast.Constant) and isinstance(a.value, str)
+                        and a.value.startswith("-") and "batch" in a.value.lower()
+                        and a.value not in flags):
+                    flags.append(a.value)
+    return {"flags": flags, "env": env}

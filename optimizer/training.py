@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shlex
 import socket
 import subprocess
@@ -55,6 +56,7 @@ from optimizer.script_scan import (
     ENTRY_NAMES,
     ScriptInfo,
     analyze_source,
+    batch_knobs,
     env_default,
     flag_default,
     load_script,
@@ -103,6 +105,8 @@ __all__ = [
     "total_samples_from_args",
 ]
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
 
 class TrainingModuleManager:
     """Load, analyse and run one training script.
@@ -116,16 +120,31 @@ class TrainingModuleManager:
     batch_size_arg : str, optional
         For scripts that do not read ``OPTIMIZER_BATCH_SIZE``: the flag that sets their batch
         size (``--batch_size`` gives ``--batch_size 128``; ``--bs={}`` gives ``--bs=128``).
+    batch_size_env : str, optional
+        For scripts that take their batch size from their own environment variable (cluster
+        launchers often set ``BATCH_SIZE``): its name. Each trial sets it.
+
+    Raises
+    ------
+    CloudoptError
+        Both ``batch_size_arg`` and ``batch_size_env``, or a name that is not a variable name.
     """
 
     def __init__(self, train_file: str | os.PathLike,
                  train_args: str | Sequence[str] | None = None,
-                 batch_size_arg: str | None = None):
+                 batch_size_arg: str | None = None, batch_size_env: str | None = None):
         self.module_path = Path(train_file)
         if isinstance(train_args, str):
             train_args = shlex.split(train_args)
         self.train_args = [str(a) for a in (train_args or [])]
+        if batch_size_arg and batch_size_env:
+            raise CloudoptError(f"--batch-size-arg {batch_size_arg} and --batch-size-env "
+                                f"{batch_size_env}: give one way to set the batch size, not both")
+        if batch_size_env is not None and not _ENV_NAME.fullmatch(batch_size_env):
+            raise CloudoptError(f"--batch-size-env {batch_size_env!r}: not an environment "
+                                "variable name (letters, digits and _, e.g. BATCH_SIZE)")
         self.batch_size_arg = batch_size_arg
+        self.batch_size_env = batch_size_env or None
         self.module: ScriptInfo | None = None
         self.training_process: subprocess.Popen | None = None
         self.replaced: list[str] = []
@@ -156,10 +175,32 @@ class TrainingModuleManager:
 
     def batch_control(self) -> str | None:
         """How a trial's batch size reaches the script: ``flag`` (``batch_size_arg``), ``env``
-        (it reads ``OPTIMIZER_BATCH_SIZE``) or None: it cannot be set, so it is not varied."""
+        (``batch_size_env``, or it reads ``OPTIMIZER_BATCH_SIZE``) or None: it cannot be set,
+        so it is not varied."""
         if self.batch_size_arg:
             return "flag"
+        if self.batch_size_env:
+            return "env"
         return "env" if self.analyze_module().get("reads_batch_size_env") else None
+
+    def batch_environment(self, batch_size: int | None) -> dict[str, str]:
+        """The variable that sets a trial's batch size in the script's own environment
+        variable (``batch_size_env``); empty otherwise, or at the script's default."""
+        if self.batch_size_env and batch_size is not None:
+            return {self.batch_size_env: str(int(batch_size))}
+        return {}
+
+    def batch_knob_hint(self) -> str | None:
+        """For a script whose batch size cloudopt cannot set: the option that would let it,
+        named from the flags and variables the source reads (None when it names none)."""
+        if self.batch_control() is not None:
+            return None
+        knobs = batch_knobs((self.module or self.load_module()).tree)
+        if knobs["flags"]:
+            return f"--batch-size-arg {knobs['flags'][0]}"
+        if knobs["env"]:
+            return f"--batch-size-env {knobs['env'][0]}"
+        return None
 
     def default_batch_size(self) -> int | None:
         """The batch size the script runs with when no trial sets one, found without running
@@ -179,6 +220,11 @@ class TrainingModuleManager:
             found = flag_default(info.tree, self.batch_size_arg)
             if found is not None:
                 return found
+        if self.batch_size_env:
+            inherited = os.environ.get(self.batch_size_env, "").strip()
+            if inherited.isdigit() and int(inherited) > 0:  # a default run inherits it
+                return int(inherited)
+            return env_default(info.tree, self.batch_size_env)
         return env_default(info.tree, "OPTIMIZER_BATCH_SIZE")
 
     def script_digest(self) -> str:
@@ -201,9 +247,11 @@ class TrainingModuleManager:
             recorded = {}
         recorded = recorded if isinstance(recorded, dict) else {}
         try:  # the allocation as run, before any batch label was added to the summary
-            command_now = self.command(Allocation(**recorded["allocation"]))
+            as_run = Allocation(**recorded["allocation"])
+            command_now = self.command(as_run)
+            batch_env_now = self.batch_environment(as_run.batch_size)
         except (KeyError, TypeError):
-            command_now = None
+            command_now, batch_env_now = None, None
         why = None
         digest = recorded.get("script_sha256")
         if summary.reason == "worker-lost":  # the executor's failure, not the job's
@@ -212,6 +260,8 @@ class TrainingModuleManager:
             why = "the script changed since it was measured"
         elif command_now is not None and recorded.get("command") not in (None, command_now):
             why = "the script's arguments changed since it was measured"
+        elif batch_env_now is not None and recorded.get("batch_env", {}) != batch_env_now:
+            why = "the batch size's environment variable changed since it was measured"
         if why is None:
             return summary
         keep = trial_dir.parent.parent / "replaced" / trial_dir.name
@@ -294,6 +344,7 @@ class TrainingModuleManager:
         metrics_part = work / "metrics.csv"
         env = trial_environment(allocation, resource_config, visible_devices, metrics_part,
                                 trial_id)
+        env.update(self.batch_environment(allocation.batch_size))
         cpus = sorted(cpu_ids) if cpu_ids is not None else cpu_affinity_set(allocation.cpus)
         cmd = self.command(allocation)
         started_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
@@ -301,7 +352,8 @@ class TrainingModuleManager:
             "trial_id": trial_id, "allocation": allocation, "train_file": str(info.path),
             "train_args": self.train_args, "command": cmd, "cpu_affinity": cpus,
             "script_sha256": self.script_digest(),
-            "env": recorded_env(env),
+            "env": recorded_env(env, self.batch_size_env),
+            "batch_env": self.batch_environment(allocation.batch_size),
             "probe_seconds": probe_seconds, "timeout_s": timeout_s,
             "monitor_interval": monitor_interval, "started_at": started_at,
         })

@@ -116,11 +116,12 @@ def trial_environment(allocation: Allocation, resource_config: ResourceConfig,
     return env
 
 
-def recorded_env(env: dict[str, str]) -> dict[str, str]:
-    """The variables of ``env`` worth keeping in ``config.json`` (ours, prices, GPUs, threads)."""
+def recorded_env(env: dict[str, str], batch_var: str | None = None) -> dict[str, str]:
+    """The variables of ``env`` worth keeping in ``config.json`` (ours, prices, GPUs, threads,
+    and ``batch_var``, the script's own batch-size variable)."""
     return {k: env[k] for k in sorted(env)
             if k.startswith(("OPTIMIZER_", "COST_PER_", "CUDA_VISIBLE"))
-            or k in RECORDED_THREAD_VARS}
+            or k in RECORDED_THREAD_VARS or k == batch_var}
 
 
 # --------------------------------------------------------------------------------------------

@@ -54,6 +54,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--train-args", default=None, help="arguments passed to the script (quoted)")
     p.add_argument("--batch-size-arg", default=None, metavar="FLAG",
                    help="flag that sets the script's batch size (e.g. --batch_size or --bs={})")
+    p.add_argument("--batch-size-env", default=None, metavar="NAME",
+                   help="environment variable the script reads its batch size from (e.g. "
+                   "BATCH_SIZE), for scripts without a batch-size flag")
     p.add_argument("--probe-seconds", type=float, default=None, metavar="S",
                    help="time box of each trial (0: run every trial to its end)")
     p.add_argument("--total-samples", type=float, default=None, metavar="N",
@@ -147,13 +150,15 @@ def optimize_file(optimizer: CloudResourceOptimizer, manager: TrainingModuleMana
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(run_dir / "run.json", {
         "train_file": str(manager.module_path), "train_args": manager.train_args,
-        "batch_size_arg": manager.batch_size_arg, "preference": args.preference,
+        "batch_size_arg": manager.batch_size_arg, "batch_size_env": manager.batch_size_env,
+        "preference": args.preference,
         "probe_seconds": args.probe_seconds, "total_samples": args.total_samples,
         "dataset_path": args.dataset_path, "offline_logs": args.offline_logs,
         "phase_model": args.phase_model, "options": recorded_options(args),
     })
     options = JobOptions(
         train_args=manager.train_args, batch_size_arg=manager.batch_size_arg,
+        batch_size_env=manager.batch_size_env,
         probe_seconds=args.probe_seconds, total_samples=args.total_samples,
         dataset_path=args.dataset_path, offline_logs=args.offline_logs,
         phase_model=args.phase_model, sla_given=_sla_given(args),
@@ -214,7 +219,8 @@ def summary_table(result: Any) -> str:
 
 def run(args: argparse.Namespace) -> int:
     config = _load(args)
-    managers = [TrainingModuleManager(f, args.train_args, args.batch_size_arg)
+    managers = [TrainingModuleManager(f, args.train_args, args.batch_size_arg,
+                                      args.batch_size_env)
                 for f in args.train_file]
     for m in managers:  # every script is checked before any trial runs
         m.load_module()
