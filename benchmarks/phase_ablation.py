@@ -2,11 +2,15 @@
 
 The observation carries a one-hot of the next chunk's phase (``phase_0 .. phase_{max-1}``,
 envs/state.py). This ablation trains the project's two agents with the recipes of
-agents/recipes.py, on the same episode budget and the same seeds, in two arms:
+agents/recipes.py, on the same episode budget and the same seeds, in four arms:
 
 * ``phase``: the environment as it is;
 * ``masked``: the same environment behind :class:`PhaseMask`, a Gymnasium
-  ``ObservationWrapper`` that zeroes the phase one-hot and nothing else.
+  ``ObservationWrapper`` that zeroes the phase one-hot and nothing else;
+* ``clockless``: the phase one-hot shown, the clock hidden (``progress``, ``time_used``,
+  ``cost_used``: on a fixed schedule they tell the phase too);
+* ``blind``: both hidden. Only ``clockless`` against ``blind`` says what the one-hot itself
+  carries; ``phase`` against ``masked`` can show nothing where the clock already tells it.
 
 The workload is ``autoencoder-stream-cpu`` (configs/workloads/), whose CPU and memory needs
 change by phase: load (one core, a third of the memory) -> train -> done, fitted from the
@@ -23,7 +27,8 @@ allocation. Training is budgeted in episodes, not seconds, so figures do not dep
 machine's load.
 
     python benchmarks/phase_ablation.py [--quick] [--episodes N] [--seeds 0,1,2]
-        [--preference resource] [--control mlp-cpu] [--json PATH] [--derive]
+        [--arms phase,masked,clockless,blind] [--preference resource] [--control mlp-cpu]
+        [--json PATH] [--derive]
 """
 
 from __future__ import annotations
@@ -70,7 +75,8 @@ from optimizer.phase_profile import profile_trace  # noqa: E402
 PRESET = "autoencoder-stream-cpu"
 CONTROL = "mlp-cpu"
 AGENTS = ("reinforce", "morl")
-ARMS = ("phase", "masked")
+ARMS = {"phase": (), "masked": ("phase",), "clockless": ("clock",), "blind": ("phase", "clock")}
+"""Each arm and the observation groups it hides: the 2 x 2 of phase one-hot x clock."""
 DATA = REPO.parent / "shared" / "data" / "dl-traces"
 TRACE_EXEC = "d013"
 """The execution whose stages give the preset's phases (n=40000, 2 epochs, batch 32, 2 threads)."""
@@ -81,32 +87,52 @@ SLA_SLACK = 1.2
 """Time and cost limits: 20% above the whole job at d013's allocation (as mlp-cpu's preset)."""
 
 
-class PhaseMask(gym.ObservationWrapper):
-    """Zero the phase one-hot (``phase_*`` entries) of a ``CloudEnvironment``'s observation.
+MASKED_FIELDS = {
+    "phase": lambda name: name.startswith("phase_"),
+    "clock": lambda name: name in ("progress", "time_used", "cost_used"),
+}
+"""Groups of observation entries an arm may hide. ``clock``: how far the job has gone, which
+tells the step (and so the phase of a fixed schedule) without the one-hot."""
+
+
+class FieldMask(gym.ObservationWrapper):
+    """Zero some entries of a ``CloudEnvironment``'s observation (groups of
+    :data:`MASKED_FIELDS`).
 
     Every other entry, the spaces, rewards and ``info`` pass through unchanged; zero lies in the
     observation space, so the wrapped environment still satisfies Gymnasium's checks.
     """
 
-    def __init__(self, env: gym.Env) -> None:
+    def __init__(self, env: gym.Env, groups: Sequence[str]) -> None:
         super().__init__(env)
         index = env.unwrapped.state.index
-        self.phase_columns = np.array(
-            sorted(i for name, i in index.items() if name.startswith("phase_")), dtype=np.int64
+        self.columns = np.array(
+            sorted(i for name, i in index.items() if any(MASKED_FIELDS[g](name) for g in groups)),
+            dtype=np.int64,
         )
-        if self.phase_columns.size == 0:
-            raise ValueError(f"{type(env.unwrapped).__name__} has no phase_* observation fields")
+        if self.columns.size == 0:
+            raise ValueError(f"{type(env.unwrapped).__name__} has no {'/'.join(groups)} "
+                             "observation fields")
 
     def observation(self, observation: np.ndarray) -> np.ndarray:
         masked = np.array(observation, dtype=np.float32, copy=True)
-        masked[..., self.phase_columns] = 0.0
+        masked[..., self.columns] = 0.0
         return masked
 
 
-def make_env_fn(config: EnvConfig, masked: bool) -> Callable[[], gym.Env]:
-    """Factory of the arm's environment (plain for ``phase``, wrapped for ``masked``)."""
-    if masked:
-        return lambda: PhaseMask(CloudEnvironment(config))
+class PhaseMask(FieldMask):
+    """Zero the phase one-hot (``phase_*`` entries) and nothing else."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env, ("phase",))
+        self.phase_columns = self.columns
+
+
+def make_env_fn(config: EnvConfig, arm: str) -> Callable[[], gym.Env]:
+    """Factory of the arm's environment (plain for ``phase``, wrapped in a mask otherwise)."""
+    hidden = ARMS[arm]
+    if hidden:
+        return lambda: FieldMask(CloudEnvironment(config), hidden)
     return functools.partial(CloudEnvironment, config)
 
 
@@ -304,7 +330,7 @@ def run_workload(workload: str, args: argparse.Namespace) -> list[dict[str, Any]
     seeds = heldout_seeds(args.eval_episodes)
     opt_actions, opt_allocs, opt_phases = optimal_plan(config)
     keep = CloudEnvironment(config).actions.noop
-    r_opt = evaluate(static_act(opt_actions, keep), make_env_fn(config, False), seeds).mean_return
+    r_opt = evaluate(static_act(opt_actions, keep), make_env_fn(config, "phase"), seeds).mean_return
     dp = plan_changes(opt_allocs, opt_phases)
     print(
         f"\n{workload} / {args.preference}: DP optimum held-out return {r_opt:.3f} "
@@ -315,17 +341,17 @@ def run_workload(workload: str, args: argparse.Namespace) -> list[dict[str, Any]
     print("  DP plan: " + _plan_text(opt_allocs, opt_phases))
     rows = []
     for agent in AGENTS:
-        for arm in ARMS:
+        for arm in args.arms:
             for seed in args.seeds:
                 act, seconds = train_agent(
                     agent,
-                    make_env_fn(config, arm == "masked"),
+                    make_env_fn(config, arm),
                     args.preference,
                     seed,
                     args.episodes,
                 )
-                ev = evaluate(act, make_env_fn(config, arm == "masked"), seeds)
-                allocs, phases = greedy_plan(act, make_env_fn(quiet, arm == "masked"))
+                ev = evaluate(act, make_env_fn(config, arm), seeds)
+                allocs, phases = greedy_plan(act, make_env_fn(quiet, arm))
                 same = sum(a == b for a, b in zip(allocs, opt_allocs, strict=False))
                 row = {
                     "workload": workload,
@@ -345,7 +371,7 @@ def run_workload(workload: str, args: argparse.Namespace) -> list[dict[str, Any]
                 }
                 rows.append(row)
                 print(
-                    f"  {agent:<9} {arm:<6} seed {seed}: share {row['share_of_optimum']:8.2%}"
+                    f"  {agent:<9} {arm:<9} seed {seed}: share {row['share_of_optimum']:8.2%}"
                     f"  return {ev.mean_return:8.3f}  boundary changes "
                     f"{row['boundary_changes']}/{row['boundaries']}  other changes "
                     f"{row['other_changes']}  steps as DP {same}/{len(opt_allocs)}"
@@ -398,6 +424,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preference", default="resource")
     parser.add_argument("--workload", default=PRESET)
     parser.add_argument("--control", default=CONTROL, help="a one-phase preset ('' for none)")
+    parser.add_argument("--arms", default=",".join(ARMS),
+                        help=f"comma-separated arms of {', '.join(ARMS)}")
     parser.add_argument("--eval-episodes", type=int, default=32)
     parser.add_argument("--noise", type=float, default=0.05, help="throughput noise sigma")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
@@ -410,6 +438,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.seeds, args.episodes, args.control = "0,1", 3000, ""
     args.seeds = [int(s) for s in args.seeds.split(",")]
+    args.arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    unknown = [a for a in args.arms if a not in ARMS]
+    if unknown:
+        parser.error(f"--arms: unknown {unknown}; choose from {', '.join(ARMS)}")
     torch.set_num_threads(args.threads)
     pd.set_option("display.width", 200)
     pd.set_option("display.max_columns", 20)

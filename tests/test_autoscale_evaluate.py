@@ -225,3 +225,25 @@ def test_cli_evaluates_with_a_saved_phase_model(slice_csv, repo_root, tmp_path):
     assert "loaded from" in settings["phase_model"]
     assert len(settings["test_ids"]) == 8  # every execution tested once
     assert policies["phase-rules"]["mem_gb"]["over_allocation_pct"] >= 0
+
+
+def test_cli_leaves_one_group_out(slice_csv, tmp_path):
+    import pandas as pd
+
+    frame = pd.read_csv(slice_csv)
+    groups = {e: f"w{i % 3}" for i, e in enumerate(sorted(frame["exec_id"].unique()))}
+    frame["workload"] = frame["exec_id"].map(groups)
+    traces = tmp_path / "grouped.csv"
+    frame.to_csv(traces, index=False)
+    out = tmp_path / "lowo"
+    argv = ["autoscale", "evaluate", "--traces", str(traces), "--exec-id", "exec_id",
+            "--features", "cpu_cores,mem_gb", "--time", "time_s", "--cycle", "5",
+            "--group", "workload", "--epochs", "3", "--policies",
+            "reactive-rules,phase-adaptive", "--out", str(out), "--quiet"]
+    assert main(argv) == 0
+    settings = json.loads((out / "settings.json").read_text())
+    assert settings["group"] == "workload" and settings["groups"] == groups
+    # every execution is tested once, by a fold that fitted on the other workloads only
+    assert sorted(settings["test_ids"]) == sorted(groups)
+    assert main([*argv[:-3], "--group", "no_such_column", "--out", str(tmp_path / "x"),
+                 "--quiet"]) == 2

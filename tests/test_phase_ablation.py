@@ -122,3 +122,19 @@ def test_stage_profile_reproduces_the_preset():
     np.testing.assert_allclose(profile.fraction, [p.fraction for p in preset], atol=1e-3)
     np.testing.assert_allclose(profile.cpu_scale, [p.cpu_scale for p in preset], atol=1e-3)
     np.testing.assert_allclose(profile.mem_scale, [p.mem_scale for p in preset], atol=1e-3)
+
+
+def test_arms_hide_the_phase_the_clock_or_both():
+    config = EnvConfig(workload=PRESET, preference="resource", noise=0.0)
+    fields = CloudEnvironment(config).state.fields
+    phase = np.array([f.startswith("phase_") for f in fields])
+    clock = np.array([f in ("progress", "time_used", "cost_used") for f in fields])
+    opt = optimal_policy(config)
+    raw = _walk(pa.make_env_fn(config, "phase")(), opt.actions, seed=1)
+    assert raw[1:, clock].any(axis=0).all()  # the clock moves, so hiding it hides something
+    for arm, hidden in (("masked", phase), ("clockless", clock), ("blind", phase | clock)):
+        obs = _walk(pa.make_env_fn(config, arm)(), opt.actions, seed=1)
+        assert (obs[:, hidden] == 0).all(), arm
+        np.testing.assert_array_equal(obs[:, ~hidden], raw[:, ~hidden])
+    with pytest.raises(SystemExit):
+        pa.main(["--arms", "phase,deaf"])

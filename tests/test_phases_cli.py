@@ -186,3 +186,20 @@ def test_invalid_samples_refused_or_dropped_never_filled(model_dir, tmp_path, ca
     table = pd.read_csv(tmp_path / "p.csv")
     assert len(table) == len(frame)  # one row per input row, the dropped ones marked
     assert (table.loc[[3, 7], "phase"] == -1).all() and (table.loc[[3, 7], "note"] == "dropped").all()
+
+
+def test_fit_takes_the_detector_options_and_names_a_bad_one(tmp_path, capsys):
+    base = ["phases", "fit", "--traces", str(SLICE), "--exec-id", "exec_id", "--features",
+            "cpu_cores,mem_gb", "--time", "time_s", "--phases", "3", "--epochs", "3",
+            "--device", "cpu", "--quiet"]
+    out = tmp_path / "whole"
+    assert main([*base, "--feature-set", "whole+whole-diff", "--smoothing", "viterbi",
+                 "--stay-prob", "0.95", "--min-duration", "2", "--out", str(out)]) == 0
+    model = PhaseDetector.load(out)
+    assert (model.features, model.smoothing, model.stay_prob, model.min_duration) == (
+        "whole+whole-diff", "viterbi", 0.95, 2)
+    capsys.readouterr()
+    assert main([*base, "--feature-set", "whole-speed", "--out", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err
+    assert "whole-speed" in err and "Traceback" not in err
+    assert not (tmp_path / "bad").exists()

@@ -60,6 +60,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         default=0,
         help="k-fold cross-validation over executions instead of one split (k >= 2)",
     )
+    ev.add_argument(
+        "--group",
+        default=None,
+        metavar="COL",
+        help="leave one group out: a column naming each execution's workload (or job); each "
+        "group is tested by policies and phase model fitted on the other groups only "
+        "(replaces --test-fraction and --folds)",
+    )
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument(
         "--cold-start",
@@ -139,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
                 detector_params=detector_params,
                 phase_features=args.phase_features,
                 folds=args.folds,
+                group=args.group,
                 cold_start=args.cold_start,
                 quiet=args.quiet,
             )

@@ -1,7 +1,8 @@
 """``python -m optimizer phases fit|predict|report``: discover workload phases (AI4DL CRBM).
 
 - ``fit --traces FILE --exec-id COL --features cpu,mem [--time COL] [--phases 5 --hidden 10
-  --delay 3 --epochs N] --out MODEL_DIR``: fit a :class:`phases.PhaseDetector` and save it;
+  --delay 3 --epochs N] [--feature-set whole --smoothing viterbi] --out MODEL_DIR``: fit a
+  :class:`phases.PhaseDetector` and save it;
 - ``predict --model MODEL_DIR --traces FILE --out phases.csv``: one row per input sample with
   its phase (-1: warm-up or dropped, see the ``note`` column);
 - ``report --model MODEL_DIR --traces FILE --out DIR``: ``report.md``, ``phases.json`` and PNG
@@ -19,7 +20,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from optimizer.errors import TraceFormatError
+from optimizer.errors import CloudoptError, TraceFormatError
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -43,6 +44,16 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     fit.add_argument(
         "--preprocess", default="none", help="none, or exec-norm/diff steps joined by '+'"
     )
+    fit.add_argument(
+        "--feature-set", default="abs", metavar="SPEC",
+        help="engineered inputs (phases/features.py): abs, whole (each execution against its "
+        "own level: best measured offline), rel (causal), with -diff/-rate groups joined by '+'")
+    fit.add_argument("--smoothing", default="none", choices=("none", "viterbi", "forward"),
+                     help="hidden-Markov smoothing of the phase sequence (viterbi: offline)")
+    fit.add_argument("--stay-prob", type=float, default=0.99,
+                     help="the smoother's chance of staying in a phase per sample")
+    fit.add_argument("--min-duration", type=int, default=1,
+                     help="shortest phase run, in samples (shorter runs are merged)")
     fit.add_argument("--device", default="auto", help="auto, cpu or cuda")
     fit.add_argument("--seed", type=int, default=0, help="random seed")
     fit.add_argument("--out", type=Path, required=True, help="model directory to write")
@@ -106,6 +117,10 @@ def _fit(args: argparse.Namespace) -> int:
         lr=args.lr,
         batch_size=args.batch_size,
         preprocess=args.preprocess,
+        features=args.feature_set,
+        smoothing=args.smoothing,
+        stay_prob=args.stay_prob,
+        min_duration=args.min_duration,
         device=args.device,
         random_state=args.seed,
         verbose=not args.quiet,
@@ -113,6 +128,10 @@ def _fit(args: argparse.Namespace) -> int:
     if args.epochs is not None:
         params["epochs"] = args.epochs
     model = PhaseDetector(**params)
+    try:  # a bad option is named before the traces are read
+        model._check_params()
+    except ValueError as exc:
+        raise CloudoptError(f"phases fit: {exc}") from None
     with _console_warnings():
         traces = read_traces(args.traces, args.exec_id, features, args.time,
                              min_length=args.delay + 1, invalid=_invalid(args))
