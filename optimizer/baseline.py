@@ -87,6 +87,9 @@ def plan_baseline(resources: ResourceConfig, n: int, *, uses_gpu: bool = False,
                    alloc(cpus=cmin), alloc(batch=ref * 4), alloc(cpus=cmin, batch=ref * 2)]
     if not vary_batch:
         candidates = [c for c in candidates if c.batch_size is None]
+    if resources.batch_size_max is not None:
+        candidates = [c for c in candidates
+                      if c.batch_size is None or c.batch_size <= resources.batch_size_max]
     out: list[Allocation] = []
     for c in candidates:
         if c not in out:

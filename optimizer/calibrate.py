@@ -320,7 +320,10 @@ def job_settings(
     if batch_sizes is None and len(batches) > 1:
         # One step beyond the measured range on each side: the agents may plan there, and
         # the closed loop measures such a plan before it is believed.
+        measured = set(batches)
         batches = [max(1, batches[0] // 2), *batches, batches[-1] * 2]
+        if resources.batch_size_max is not None:  # a measured size stays: it was run
+            batches = [b for b in batches if b <= resources.batch_size_max or b in measured]
     first = ok[0].allocation
     n_cpu = resources.cpu_count_max - resources.cpu_count_min
     return {

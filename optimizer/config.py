@@ -246,6 +246,10 @@ class ResourceConfig:
     cost_per_gb_hour: float = 0.0042
     memory_step: float = 1.0
     """GB added or removed by one memory action."""
+    batch_size_max: int | None = None
+    """Largest batch size a trial or a plan may use (None: no bound). Probes and plans step
+    past the measured batch sizes; a much larger batch also changes the optimisation, which
+    cloudopt does not judge, so a user who knows where convergence suffers sets this."""
 
     def __post_init__(self) -> None:
         if self.gpu_count_max is None:
@@ -260,6 +264,9 @@ class ResourceConfig:
                    f"[resources].{name}", "must be a non-negative integer", v)
         _check(self.cpu_count_min >= 1, "[resources].cpu_count_min", "must be >= 1",
                self.cpu_count_min)
+        v = self.batch_size_max
+        _check(v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 1),
+               "[resources].batch_size_max", "must be a positive integer", v)
         for name in ("memory_min", "memory_max", "memory_step"):
             v = getattr(self, name)
             _check(isinstance(v, (int, float)) and v > 0, f"[resources].{name}", "must be > 0", v)

@@ -56,15 +56,18 @@ def _alloc(value: Any) -> Allocation:
     return Allocation(**value) if isinstance(value, dict) else value
 
 
-def _batches(trials: Sequence[TrialSummary]) -> list[int]:
+def _batches(trials: Sequence[TrialSummary], most: int | None = None) -> list[int]:
     """The batch sizes a probe may try: powers of two over the measured range and one step
     beyond it on each side (where the model extrapolates, so its spread is wide), and the
-    measured sizes themselves. A single measured size is the script's own: kept as is."""
+    measured sizes themselves; none above ``most`` (``[resources].batch_size_max``) that was
+    not measured. A single measured size is the script's own: kept as is."""
     measured = sorted({int(t.allocation.batch_size) for t in trials
                        if t.ok and t.allocation.batch_size})
     if len(measured) < 2:
         return measured
     lo, hi = max(1, measured[0] // 2), measured[-1] * 2
+    if most is not None:
+        hi = min(hi, most)
     grid = {1 << k for k in range(31) if lo <= (1 << k) <= hi}
     return sorted(grid | set(measured))
 
@@ -89,7 +92,8 @@ def _probe_by_improvement(opt: Any, env_config: Any, trials: list[TrialSummary],
     best = measured["objective"].min()
     norm = measured[["job_cost", "job_time_s", "resource_share"]].min().to_numpy()
     gpu_range = model.meta.get("fitted_gpu_range")
-    candidates = candidate_grid(opt.config, _batches(trials), gpu_range)
+    candidates = candidate_grid(opt.config, _batches(trials, opt.config.resources.batch_size_max),
+                                gpu_range)
     if not candidates:
         return None
     samples = objective_samples(

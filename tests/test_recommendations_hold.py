@@ -216,3 +216,30 @@ def test_repeats_of_a_setting_are_judged_by_their_mean():
     assert best.trial_id == "a" and row["job_time_s"] == 12.0
     # the memory of a repeated setting is sized from the larger of its peaks
     assert table.set_index("trial_id").loc["confirm-0-b", "mem_gb_peak"] == 1.4
+
+
+def test_batch_size_max_bounds_probes_plans_and_acquisition():
+    from envs import CloudEnvironment
+    from optimizer.baseline import plan_baseline
+    from optimizer.calibrate import env_config_from_trials
+    from optimizer.errors import ConfigError
+    from optimizer.refine import _batches
+
+    cfg = load_config(overrides={"resources": {"gpu_count_min": 1, "gpu_count_max": 1,
+                                               "cpu_count_min": 1, "cpu_count_max": 16,
+                                               "memory_max": 64.0, "batch_size_max": 256}})
+    assert cfg.resources.batch_size_max == 256
+    probes = plan_baseline(cfg.resources, 8, reference_batch=128)
+    assert {a.batch_size for a in probes} - {None} and all(
+        a.batch_size is None or a.batch_size <= 256 for a in probes)
+    trials = _resnet_trials()  # measured at batch 64 and 256 (and the default)
+    measured = {t.allocation.batch_size for t in trials if t.allocation.batch_size}
+    # Probes by expected improvement stop at the bound; unbounded they step one power past.
+    assert max(_batches(trials)) == 2 * max(measured)
+    assert max(_batches(trials, 256)) == 256
+    env = env_config_from_trials(trials, resources=cfg.resources, preference="cost",
+                                 total_samples=1.28e6)
+    plans = list(CloudEnvironment(env).actions.grid.batch_size)
+    assert max(plans) <= 256 and min(plans) < min(measured)  # still a step below
+    with pytest.raises(ConfigError, match="batch_size_max"):
+        load_config(overrides={"resources": {"batch_size_max": 0}})

@@ -54,6 +54,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--train-args", default=None, help="arguments passed to the script (quoted)")
     p.add_argument("--batch-size-arg", default=None, metavar="FLAG",
                    help="flag that sets the script's batch size (e.g. --batch_size or --bs={})")
+    p.add_argument("--batch-size-max", type=int, default=None, metavar="N",
+                   help="largest batch size a trial or plan may use ([resources].batch_size_max;"
+                   " default: no bound)")
     p.add_argument("--batch-size-env", default=None, metavar="NAME",
                    help="environment variable the script reads its batch size from (e.g. "
                    "BATCH_SIZE), for scripts without a batch-size flag")
@@ -104,6 +107,7 @@ def _load(args: argparse.Namespace) -> OptimizerConfig:
     overrides = {
         "sla": {"time_max": args.time_max, "cost_max": args.cost_max,
                 "throughput_min": args.throughput_min},
+        "resources": {"batch_size_max": args.batch_size_max},
         "run": {"baseline_samples": args.baseline_samples, "refine_rounds": args.refine_rounds,
                 "probe_seconds": args.probe_seconds if args.probe_seconds else None,
                 "executor": args.executor, "ray_address": args.ray_address},
