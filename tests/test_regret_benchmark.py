@@ -120,6 +120,8 @@ def test_summary_counts_failures_as_the_worst():
 
 
 def test_effective_cell_keeps_a_batch_cloudopt_cannot_reach():
+    import dataclasses
+
     from regret_peers import effective_cell
     from regret_truth import load_workloads
 
@@ -127,7 +129,11 @@ def test_effective_cell_keeps_a_batch_cloudopt_cannot_reach():
 
     ws = {w.name: w for w in load_workloads()}
     a = Allocation(0, 1, 2.0, 1024)
-    assert effective_cell(ws["envbatch"], a).batch == ws["envbatch"].default_batch
+    # envbatch's own $BATCH_SIZE is reached through --batch-size-env; without it, it is not.
+    assert effective_cell(ws["envbatch"], a).batch == 1024
+    blind = dataclasses.replace(ws["envbatch"], cloudopt_args="--total-samples 180000")
+    assert not blind.cloudopt_reaches_batch() and ws["envbatch"].cloudopt_reaches_batch()
+    assert effective_cell(blind, a).batch == ws["envbatch"].default_batch
     assert effective_cell(ws["mlp"], a).batch == 1024
     assert effective_cell(ws["cnn"], a).workers == ws["cnn"].default_workers
     assert effective_cell(ws["mlp"], Allocation(0, 1, 2.0, None)).batch == 128
