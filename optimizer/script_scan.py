@@ -188,8 +188,7 @@ def flag_default(tree: ast.Module, flag: str) -> int | None:
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
-        func = node.func
-        method = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        method = _name(node.func)
         kw = {k.arg: k.value for k in node.keywords if k.arg}
         names = [a.value for a in node.args if isinstance(a, ast.Constant)
                  and isinstance(a.value, str)]
@@ -215,29 +214,23 @@ def env_default(tree: ast.Module, variable: str) -> int | None:
     return None
 
 
+def _name(node: ast.AST | None) -> str:
+    """``x`` of ``x`` or ``a.b.x`` (a called function, an attribute's owner), else ``""``."""
+    return node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+
+
 def _env_read(node: ast.AST) -> str | None:
     """The variable a node reads from the environment: ``os.environ.get("X")``,
     ``os.getenv("X")``, ``environ.get("X")`` or ``os.environ["X"]``."""
     if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
-        func = node.func
-        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-        owner = getattr(func, "value", None)
-        owner_name = (owner.attr if isinstance(owner, ast.Attribute)
-                      else getattr(owner, "id", ""))
-        if name == "getenv" or (name == "get" and owner_name == "environ"):
+        name, owner = _name(node.func), _name(getattr(node.func, "value", None))
+        if name == "getenv" or (name == "get" and owner == "environ"):
             value = node.args[0].value
             return value if isinstance(value, str) else None
     if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
-        owner = node.value
-        owner_name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
-        if owner_name == "environ" and isinstance(node.slice.value, str):
+        if _name(node.value) == "environ" and isinstance(node.slice.value, str):
             return node.slice.value
     return None
-
-
-def _call_name(node: ast.Call) -> str:
-    func = node.func
-    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
 
 
 def batch_knobs(tree: ast.Module) -> dict[str, list[str]]:
@@ -250,7 +243,7 @@ def batch_knobs(tree: ast.Module) -> dict[str, list[str]]:
         var = _env_read(node)
         if var and "batch" in var.lower() and var != "OPTIMIZER_BATCH_SIZE" and var not in env:
             env.append(var)
-        if isinstance(node, ast.Call) and _call_name(node) in ("add_argument", "option"):
+        if isinstance(node, ast.Call) and _name(node.func) in ("add_argument", "option"):
             for a in node.args:
                 if (isinstance(a, ast.Constant) and isinstance(a.value, str)
                         and a.value.startswith("-") and "batch" in a.value.lower()
