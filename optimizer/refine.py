@@ -16,7 +16,9 @@ Round ``k`` (``[run].refine_rounds`` of them) of :func:`refine`:
    model. Agreement between prediction and measurement at the plan alone does not end it: the
    model can be right there and wrong elsewhere.
 
-The recommendation is then the best *measured* trial (:func:`optimizer.trial_choice.best_measured`),
+The settings that measured within 15% of the best are then decided in a run-off of
+back-to-back runs (:mod:`optimizer.runoff`), and the recommendation is the best *measured*
+trial (:func:`optimizer.trial_choice.best_measured`), by the run-off's runs where there was one,
 with its memory right-sized, so it is never worse than a trial already run.
 """
 
@@ -25,8 +27,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from optimizer.acquisition import (
     bootstrap_models,
@@ -38,12 +38,12 @@ from optimizer.acquisition import (
 )
 from optimizer.allocation import Allocation
 from optimizer.records import TrialSummary
+from optimizer.runoff import runoff
 from optimizer.trial_choice import (
     best_measured,
     objective_table,
     recommended_allocation,
     same_setting,
-    separated,
 )
 from optimizer.workload_fit import measurements_from_trials
 
@@ -198,9 +198,11 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
             twin = _twin(t, trials)  # a repeat of a setting this run measured is credited alike
             proposer[t.trial_id] = (proposer.get(twin, "") if twin != t.trial_id
                                     else "an-earlier-run")
-    for trial in _confirm(opt, manager, trials, total, run_dir, opts, batch_settable, rounds):
+    n_before = len(trials)
+    block = runoff(opt, manager, trials, total, run_dir, opts, batch_settable, rounds)
+    for trial in trials[n_before:]:
         proposer[trial.trial_id] = proposer.get(_twin(trial, trials), "")
-    final, best_row = best_measured(trials, cfg, opt.user_preference)
+    final, best_row = best_measured(trials, cfg, opt.user_preference, runoff=block)
     from_plan = proposer.get(final.trial_id) or None
     rec = dict(rec)
     rec["planned_allocation"] = rec.get("allocation")
@@ -208,7 +210,9 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
     rec["agent"] = from_plan or "baseline-trial"
     rec["final_trial"] = final.trial_id
     rec["rounds"] = rounds
-    peak = float(best_row.get("mem_gb_peak", final.mem_gb_peak))
+    peak = max([float(best_row.get("mem_gb_peak", final.mem_gb_peak))]  # every run of it
+               + [t.mem_gb_peak for t in trials if t.ok and same_setting(t.allocation,
+                                                                         final.allocation)])
     rec["memory"] = {"peak_gb": peak, "request_gb": rec["allocation"].memory_gb,
                      "slack": 1 - peak / rec["allocation"].memory_gb}
     # What the recommendation costs as requested: the final trial's measured time, priced at the
@@ -220,82 +224,17 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
     rec["choice"] = (
         f"the best measured trial for the preference is {final.trial_id} "
         f"({'proposed by ' + from_plan if from_plan else 'a baseline trial'}); "
-        f"objective {best_row['objective']:.4g} over {len(trials)} trials")
+        + (f"it won the run-off of {len(block)} back-to-back runs (objective "
+           f"{best_row['objective']:.4g} there) over {len(trials)} trials" if block else
+           f"objective {best_row['objective']:.4g} over {len(trials)} trials"))
+    rec["runoff"] = block
     rec.setdefault("notes", []).append(rec["choice"])
     return rec, final, trials
 
 
-CONFIRM_BAND = 0.15
-"""When the runner-up's measured objective is within this share of the best one, both are
-measured once more and judged by their mean: one run on a shared machine can be 20% off, and
-picking the best of several single runs favours the luckiest one."""
-SHARED_SLOWDOWN = 0.15
-"""How much slower a trial may have run beside others than alone. Two 1-CPU trials of the
-example side by side on a 2-core machine measured -3% to +4% against alone over repeats, and
--15% in a single pair (``benchmarks/parallel_trials.py``): interference and one run's noise
-together. Settings measured only beside others are ranked as if this much faster before the
-confirmations are chosen, so that one the slowdown hid is still measured alone."""
-
-
 def _twin(trial: TrialSummary, trials: Sequence[TrialSummary]) -> str:
-    """The first trial of the same setting (whose proposer a confirmation inherits)."""
+    """The first trial of the same setting (whose proposer a repeat inherits)."""
     return next(t.trial_id for t in trials if same_setting(t.allocation, trial.allocation))
-
-
-RACE_REPEATS = 3
-"""At most this many runs of a setting: while the two best stay within each other's noise
-(:func:`optimizer.trial_choice.separated`), both are measured again, up to this count."""
-
-
-def _to_confirm(table: Any) -> list[tuple[Any, str]]:
-    """The settings to measure again, and why: the best one and a runner-up within
-    :data:`CONFIRM_BAND` (once more each, judged by the mean; again, up to
-    :data:`RACE_REPEATS` runs, while the two cannot be told apart), and any of them measured
-    only beside other trials (alone now, judged by that run)."""
-    if table.empty:
-        return []
-    hopeful = table["objective"] / np.where(table["alone"], 1.0, 1.0 + SHARED_SLOWDOWN)
-    table = table.assign(_hopeful=hopeful).sort_values("_hopeful").reset_index(drop=True)
-    close = len(table) >= 2 and (table["_hopeful"].iloc[1]
-                                 <= table["_hopeful"].iloc[0] * (1 + CONFIRM_BAND))
-    tied = close and not separated(table.iloc[0], table.iloc[1])
-    out = []
-    for _, row in table.head(2 if close else 1).iterrows():
-        n = row.get("replicates", 1)
-        if not row["alone"]:
-            out.append((row, f"{row['trial_id']} ran beside other trials: measured again alone"))
-        elif close and n < 2:
-            out.append((row, f"the two best settings are within {CONFIRM_BAND:.0%}: "
-                             f"{row['trial_id']} measured again, judged by the mean"))
-        elif tied and n < RACE_REPEATS:
-            out.append((row, f"the two best settings are still within each other's noise "
-                             f"after {n} runs: {row['trial_id']} measured again"))
-    return out
-
-
-def _confirm(opt: Any, manager: Any, trials: list[TrialSummary], total: float | None,
-             run_dir: Path, opts: Any, batch_settable: bool,
-             rounds: list[dict[str, Any]]) -> list[TrialSummary]:
-    """Measure again what :func:`_to_confirm` picks, round after round until it picks
-    nothing (each run alone, since the closed loop runs one trial at a time); returns the new
-    trials (also appended to ``trials``)."""
-    added: list[TrialSummary] = []
-    for _ in range(RACE_REPEATS + 1):  # bounded: each round adds a run to a setting
-        picks = _to_confirm(objective_table(trials, opt.config, opt.user_preference))
-        if not picks:
-            break
-        for row, why in picks:
-            alloc = next(t.allocation for t in trials if t.trial_id == row["trial_id"])
-            trial = opt._measure(manager, alloc, f"confirm-{len(added)}", run_dir, opts, total)
-            trial = opt._label_batch(trial, run_dir / "trials" / trial.trial_id,
-                                     batch_settable)
-            trials.append(trial)
-            added.append(trial)
-            rounds.append({"round": len(rounds), "proposed_by": "confirmation",
-                           "planned": alloc, "measured_allocation": alloc,
-                           "trial": trial.trial_id, "status": trial.status,
-                           "measured_throughput": trial.throughput, "why": why})
-    return added
 
 
 def _round_row(k: int, rec: dict[str, Any], planned: Allocation, choice: Allocation, why: str,

@@ -175,11 +175,19 @@ def separated(a: Any, b: Any) -> bool:
 
 
 def best_measured(trials: Sequence[TrialSummary], config: OptimizerConfig,
-                  preference: str | Sequence[float]) -> tuple[TrialSummary, dict[str, Any]]:
+                  preference: str | Sequence[float],
+                  runoff: Sequence[str] = ()) -> tuple[TrialSummary, dict[str, Any]]:
     """The trial with the lowest measured objective and its row of :func:`objective_table`
-    (ties: the earlier trial): never a setting measured worse than another. Raises
-    ValueError when no trial is usable."""
-    table = objective_table(trials, config, preference)
+    (ties: the earlier trial): never a setting measured worse than another. ``runoff``: the ids
+    of a run-off's trials (:mod:`optimizer.runoff`); when any of them is usable, the choice is
+    made by those runs alone, all taken in the same hour. Raises ValueError when no trial is
+    usable."""
+    table = pd.DataFrame()
+    if runoff:
+        ids = set(runoff)
+        table = objective_table([t for t in trials if t.trial_id in ids], config, preference)
+    if table.empty:
+        table = objective_table(trials, config, preference)
     if table.empty:
         raise ValueError("no usable trial")
     row = table.iloc[int(np.argmin(table["objective"].to_numpy()))].to_dict()

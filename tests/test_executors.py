@@ -15,7 +15,7 @@ from optimizer.errors import CloudoptError, ConfigError
 from optimizer.executors import make_executor, record_concurrency
 from optimizer.executors.base import overlapping
 from optimizer.records import TrialSummary
-from optimizer.refine import _to_confirm
+from optimizer.runoff import contenders, runoff, still_in
 from optimizer.trial_choice import best_measured, objective_table
 
 
@@ -91,19 +91,16 @@ def test_a_setting_measured_alone_counts_by_its_runs_alone():
     assert best.trial_id == "confirm"
 
 
-def test_settings_that_decide_are_measured_again_alone():
+def test_settings_that_decide_go_to_the_runoff():
     cfg = load_config()
     # Beside others, b128 ran 12% slower than b64 alone: within reach once the slowdown is
-    # allowed for, so both are measured again (b128 alone; b64 within the band).
+    # allowed for, so both go to the run-off (b32, far behind, does not).
     trials = [_trial("b64", 2, 64, 100, 0, 10),
               _trial("b128", 1, 128, 88, 0, 10, concurrent_with=["b32"]),
               _trial("b32", 1, 32, 40, 0, 10, concurrent_with=["b128"])]
-    picks = _to_confirm(objective_table(trials, cfg, "time"))
-    assert [row["trial_id"] for row, _ in picks] == ["b128", "b64"]
-    assert "measured again alone" in picks[0][1] and "within 15%" in picks[1][1]
-    # Everything alone and far apart: nothing to confirm.
+    assert list(contenders(objective_table(trials, cfg, "time"))["trial_id"]) == ["b128", "b64"]
     alone = [_trial("fast", 2, 64, 100, 0, 10), _trial("slow", 1, 64, 50, 10, 20)]
-    assert _to_confirm(objective_table(alone, cfg, "time")) == []
+    assert list(contenders(objective_table(alone, cfg, "time"))["trial_id"]) == ["fast"]
 
 
 def test_executor_choice_is_checked():
@@ -134,14 +131,59 @@ def test_main_command_without_ray_fails_cleanly(tmp_path, repo_root, monkeypatch
     assert time.monotonic() - t0 < 60
 
 
-def test_the_two_best_are_raced_while_within_noise_up_to_three_runs():
+def test_a_runoff_contender_leaves_once_separated_from_the_leader():
     cfg = load_config()
-    two_each = [_trial("a1", 2, 64, 100, 0, 10), _trial("a2", 2, 64, 96, 10, 20),
-                _trial("b1", 1, 64, 98, 20, 30), _trial("b2", 1, 64, 95, 30, 40)]
-    picks = _to_confirm(objective_table(two_each, cfg, "time"))
-    assert len(picks) == 2 and all("still within each other's noise" in w for _, w in picks)
-    three_each = two_each + [_trial("a3", 2, 64, 99, 40, 50), _trial("b3", 1, 64, 97, 50, 60)]
-    assert _to_confirm(objective_table(three_each, cfg, "time")) == []  # the race is over
+    apart = [_trial("a1", 2, 64, 100, 0, 10), _trial("b1", 1, 64, 80, 10, 20),
+             _trial("a2", 2, 64, 98, 20, 30), _trial("b2", 1, 64, 79, 30, 40)]
+    assert list(still_in(objective_table(apart, cfg, "time"))["trial_id"]) == ["a2"]
+    close = [_trial("a1", 2, 64, 100, 0, 10), _trial("b1", 1, 64, 97, 10, 20),
+             _trial("a2", 2, 64, 96, 20, 30), _trial("b2", 1, 64, 99, 30, 40)]
+    assert len(still_in(objective_table(close, cfg, "time"))) == 2
+
+
+class _DriftingMachine:
+    """A fake optimizer whose machine slows down by 10% an hour; ``speed`` holds each
+    setting's throughput on the machine at full speed. Runs are recorded by name."""
+
+    def __init__(self, speed, start_hour=0):
+        self.config, self.user_preference = load_config(), "time"
+        self.speed, self.hour, self.recorded = speed, start_hour, {}
+
+    def _measure(self, manager, alloc, prefix, run_dir, opts, total):
+        name = f"{prefix}-{alloc.key()}"
+        if name not in self.recorded:
+            self.hour += 1
+            thr = self.speed[alloc.batch_size] / (1 + 0.1 * self.hour)
+            t = _trial(name, alloc.cpus, alloc.batch_size, thr, 0, 1)
+            t.started_at = f"2026-01-01T{self.hour:02d}:00:00.000+00:00"
+            self.recorded[name] = t
+        return self.recorded[name]
+
+    def _label_batch(self, trial, path, settable):
+        return trial
+
+
+def test_the_runoff_measures_the_contenders_back_to_back_and_decides_alone(tmp_path):
+    cfg = load_config()
+    # b64 is 8% faster, but it was probed in a slow hour and b128 in a fast one: pooled over
+    # hours, b128 looks better; measured back to back, b64 wins.
+    earlier = [_trial("b64", 1, 64, 92, 0, 1), _trial("b128", 1, 128, 100, 0, 1)]
+    machine = _DriftingMachine({64: 108, 128: 100})
+    trials, rounds = list(earlier), []
+    block = runoff(machine, None, trials, None, tmp_path, None, True, rounds)
+    assert len(block) >= 4 and all(r["proposed_by"] == "run-off" for r in rounds)
+    ran = [t.allocation.batch_size for t in trials[2:]]
+    assert ran[:4] == [128, 64, 64, 128]  # every round runs both, the order rotating
+    assert best_measured(trials, cfg, "time", runoff=block)[0].allocation.batch_size == 64
+    # Resumed: the same contenders, every run reloaded as recorded, nothing measured again.
+    hour = machine.hour
+    again = list(earlier)
+    assert runoff(machine, None, again, None, tmp_path, None, True, []) == block
+    assert machine.hour == hour
+    # One setting far ahead: no run-off, the choice is made over all trials.
+    lone = [_trial("b64", 1, 64, 150, 0, 1), _trial("b128", 1, 128, 100, 0, 1)]
+    assert runoff(_DriftingMachine({64: 150, 128: 100}), None, lone, None, tmp_path, None, True,
+                  []) == []
 
 
 def test_trial_folders_of_dead_workers_are_removed(tmp_path):

@@ -102,9 +102,11 @@ def test_recommendation_is_the_best_measured_trial_with_right_sized_memory(tiny_
     out, _ = tiny_run
     rec = json.loads((out / "recommendation.json").read_text())
     trials = list(iter_trials(out))
-    table = objective_table(trials, load_config(), "cost")
+    # never worse than a trial already measured: by the run-off's back-to-back runs where the
+    # best settings measured close, else by all trials
+    judged = [t for t in trials if t.trial_id in set(rec["runoff"])] or trials
+    table = objective_table(judged, load_config(), "cost")
     final = table.set_index("trial_id").loc[rec["final_trial"]]
-    # never worse than a trial already measured
     assert final["objective"] <= table["objective"].min() + 1e-12
     assert rec["optimized"]["trial"] == rec["final_trial"]
     chosen = next(t for t in trials if t.trial_id == rec["final_trial"])
