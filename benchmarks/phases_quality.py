@@ -125,6 +125,7 @@ def evaluate(traces, stages, train_idx, test_idx, seed: int, spec: str, args) ->
         "device": "cpu",
         "delay": args.delay,
         "lr": args.lr,
+        "n_hidden": args.hidden,
     }
     if args.epochs is not None:
         params["epochs"] = args.epochs
@@ -202,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preprocess", default="none", help="PhaseDetector's preprocess")
     parser.add_argument("--epochs", type=int, default=None, help="CRBM epochs (default model's)")
     parser.add_argument("--phases", type=int, default=5)
+    parser.add_argument("--hidden", type=int, default=10, help="CRBM hidden units")
     parser.add_argument("--delay", type=int, default=3, help="history length (all methods)")
     parser.add_argument("--lr", type=float, default=1e-3, help="CRBM learning rate")
     parser.add_argument("--stay", type=float, default=0.99, help="smoother's stay_prob")

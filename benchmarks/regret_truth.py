@@ -180,7 +180,10 @@ class TruthStore:
                          on_grid=on_grid)
 
     def _run(self, cell: Cell, rep: int) -> TrialSummary:
-        trial_dir = self.cell_dir(cell) / f"rep{rep}"
+        return self.run_in(cell, self.cell_dir(cell) / f"rep{rep}")
+
+    def run_in(self, cell: Cell, trial_dir: Path) -> TrialSummary:
+        """One full run of ``cell`` recorded in ``trial_dir`` (reloaded when recorded)."""
         if (trial_dir / "summary.json").exists():
             return TrialSummary.load(trial_dir)
         w = self.w

@@ -147,3 +147,20 @@ def test_optuna_peer_searches_the_grid():
     pick = optuna_pick(t, 3, "cost", seed=0, sampler="tpe")
     assert pick.trials == 3 and pick.cell in t.cells
     assert pick.search_s >= 3 * 50.0
+
+
+def test_paired_regret_judges_both_cells_by_their_runs_of_the_same_hour():
+    from regret_rejudge import paired_regret
+
+    t = truth()
+    pick, best = Cell(0, 2, 64), Cell(0, 2, 128)  # the truth: 60 s against 52 s
+    out = paired_regret(t, "time", pick, 1.25, best, [(50.0, 1.0), (49.0, 1.0), (51.0, 1.1)],
+                        [(55.0, 2.0), (56.0, 2.0), (54.0, 2.1)])
+    assert out["regret_paired"] == pytest.approx(50.0 / 55.0 - 1.0)  # medians, this hour
+    assert out["time_ratio_per_round"] == [round(50 / 55, 3), round(49 / 56, 3), round(51 / 54, 3)]
+    cost = paired_regret(t, "cost", pick, 1.25, best, [(50.0, 1.0)], [(50.0, 2.0)])
+    hourly = {m: 2 * PRICES.cpu_hour + m * PRICES.gb_hour for m in (1.25, 2.0)}
+    assert cost["regret_paired"] == pytest.approx(hourly[1.25] / hourly[2.0] - 1.0)
+    # a request below the peak the paired runs reached is out of memory: no regret figure
+    oom = paired_regret(t, "cost", pick, 1.0, best, [(50.0, 1.2)], [(50.0, 2.0)])
+    assert oom["regret_paired"] is None
