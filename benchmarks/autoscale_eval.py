@@ -180,7 +180,15 @@ def sweep(data: Path, detector_params: dict) -> dict:
     return out
 
 
-def lowo(data: Path, seeds: list[int], detector_params: dict) -> dict:
+def cold(args: argparse.Namespace, dataset: str) -> dict:
+    """``evaluate_file``'s cold-start keywords for a data set: ``previous-run`` needs the
+    workload column, which only dl-traces has (the AI4DL samples keep the pooled rule)."""
+    if args.cold_start == "previous-run":
+        return {"cold_start": "previous-run", "job": "workload"} if dataset == "dl-traces" else {}
+    return {"cold_start": args.cold_start} if args.cold_start else {}
+
+
+def lowo(data: Path, seeds: list[int], detector_params: dict, cold_kw: dict | None = None) -> dict:
     """dl-traces leave-one-workload-out, per seed: metrics per fold and pooled (summaries)."""
     from phases.evaluate import evaluate_file
     from phases.evaluate_metrics import score_plans
@@ -191,7 +199,8 @@ def lowo(data: Path, seeds: list[int], detector_params: dict) -> dict:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             result = evaluate_file(
-                **kw, seed=seed, group="workload", detector_params=detector_params
+                **kw, seed=seed, group="workload", detector_params=detector_params,
+                **(cold_kw or {}),
             )
         groups = result.settings["groups"]
         folds = {}
@@ -312,6 +321,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="write reports and plots here")
     parser.add_argument("--json", type=Path, default=None, help="write the figures as JSON")
     parser.add_argument(
+        "--cold-start",
+        choices=("pooled", "first-cycle", "previous-run"),
+        default=None,
+        help="first-cycle rule of every practical policy (default: pooled); previous-run: "
+        "the peak of the same workload's previous execution (dl-traces only)",
+    )
+    parser.add_argument(
         "--nested",
         action="store_true",
         help="check phase-adaptive's options by nested leave-one-workload-out",
@@ -341,7 +357,9 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                result = evaluate_file(**kw, seed=seed, detector_params=detector_params)
+                result = evaluate_file(
+                    **kw, seed=seed, detector_params=detector_params, **cold(args, name)
+                )
             wall = time.perf_counter() - t0
             key = label if len(runs) == 1 else f"{label}/seed{seed}"
             split = (
@@ -380,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
             }
             if args.out is not None:
                 write_outputs(result, args.out / key.replace("/", "-"))
-    report["lowo"] = lowo(args.data, seeds, detector_params)
+    report["lowo"] = lowo(args.data, seeds, detector_params, cold(args, "dl-traces"))
     report["overview"] = print_overview(report, seeds)
     total = time.perf_counter() - started
     cpu = time.process_time() - cpu_started

@@ -38,7 +38,7 @@ from optimizer.acquisition import (
 )
 from optimizer.allocation import Allocation
 from optimizer.records import TrialSummary
-from optimizer.runoff import runoff
+from optimizer.runoff import runoff, standings
 from optimizer.trial_choice import (
     best_measured,
     objective_table,
@@ -203,6 +203,7 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
     for trial in trials[n_before:]:
         proposer[trial.trial_id] = proposer.get(_twin(trial, trials), "")
     final, best_row = best_measured(trials, cfg, opt.user_preference, runoff=block)
+    table = standings(trials, block, cfg, opt.user_preference)
     from_plan = proposer.get(final.trial_id) or None
     rec = dict(rec)
     rec["planned_allocation"] = rec.get("allocation")
@@ -224,10 +225,12 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
     rec["choice"] = (
         f"the best measured trial for the preference is {final.trial_id} "
         f"({'proposed by ' + from_plan if from_plan else 'a baseline trial'}); "
-        + (f"it won the run-off of {len(block)} back-to-back runs (objective "
-           f"{best_row['objective']:.4g} there) over {len(trials)} trials" if block else
+        + (f"it won the run-off of {len(block)} back-to-back runs ("
+           + ", ".join(f"{r['setting']} {r['objective']:.4g} over {r['runs']} runs"
+                       for r in table) + f") among {len(trials)} trials" if block else
            f"objective {best_row['objective']:.4g} over {len(trials)} trials"))
     rec["runoff"] = block
+    rec["runoff_standings"] = table
     rec.setdefault("notes", []).append(rec["choice"])
     return rec, final, trials
 

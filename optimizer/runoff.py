@@ -128,5 +128,18 @@ def runoff(opt: Any, manager: Any, trials: list[TrialSummary], total: float | No
     return [t.trial_id for t in done]
 
 
+def standings(trials: list[TrialSummary], block: list[str], config: Any,
+              preference: Any) -> list[dict[str, Any]]:
+    """The run-off's settings, best first: each one's objective, job seconds and runs there."""
+    ids = set(block)
+    table = objective_table([t for t in trials if t.trial_id in ids], config, preference)
+    if table.empty:
+        return []
+    table = table.sort_values("objective")
+    return [{"setting": next(t.allocation for t in trials if t.trial_id == row["trial_id"]).key(),
+             "objective": float(row["objective"]), "job_time_s": float(row["job_time_s"]),
+             "runs": int(row.get("replicates", 1))} for _, row in table.iterrows()]
+
+
 __all__ = ["CONFIRM_BAND", "RUNOFF_ROUNDS", "RUNOFF_SIZE", "SHARED_SLOWDOWN", "contenders",
-           "runoff", "still_in"]
+           "runoff", "standings", "still_in"]

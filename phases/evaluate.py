@@ -27,6 +27,7 @@ import numpy as np
 
 from optimizer.errors import CloudoptError
 from phases.evaluate_data import (
+    attach_previous_runs,
     group_folds,
     kfold_executions,
     load_executions,
@@ -182,6 +183,7 @@ def evaluate_file(
     folds: int = 0,
     group: str | None = None,
     cold_start: str | None = None,
+    job: str | None = None,
     quiet: bool = True,
 ) -> EvaluationResult:
     """Read a trace file, split it, fit or load the phase model, and evaluate the policies.
@@ -196,6 +198,9 @@ def evaluate_file(
     ``group`` (a column of the trace file, e.g. ``"workload"``) replaces both by
     leave-one-group-out: one fold per group, tested by policies and phase models fitted on the
     other groups' executions only (``settings["groups"]`` maps each execution to its group).
+    ``cold_start="previous-run"`` reads which job each execution is a run of from the column
+    ``job`` (default: ``group``) and gives every practical policy the previous run's peak as
+    the first cycle's allocation.
     """
     started = _time.perf_counter()
     # a saved model (``phases fit``) was fitted on the features as read
@@ -207,6 +212,14 @@ def evaluate_file(
         policies, policy_params, phase_features=phase_features, cold_start=cold_start
     )
     groups = read_groups(traces, exec_id, group) if group else None
+    with_prior = None
+    if cold_start == "previous-run":
+        if not (job or group):
+            raise CloudoptError(
+                "cold_start='previous-run' needs the column naming each execution's job "
+                "(job=... or group=...)"
+            )
+        with_prior = attach_previous_runs(executions, read_groups(traces, exec_id, job or group))
     if groups is not None:
         splits = group_folds(executions, groups)
     elif folds >= 2:
@@ -228,6 +241,7 @@ def evaluate_file(
         "seed": seed,
         "tolerance": tolerance,
         "cold_start": cold_start or "pooled",
+        "with_previous_run": with_prior,
         "train_ids": [[e.exec_id for e in tr] for tr, _ in splits],
         "test_ids": [e.exec_id for _, te in splits for e in te],
         "sampling_period_s": float(np.median(np.concatenate(periods))) if periods else None,

@@ -71,6 +71,23 @@ def read_groups(path: str | Path, exec_id: str, group: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in zip(pairs[exec_id], pairs[group], strict=True)}
 
 
+def attach_previous_runs(executions: Sequence[Execution], jobs: dict[str, str]) -> int:
+    """Give each execution the usage of the previous run of the same job (``jobs``: execution
+    id → job, e.g. the workload column; runs in the order given) as
+    :attr:`Execution.prior_usage`; returns how many got one."""
+    last: dict[str, Execution] = {}
+    n = 0
+    for e in executions:
+        job = jobs.get(e.exec_id)
+        if job is None:
+            continue
+        before = last.get(job)
+        e.prior_usage = None if before is None else before.usage.copy()
+        n += before is not None
+        last[job] = e
+    return n
+
+
 def split_executions(
     executions: Sequence[Execution], test_fraction: float = 0.1, seed: int = 0
 ) -> tuple[list[Execution], list[Execution]]:

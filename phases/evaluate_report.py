@@ -147,11 +147,15 @@ def render_report(result: EvaluationResult, plot_exec: str) -> str:
             f"executions: {', '.join(e.exec_id for e in result.test)}"
         ),
         f"- phase model: {s.get('phase_model', 'not used')}",
-        "- first cycle of every practical policy (no history yet): mean + 2 std of "
+        "- first cycle of every practical policy (no history yet): "
         + (
-            "the training samples in their executions' first cycle"
+            "mean + 2 std of the training samples in their executions' first cycle"
             if s.get("cold_start") == "first-cycle"
-            else "all training samples"
+            else "the peak of the same job's previous run "
+            f"({s.get('with_previous_run')} executions had one; the others: mean + 2 std of "
+            "all training samples)"
+            if s.get("cold_start") == "previous-run"
+            else "mean + 2 std of all training samples"
         )
         + "; `after 1st cycle` columns leave that shared rule out",
         "- `Δ vs reactive-rules/vpa @ same under %`: the reference scaled by the smallest factor "

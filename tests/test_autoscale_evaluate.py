@@ -247,3 +247,13 @@ def test_cli_leaves_one_group_out(slice_csv, tmp_path):
     assert sorted(settings["test_ids"]) == sorted(groups)
     assert main([*argv[:-3], "--group", "no_such_column", "--out", str(tmp_path / "x"),
                  "--quiet"]) == 2
+    # a cold start from each job's previous run: every workload's runs after its first have one
+    prev = tmp_path / "prev"
+    assert main([*argv[:-3], "--cold-start", "previous-run", "--out", str(prev), "--quiet"]) == 0
+    settings = json.loads((prev / "settings.json").read_text())
+    assert settings["cold_start"] == "previous-run"
+    assert settings["with_previous_run"] == len(groups) - len(set(groups.values()))
+    assert "previous run" in (prev / "report.md").read_text()
+    plain = json.loads((out / "metrics.json").read_text())["reactive-rules"]["cpu_cores"]
+    warm = json.loads((prev / "metrics.json").read_text())["reactive-rules"]["cpu_cores"]
+    assert warm["over_allocation_pct"] != plain["over_allocation_pct"]  # the first cycles moved

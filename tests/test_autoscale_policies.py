@@ -90,6 +90,21 @@ def test_reactive_policies_lag_one_cycle_behind_a_step():
     assert fitted("reactive-max", [e]).plan(e)[0, 0] == pytest.approx(4.0)
     first = ReactiveMaxPolicy(cold_start="first-cycle").fit([e]).plan(e)[0, 0]
     assert first == pytest.approx(1.0)
+    # previous run: its peak, where the job has one; else the pooled rule
+    prior = ReactiveMaxPolicy(cold_start="previous-run").fit([e])
+    assert prior.plan(e)[0, 0] == pytest.approx(4.0)
+    e.prior_usage = np.array([[2.0, 4.0], [2.5, 3.0], [1.0, 2.0]])
+    assert prior.plan(e)[0].tolist() == [2.5, 4.0]
+    assert prior.plan(e)[1:, 0].tolist() == [1, 1, 1, 3, 3]  # later cycles unchanged
+
+
+def test_previous_runs_are_the_same_jobs_in_order():
+    from phases.evaluate_data import attach_previous_runs
+
+    runs = [trace(np.full(20, v), exec_id=f"e{i}") for i, v in enumerate((1.0, 2.0, 3.0))]
+    assert attach_previous_runs(runs, {"e0": "a", "e1": "b", "e2": "a"}) == 1
+    assert runs[0].prior_usage is None and runs[1].prior_usage is None
+    assert runs[2].prior_usage[:, 0].max() == 1.0  # e0, the job's run before it
 
 
 def test_reactive_rules_adds_two_std_of_the_last_cycle():

@@ -15,7 +15,7 @@ from optimizer.errors import CloudoptError, ConfigError
 from optimizer.executors import make_executor, record_concurrency
 from optimizer.executors.base import overlapping
 from optimizer.records import TrialSummary
-from optimizer.runoff import contenders, runoff, still_in
+from optimizer.runoff import contenders, runoff, standings, still_in
 from optimizer.trial_choice import best_measured, objective_table
 
 
@@ -175,6 +175,9 @@ def test_the_runoff_measures_the_contenders_back_to_back_and_decides_alone(tmp_p
     ran = [t.allocation.batch_size for t in trials[2:]]
     assert ran[:4] == [128, 64, 64, 128]  # every round runs both, the order rotating
     assert best_measured(trials, cfg, "time", runoff=block)[0].allocation.batch_size == 64
+    table = standings(trials, block, cfg, "time")
+    assert [r["setting"].endswith("b64") for r in table] == [True, False]
+    assert table[0]["objective"] < table[1]["objective"] and table[0]["runs"] >= 2
     # Resumed: the same contenders, every run reloaded as recorded, nothing measured again.
     hour = machine.hour
     again = list(earlier)

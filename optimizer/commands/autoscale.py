@@ -71,10 +71,17 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     ev.add_argument("--seed", type=int, default=0)
     ev.add_argument(
         "--cold-start",
-        choices=("pooled", "first-cycle"),
+        choices=("pooled", "first-cycle", "previous-run"),
         default="pooled",
         help="first-cycle allocation of every practical policy: mean + 2 std of all training "
-        "samples, or of the training samples in their executions' first cycle",
+        "samples, or of the training samples in their executions' first cycle, or the peak of "
+        "the same job's previous run (the job column: --job, else --group)",
+    )
+    ev.add_argument(
+        "--job",
+        default=None,
+        metavar="COL",
+        help="column naming the job each execution is a run of (for --cold-start previous-run)",
     )
     ev.add_argument(
         "--tolerance",
@@ -149,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
                 folds=args.folds,
                 group=args.group,
                 cold_start=args.cold_start,
+                job=args.job,
                 quiet=args.quiet,
             )
         except ValueError as exc:

@@ -4,10 +4,13 @@
 :class:`HistoryPolicy` is a practical one, shown only the samples before each cycle.
 
 Cold start: a history policy has nothing to go on in an execution's first cycle. All of them
-then allocate the same ``cold_start`` rule learned on the training executions: ``"pooled"``
-(default; mean + 2 std of all training samples, the rule of the reference figures in
-``../shared/data/README.md``) or ``"first-cycle"`` (mean + 2 std of the training samples that
-fall in their execution's first cycle).
+then allocate the same ``cold_start`` rule: ``"pooled"`` (default; mean + 2 std of all training
+samples, the rule of the reference figures in ``../shared/data/README.md``), ``"first-cycle"``
+(mean + 2 std of the training samples that fall in their execution's first cycle) or
+``"previous-run"`` (the peak of each resource in the same job's previous run, from its records
+(:attr:`Execution.prior_usage`), as a user who has run the job before would request; the
+pooled rule for a job's first run). Pooled statistics of jobs of different sizes fit none of
+them, and in short jobs the first cycle is a large share of the run.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from typing import ClassVar
 import numpy as np
 
 from phases.policies.execution import Execution, History
+
+COLD_STARTS = ("pooled", "first-cycle", "previous-run")
 
 
 def mean_plus_std(x: np.ndarray, n_std: float = 2.0) -> np.ndarray:
@@ -83,7 +88,7 @@ class HistoryPolicy(AutoscalingPolicy):
 
     Parameters
     ----------
-    cold_start : {"pooled", "first-cycle"}
+    cold_start : {"pooled", "first-cycle", "previous-run"}
         Rule for the first cycle (see the module docstring).
     """
 
@@ -93,16 +98,23 @@ class HistoryPolicy(AutoscalingPolicy):
     def fit(self, train: Sequence[Execution]) -> HistoryPolicy:
         if not train:
             raise ValueError(f"{self.name}: no training executions to fit on")
-        if self.cold_start == "pooled":
+        if self.cold_start in ("pooled", "previous-run"):
             pool = np.concatenate([e.usage for e in train])
         elif self.cold_start == "first-cycle":
             pool = np.concatenate([e.usage[e.cycle == 0] for e in train])
         else:
             raise ValueError(
-                f"cold_start must be 'pooled' or 'first-cycle', got {self.cold_start!r}"
+                f"cold_start must be one of {COLD_STARTS}, got {self.cold_start!r}"
             )
         self.cold_start_ = mean_plus_std(pool)
         return self
+
+    def first_allocation(self, execution: Execution) -> np.ndarray:
+        """The cold start of ``execution`` (its first cycle's allocation)."""
+        prior = execution.prior_usage
+        if self.cold_start == "previous-run" and prior is not None and len(prior):
+            return np.asarray(prior, dtype=np.float64).max(axis=0)
+        return self.cold_start_
 
     @abstractmethod
     def allocate(self, history: History) -> np.ndarray:
@@ -110,7 +122,7 @@ class HistoryPolicy(AutoscalingPolicy):
 
     def plan(self, execution: Execution) -> np.ndarray:
         alloc = np.empty((execution.n_cycles, execution.usage.shape[1]))
-        alloc[0] = self.cold_start_
+        alloc[0] = self.first_allocation(execution)
         for c in range(1, execution.n_cycles):
             alloc[c] = self.allocate(execution.history(c, alloc))
         return alloc

@@ -37,6 +37,9 @@ class Execution:
     phase_sets : dict of str to ndarray of shape (n_samples,)
         Phases from models fitted on different inputs (``"raw"``, ``"relative"`` features);
         the evaluation copies the one a policy asks for (``phase_features``) into ``phases``.
+    prior_usage : ndarray of shape (n_prior, n_resources), optional
+        The usage records of the same job's previous run, when there was one (what a policy
+        with the ``"previous-run"`` cold start allocates from in the first cycle).
     """
 
     exec_id: str
@@ -47,6 +50,7 @@ class Execution:
     features: np.ndarray | None = None
     phases: np.ndarray | None = None
     phase_sets: dict[str, np.ndarray] = field(default_factory=dict)
+    prior_usage: np.ndarray | None = None
 
     @classmethod
     def from_arrays(
