@@ -62,7 +62,10 @@ def test_no_training_process_outlives_the_optimizer(tmp_path, repo_root, sig):
         [sys.executable, "-m", "optimizer", "--train-file", str(script), "--preference", "cost",
          "--baseline-samples", "2", "--probe-seconds", "120", "--total-samples", "1000",
          "--output", str(out), "--quiet"],
-        cwd=repo_root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cwd=repo_root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        # Ctrl-C as a terminal delivers it: a suite started in the background of a
+        # non-interactive shell inherits SIGINT ignored, and Python keeps it ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     script_pid = child_pid = None
     try:
         script_pid, child_pid = _wait_for(lambda: _running_trial(out), 60, "the first trial")
