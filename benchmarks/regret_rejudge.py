@@ -79,7 +79,8 @@ def rejudge(rows: list[dict[str, Any]], grids: dict[str, Any], root: Path, round
         entry = {"script": script, "preference": pref, "recommended": pick.key(),
                  "optimum": best.key(), "regret_truth": row["regret"]}
         if pick == best or pick not in truth.cells:
-            entry.update(regret_paired=row["regret"], rounds=0, note="the optimum's cell")
+            entry.update(regret_paired=row["regret"], rounds=0,
+                         note="the optimum's cell" if pick == best else "not in the JSON's grid")
             out.append(entry)
             continue
         store = TruthStore(workloads[script], config, root)

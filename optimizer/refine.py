@@ -44,6 +44,7 @@ from optimizer.trial_choice import (
     objective_table,
     recommended_allocation,
     same_setting,
+    setting_peak,
 )
 from optimizer.workload_fit import measurements_from_trials
 
@@ -211,9 +212,7 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
     rec["agent"] = from_plan or "baseline-trial"
     rec["final_trial"] = final.trial_id
     rec["rounds"] = rounds
-    peak = max([float(best_row.get("mem_gb_peak", final.mem_gb_peak))]  # every run of it
-               + [t.mem_gb_peak for t in trials if t.ok and same_setting(t.allocation,
-                                                                         final.allocation)])
+    peak = setting_peak(final, trials)
     rec["memory"] = {"peak_gb": peak, "request_gb": rec["allocation"].memory_gb,
                      "slack": 1 - peak / rec["allocation"].memory_gb}
     # What the recommendation costs as requested: the final trial's measured time, priced at the

@@ -200,7 +200,13 @@ def recommended_allocation(trial: TrialSummary, trials: Sequence[TrialSummary],
     """The chosen trial's setting with right-sized memory; a batch size the script cannot be
     told is left to the script (None)."""
     a = trial.allocation
-    peak = max([t.mem_gb_peak for t in trials if t.ok and same_setting(t.allocation, a)]
-               + [trial.mem_gb_peak])  # the largest of its repeats
-    return Allocation(a.gpus, a.cpus, right_size_memory(peak, **_oom_kwargs(trials, a)),
+    return Allocation(a.gpus, a.cpus,
+                      right_size_memory(setting_peak(trial, trials), **_oom_kwargs(trials, a)),
                       a.batch_size if batch_settable else None)
+
+
+def setting_peak(trial: TrialSummary, trials: Sequence[TrialSummary]) -> float:
+    """The largest memory peak of ``trial`` and every usable run of its setting."""
+    return max([t.mem_gb_peak for t in trials if t.ok and same_setting(t.allocation,
+                                                                       trial.allocation)]
+               + [trial.mem_gb_peak])
