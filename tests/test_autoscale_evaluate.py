@@ -257,3 +257,16 @@ def test_cli_leaves_one_group_out(slice_csv, tmp_path):
     plain = json.loads((out / "metrics.json").read_text())["reactive-rules"]["cpu_cores"]
     warm = json.loads((prev / "metrics.json").read_text())["reactive-rules"]["cpu_cores"]
     assert warm["over_allocation_pct"] != plain["over_allocation_pct"]  # the first cycles moved
+
+
+def test_previous_run_cold_start_without_a_job_column_is_one_clear_error(slice_csv):
+    from optimizer.errors import CloudoptError
+    from phases.evaluate import evaluate_file
+
+    with pytest.raises(CloudoptError, match="needs the column naming each execution's job"):
+        evaluate_file(slice_csv, "exec_id", ["cpu_cores", "mem_gb"], time="time_s",
+                      cycle_s=5.0, policies=["reactive-rules"], cold_start="previous-run")
+    with pytest.raises(CloudoptError, match="cannot read group column 'no_such'"):
+        evaluate_file(slice_csv, "exec_id", ["cpu_cores", "mem_gb"], time="time_s",
+                      cycle_s=5.0, policies=["reactive-rules"], cold_start="previous-run",
+                      job="no_such")
