@@ -256,37 +256,44 @@ def print_overview(report: dict, seeds: list[int]) -> dict:
     return tables
 
 
-def nested_selection(data: Path, detector_params: dict) -> dict:
-    """phase-adaptive's options judged by nested leave-one-workload-out (seed 0).
+def nested_selection(data: Path, detector_params: dict, cold_kw: dict | None = None) -> dict:
+    """phase-adaptive's options judged by nested leave-one-workload-out (seed 0), per resource.
 
     For each held-out workload, the four fitting workloads are split leave-one-workload-out
-    again; an option's inner score is the mean over resources and inner folds of its
-    reduction of over-allocation vs reactive-rules at matched under-provisioning. Returns
-    the inner scores and the option each outer fold would pick; the held-out workload is
-    never seen.
+    again; an option's inner score for a resource is the mean over inner folds of its
+    reduction of that resource's over-allocation vs reactive-rules at matched
+    under-provisioning. Each option applies one level rule to every resource; each resource
+    then picks its own best option. Returns the inner scores and the option each outer fold
+    would pick per resource; the held-out workload is never seen.
     """
     from phases.evaluate import evaluate_split, load_executions
-    from phases.evaluate_data import group_folds, read_groups
+    from phases.evaluate_data import attach_previous_runs, group_folds, read_groups
     from phases.policies import POLICIES, PhaseAdaptivePolicy
 
     kw = datasets(data)["dl-traces"]
     options = {
-        f"{lv}/q{q:g}": {"level": lv, "quantile": q}
-        for lv in ("last-max", "running-max", "last", "trend")
+        f"{lv}/q{q:g}": {"level": lv, "memory_level": None, "quantile": q}
+        for lv in ("last-max", "running-max", "last", "trend", "recent-trend")
         for q in (0.9, 0.95, 0.99)
     }
     ex = load_executions(
         kw["traces"], kw["exec_id"], kw["features"], time=kw["time"], cycle_s=kw["cycle_s"]
     )
     groups = read_groups(kw["traces"], kw["exec_id"], "workload")
+    cold_start = (cold_kw or {}).get("cold_start")
+    if cold_start == "previous-run":
+        attach_previous_runs(ex, groups)
     out: dict = {}
-    print("\nnested leave-one-workload-out choice of phase-adaptive options (inner score %):")
+    print(
+        "\nnested leave-one-workload-out choice of phase-adaptive options, per resource "
+        f"(inner score %, cold start {cold_start or 'pooled'}):"
+    )
     for train, test in group_folds(ex, groups):
         held = groups[test[0].exec_id]
-        scores = {}
+        scores: dict[str, dict[str, float]] = {}
         for label, params in options.items():
             POLICIES["_candidate"] = (type("C", (PhaseAdaptivePolicy,), {"name": "_c"}), params)
-            inner = []
+            inner: dict[str, list[float]] = {}
             for itr, ite in group_folds(train, groups):
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
@@ -296,19 +303,16 @@ def nested_selection(data: Path, detector_params: dict) -> dict:
                         policies=["reactive-rules", "_candidate"],
                         window_s=kw["cycle_s"],
                         detector_params=detector_params,
+                        cold_start=cold_start,
                     )
-                inner += [m["reduction_vs_reactive_matched_pct"] for m in r.metrics["_c"].values()]
-            scores[label] = float(np.nanmean(inner))
+                for res, m in r.metrics["_c"].items():
+                    inner.setdefault(res, []).append(m["reduction_vs_reactive_matched_pct"])
+            for res, values in inner.items():
+                scores.setdefault(res, {})[label] = float(np.nanmean(values))
         POLICIES.pop("_candidate", None)
-        best = max(scores, key=scores.get)
-        out[held] = {"scores": scores, "choice": best}
-        print(
-            f"  held out {held:<20} picks {best:<16} ("
-            + ", ".join(
-                f"{k} {v:+.1f}" for k, v in sorted(scores.items(), key=lambda kv: -kv[1])[:3]
-            )
-            + ")"
-        )
+        choice = {res: max(sc, key=sc.get) for res, sc in scores.items()}
+        out[held] = {"scores": scores, "choice": choice}
+        print(f"  held out {held:<20} picks " + ", ".join(f"{r} {c}" for r, c in choice.items()))
     return out
 
 
@@ -407,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.sweep:
         report["sweep"] = sweep(args.data, detector_params)
     if args.nested:
-        report["nested"] = nested_selection(args.data, detector_params)
+        report["nested"] = nested_selection(args.data, detector_params, cold(args, "dl-traces"))
     report["cpu_count"] = os.cpu_count()
     report["torch_threads"] = args.threads
     print(

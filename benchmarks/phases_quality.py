@@ -23,8 +23,10 @@ features (``--features``, one table per specification; see :mod:`phases.features
 - baselines: ``raw_kmeans`` (k-means on the samples, no history), ``window_kmeans`` (k-means
   on the flattened windows of ``delay + 1`` samples, no CRBM), ``gmm`` (scikit-learn's
   ``GaussianMixture``, full covariances, on the samples);
-- ``raw_kmeans+viterbi``: raw k-means with the detector's smoother, a reference row showing what
-  smoothing alone adds (not counted as a plain baseline).
+- ``crbm+window`` (``+viterbi``, ``+forward``): the detector fitted with ``window_weight``
+  (``--window-weight``, default 2): k-means on each code beside its scaled input window;
+- ``raw_kmeans+viterbi`` and ``window_kmeans+viterbi``: the baselines with the detector's
+  smoother, reference rows showing what smoothing alone adds (not counted as plain baselines).
 
 ``--json PATH`` writes every figure: per feature specification and method, the mean and standard
 deviation over splits of NMI and ARI, plus ``crbm_nmi``, ``raw_kmeans_nmi``, ``window_kmeans_nmi``
@@ -63,9 +65,15 @@ DETECTORS = {
     "crbm+forward": {"smoothing": "forward", "min_duration": 1},
     "crbm+min4": {"smoothing": "none", "min_duration": 4},
 }
+# The same detector clustering its codes beside the window (window_weight, fitted again).
+WINDOWED = {
+    "crbm+window": {"smoothing": "none", "min_duration": 1},
+    "crbm+window+viterbi": {"smoothing": "viterbi", "min_duration": 1},
+    "crbm+window+forward": {"smoothing": "forward", "min_duration": 1},
+}
 BASELINES = ("raw_kmeans", "window_kmeans", "gmm")
-REFERENCE = ("raw_kmeans+viterbi",)
-METHODS = (*DETECTORS, *BASELINES, *REFERENCE)
+REFERENCE = ("raw_kmeans+viterbi", "window_kmeans+viterbi")
+METHODS = (*DETECTORS, *WINDOWED, *BASELINES, *REFERENCE)
 FEATURE_SPECS = ("abs", "whole", "whole+whole-rate", "whole+whole-diff", "rel", "rel+rel-rate")
 
 
@@ -110,7 +118,14 @@ def baselines(model: PhaseDetector, train, test, delay: int, k: int, seed: int) 
     w_tr, w_te = stack_windows(tr, delay), stack_windows(te, delay)
     flat_tr = torch.cat([w_tr.u, w_tr.v], 1).numpy().astype(np.float64)
     flat_te = torch.cat([w_te.u, w_te.v], 1).numpy().astype(np.float64)
-    out["window_kmeans"] = KMeans(k, n_init=10, random_state=seed).fit(flat_tr).predict(flat_te)
+    win = KMeans(k, n_init=10, random_state=seed).fit(flat_tr)
+    out["window_kmeans"] = win.predict(flat_te)
+    # per execution, as the detector smooths: split the held-out windows back by execution
+    counts = [max(len(x) - delay, 0) for x in te]
+    parts = np.split(flat_te, np.cumsum(counts)[:-1])
+    out["window_kmeans+viterbi"] = np.concatenate(
+        [smooth_phases(win.transform(p) ** 2, win.inertia_ / flat_tr.size) for p in parts]
+    )
     return out
 
 
@@ -135,6 +150,11 @@ def evaluate(traces, stages, train_idx, test_idx, seed: int, spec: str, args) ->
     for name, options in DETECTORS.items():
         model.set_params(**options)
         preds[name] = np.concatenate([s[delay:] for s in model.predict(test)])
+    if args.window_weight > 0:
+        model.set_params(window_weight=args.window_weight, **DETECTORS["crbm"]).fit(train)
+        for name, options in WINDOWED.items():
+            model.set_params(**options)
+            preds[name] = np.concatenate([s[delay:] for s in model.predict(test)])
     preds.update(baselines(model, train, test, delay, args.phases, seed))
     truth = np.concatenate([stages[i][delay:] for i in test_idx])
     out = {
@@ -143,14 +163,19 @@ def evaluate(traces, stages, train_idx, test_idx, seed: int, spec: str, args) ->
             "ari": float(adjusted_rand_score(truth, preds[name])),
         }
         for name in METHODS
+        if name in preds
     }
     out["test_samples"] = int(len(truth))
     return out
 
 
+def methods_of(runs: list[dict]) -> list[str]:
+    return [m for m in METHODS if m in runs[0]]
+
+
 def summarise(runs: list[dict]) -> dict:
     out: dict = {"splits": len(runs)}
-    for m in METHODS:
+    for m in methods_of(runs):
         for metric in ("nmi", "ari"):
             values = np.array([r[m][metric] for r in runs])
             out[f"{m}_{metric}"] = float(values.mean())
@@ -162,17 +187,22 @@ def summarise(runs: list[dict]) -> dict:
 def print_table(title: str, summary: dict, runs: list[dict]) -> None:
     samples = min(r["test_samples"] for r in runs)
     print(f"\n{title} ({len(runs)} splits, {samples}+ held-out samples each)", flush=True)
-    print(f"  {'method':<20}{'NMI':>16}{'ARI':>18}")
-    for m in METHODS:
+    print(f"  {'method':<22}{'NMI':>16}{'ARI':>18}")
+    for m in methods_of(runs):
         print(
-            f"  {m:<20}{summary[m + '_nmi']:>9.3f} ± {summary[m + '_nmi_std']:.3f}"
+            f"  {m:<22}{summary[m + '_nmi']:>9.3f} ± {summary[m + '_nmi_std']:.3f}"
             f"{summary[m + '_ari']:>11.3f} ± {summary[m + '_ari_std']:.3f}"
         )
 
 
 def verdict(tables: dict[str, dict]) -> dict:
     """The best detector configuration against the best plain baseline of the features compared."""
-    det = [(s[f"{m}_nmi"], spec, m) for spec, s in tables.items() for m in DETECTORS]
+    det = [
+        (s[f"{m}_nmi"], spec, m)
+        for spec, s in tables.items()
+        for m in (*DETECTORS, *WINDOWED)
+        if f"{m}_nmi" in s
+    ]
     base = [(s[f"{m}_nmi"], spec, m) for spec, s in tables.items() for m in BASELINES]
     d, b = max(det), max(base)
     beats = d[0] > b[0]
@@ -207,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--delay", type=int, default=3, help="history length (all methods)")
     parser.add_argument("--lr", type=float, default=1e-3, help="CRBM learning rate")
     parser.add_argument("--stay", type=float, default=0.99, help="smoother's stay_prob")
+    parser.add_argument("--window-weight", type=float, default=2.0,
+                        help="window_weight of the crbm+window rows (0: leave them out)")
     parser.add_argument("--quick", action="store_true", help="2 splits, features abs and whole")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)

@@ -35,6 +35,8 @@ from phases.detector_batch import (
     flat_positions,
     generic_names,
     split_per_execution,
+    unit_scale,
+    window_rows,
 )
 from phases.detector_io import FORMAT as FORMAT
 from phases.detector_io import FORMAT_VERSION as FORMAT_VERSION
@@ -103,6 +105,13 @@ class PhaseDetector(BaseEstimator):
     min_duration : int, default=1
         Runs of one phase shorter than this many samples are merged into a neighbour after
         smoothing (1: off; offline).
+    window_weight : float, default=0.0
+        Weight of the scaled input window beside the CRBM code in the space k-means clusters
+        (0: the code alone, the AI4DL method). Code and window are each scaled to unit total
+        variance on the training windows, then the window is multiplied by this weight. The
+        code carries what the CRBM learned of the window's dynamics, the window the levels the
+        code blurs; together they agree with the scripts' stages better than either alone
+        (``benchmarks/phases_quality.py``: 2 is the best of 1-4 there).
     device : str, default="auto"
         ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda"``.
     random_state : int or None
@@ -116,8 +125,9 @@ class PhaseDetector(BaseEstimator):
         The trained encoder.
     scaler_ : FeatureScaler
         Standardisation fitted on the training samples (after ``preprocess``).
-    cluster_centers_ : ndarray of shape (n_phases_, n_hidden)
-        Phase centroids in code space; row ``i`` is phase ``i``. Phases found by :meth:`fit` are
+    cluster_centers_ : ndarray of shape (n_phases_, n_hidden + window dims)
+        Phase centroids in the clustering space (the code, then the window scaled by
+        ``window_weight`` when it is positive); row ``i`` is phase ``i``. Phases found by :meth:`fit` are
         numbered by the mean of the first feature of their samples, ascending.
     n_phases_ : int
         Number of phases (grows with :meth:`expand`).
@@ -132,8 +142,11 @@ class PhaseDetector(BaseEstimator):
     n_windows_ : int
         Training windows.
     emission_var_ : float
-        Mean squared distance of the training codes to their centroid, per code dimension
-        (the spread of a phase that ``smoothing`` assumes).
+        Mean squared distance of the training points to their centroid, per dimension (the
+        spread of a phase that ``smoothing`` assumes).
+    cluster_scales_ : tuple of float
+        Multipliers of the code and of the window in the clustering space (``(1.0, 0.0)`` when
+        ``window_weight`` is 0).
 
     Notes
     -----
@@ -162,6 +175,7 @@ class PhaseDetector(BaseEstimator):
         smoothing: str = "none",
         stay_prob: float = 0.99,
         min_duration: int = 1,
+        window_weight: float = 0.0,
         device: str = "auto",
         random_state: int | None = None,
         verbose: bool = False,
@@ -179,6 +193,7 @@ class PhaseDetector(BaseEstimator):
         self.smoothing = smoothing
         self.stay_prob = stay_prob
         self.min_duration = min_duration
+        self.window_weight = window_weight
         self.device = device
         self.random_state = random_state
         self.verbose = verbose
@@ -202,6 +217,9 @@ class PhaseDetector(BaseEstimator):
         md = self.min_duration
         if not isinstance(md, (int, np.integer)) or isinstance(md, bool) or md < 1:
             raise ValueError(f"min_duration must be a positive integer, got {md!r}")
+        ww = self.window_weight
+        if isinstance(ww, bool) or not isinstance(ww, (int, float)) or not 0 <= ww < np.inf:
+            raise ValueError(f"window_weight must be a finite number >= 0, got {ww!r}")
         resolve_device(self.device)
 
     def _preprocess_steps(self) -> list[str]:
@@ -342,9 +360,20 @@ class PhaseDetector(BaseEstimator):
             callback=self._progress(),
         )
         self._close_progress()
-        codes = crbm.codes(win.v, win.u).cpu().numpy().astype(np.float64)
-        km = KMeans(n_clusters=self.n_phases, n_init=10, random_state=int(seeds[2])).fit(codes)
-        emission_var = float(km.inertia_) / codes.size
+        codes = crbm.codes(win.v, win.u)
+        rows = None
+        self.cluster_scales_ = (1.0, 0.0)
+        if self.window_weight > 0:
+            scaled = torch.as_tensor(scaler.scaler.transform(prepared), dtype=codes.dtype)
+            inside = torch.as_tensor(window_index(batch.lengths, self.delay)[2])
+            rows = window_rows(scaled, self.delay)[inside].to(codes.device)
+            self.cluster_scales_ = (
+                unit_scale(codes),
+                float(self.window_weight) * unit_scale(rows),
+            )
+        points = self._points(codes, rows).cpu().numpy().astype(np.float64)
+        km = KMeans(n_clusters=self.n_phases, n_init=10, random_state=int(seeds[2])).fit(points)
+        emission_var = float(km.inertia_) / points.size
         first = batch.flat[flat_positions(batch.lengths, win), 0]
         level = [first[km.labels_ == c].mean() for c in range(self.n_phases)]
         order = np.argsort(level, kind="stable")
@@ -361,6 +390,13 @@ class PhaseDetector(BaseEstimator):
         self.n_windows_ = int(len(win.v))
         self.emission_var_ = max(emission_var, 1e-12)
         return self
+
+    def _points(self, codes: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+        """The clustering space: each code, beside its window (``rows``) when weighted."""
+        code_scale, window_scale = getattr(self, "cluster_scales_", (1.0, 0.0))
+        if window_scale == 0:
+            return codes
+        return torch.cat([codes * code_scale, rows.to(codes.dtype) * window_scale], 1)
 
     def _progress(self):
         self._bar = None
@@ -380,19 +416,26 @@ class PhaseDetector(BaseEstimator):
         self._bar = None
 
     # ---- inference ----------------------------------------------------------------------------
-    def _all_codes(self, traces, exec_id, time) -> tuple[Batch, torch.Tensor, np.ndarray]:
+    def _all_codes(
+        self, traces, exec_id, time, *, points: bool = False
+    ) -> tuple[Batch, torch.Tensor, np.ndarray]:
         """Codes of every window of consecutive samples (the inference fast path, see
-        ``CRBM.window_codes``) and which of them lie inside one execution.
+        ``CRBM.window_codes``), or with ``points`` their place in the clustering space, and
+        which of them lie inside one execution.
 
         Returns
         -------
-        batch, codes of shape (n_samples - delay, n_hidden), valid of shape (n_samples - delay,)
+        batch, codes (or points) of shape (n_samples - delay, n), valid of shape
+        (n_samples - delay,)
         """
         check_is_fitted(self, ["crbm_", "cluster_centers_"])
         batch = self._as_batch(traces, exec_id, None, time)
         scaled = self.scaler_.transform_flat(self._prepare(batch.flat, batch.lengths))
         flat = torch.as_tensor(scaled, device=self._device())
         codes = self.crbm_.window_codes(flat)
+        if points:
+            rows = window_rows(flat, self.delay) if self.cluster_scales_[1] else None
+            codes = self._points(codes, rows)
         return batch, codes, window_index(batch.lengths, self.delay)[2]
 
     def _assign(self, codes: torch.Tensor) -> np.ndarray:
@@ -439,7 +482,7 @@ class PhaseDetector(BaseEstimator):
             One sequence per execution, as long as the execution; the first ``delay`` samples
             (and every sample of an execution shorter than ``delay + 1``) are :data:`WARMUP`.
         """
-        batch, codes, valid = self._all_codes(traces, exec_id, time)
+        batch, codes, valid = self._all_codes(traces, exec_id, time, points=True)
         labels = np.full(len(batch.flat), WARMUP, dtype=np.int64)
         if self.smoothing == "none" and self.min_duration == 1:
             labels[self.delay :][valid] = self._assign(codes)[valid]
@@ -506,7 +549,7 @@ class PhaseDetector(BaseEstimator):
         check_is_fitted(self, ["crbm_", "cluster_centers_"])
         if not isinstance(n_new_phases, (int, np.integer)) or n_new_phases < 1:
             raise ValueError(f"n_new_phases must be a positive integer, got {n_new_phases!r}")
-        _, codes, valid = self._all_codes(new_traces, exec_id, time)
+        _, codes, valid = self._all_codes(new_traces, exec_id, time, points=True)
         codes_np = codes.cpu().numpy()[valid].astype(np.float64)
         if len(codes_np) < n_new_phases:
             raise ValueError(f"{len(codes_np)} windows cannot seed {n_new_phases} new phases")
@@ -553,3 +596,4 @@ class PhaseDetector(BaseEstimator):
         """CRBM visible units implied by the features, ``features`` and ``preprocess``."""
         n = int(self.n_features_in_) * len(feature_groups(self.features))
         return 2 * n if "diff" in self._preprocess_steps() else n
+

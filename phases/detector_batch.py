@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
+import torch
 
 from phases.crbm import Windows
 
@@ -67,3 +68,18 @@ def split_per_execution(values: np.ndarray, lengths: np.ndarray) -> list[np.ndar
     ends = np.cumsum(lengths).tolist()
     starts = [0, *ends[:-1]]
     return [values[a:b] for a, b in zip(starts, ends, strict=True)]
+
+
+def window_rows(flat: torch.Tensor, delay: int) -> torch.Tensor:
+    """Row ``w``: samples ``w .. w + delay`` of ``flat`` side by side (every window of
+    consecutive rows, aligned with :func:`~phases.crbm.window_index`)."""
+    n = len(flat) - delay
+    if n <= 0:
+        return flat.new_zeros((0, (delay + 1) * flat.shape[1]))
+    return flat.unfold(0, delay + 1, 1).reshape(n, -1)
+
+
+def unit_scale(x: torch.Tensor) -> float:
+    """The multiplier that gives the columns of ``x`` unit total variance."""
+    total = float(x.double().var(0, unbiased=False).sum()) if len(x) > 1 else 0.0
+    return 1.0 / float(np.sqrt(total)) if total > 0 else 1.0

@@ -73,6 +73,7 @@ def detector_meta(model: Any) -> dict[str, Any]:
         "n_windows": int(model.n_windows_),
         "loss_curve": model.loss_curve_,
         "emission_var": getattr(model, "emission_var_", None),
+        "cluster_scales": [float(x) for x in getattr(model, "cluster_scales_", (1.0, 0.0))],
         "versions": {
             "cloudopt": cloudopt,
             "torch": torch.__version__,
@@ -104,7 +105,14 @@ def load_detector(cls: type, path: str | os.PathLike, *, device: str | None = No
         raise ModelFileError(f"{root / 'meta.json'}: n_hidden/delay disagree with params")
     crbm = CRBM(n_vis, n_hid, delay)
     crbm.load_state_dict(_read_state(root / "crbm.pt", crbm))
-    centers = _read_centers(root / "kmeans.npz", n_hid, meta["n_phases"])
+    scales = _cluster_scales(meta.get("cluster_scales", [1.0, 0.0]), root / "meta.json")
+    if (model.window_weight > 0) != (scales[1] > 0):
+        raise ModelFileError(
+            f"{root / 'meta.json'}: cluster_scales {list(scales)} disagree with window_weight="
+            f"{model.window_weight!r}"
+        )
+    width = n_hid + ((delay + 1) * n_vis if scales[1] else 0)
+    centers = _read_centers(root / "kmeans.npz", width, meta["n_phases"])
     scaler = FeatureScaler.from_json(root / "scaler.json")
     if scaler.n_features != n_vis:
         raise ModelFileError(
@@ -113,6 +121,7 @@ def load_detector(cls: type, path: str | os.PathLike, *, device: str | None = No
     model.crbm_ = crbm.to(model._device())
     model.scaler_ = scaler
     model.cluster_centers_ = centers
+    model.cluster_scales_ = scales
     model.n_phases_ = int(meta["n_phases"])
     model.feature_names_in_ = np.asarray(meta["features"], dtype=object)
     model.n_features_in_ = len(model.feature_names_in_)
@@ -140,6 +149,24 @@ def _set_emission_var(model: Any, value: Any, where: Path) -> None:
     if not np.isfinite(value):
         raise ModelFileError(f"{where}: emission_var must be finite, got {value!r}")
     model.emission_var_ = float(value)
+
+
+def _cluster_scales(value: Any, where: Path) -> tuple[float, float]:
+    """The code's and the window's multipliers in the clustering space; models saved before
+    ``window_weight`` existed cluster codes alone, ``(1.0, 0.0)``."""
+    ok = (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)
+        and all(np.isfinite(x) and x >= 0 for x in value)
+        and value[0] > 0
+    )
+    if not ok:
+        raise ModelFileError(
+            f"{where}: cluster_scales must be two finite numbers >= 0 (the first > 0), "
+            f"got {value!r}"
+        )
+    return float(value[0]), float(value[1])
 
 
 def _read_meta(path: Path) -> dict[str, Any]:
@@ -200,7 +227,7 @@ def _read_state(path: Path, crbm: CRBM) -> dict[str, torch.Tensor]:
     return {k: v.to(torch.float32) for k, v in state.items()}
 
 
-def _read_centers(path: Path, n_hidden: int, n_phases: int) -> np.ndarray:
+def _read_centers(path: Path, width: int, n_phases: int) -> np.ndarray:
     if not path.is_file():
         raise ModelFileError(f"{path}: file not found")
     try:
@@ -208,9 +235,9 @@ def _read_centers(path: Path, n_hidden: int, n_phases: int) -> np.ndarray:
             centers = np.asarray(data["cluster_centers"], dtype=np.float64)
     except (ValueError, KeyError, OSError, zipfile.BadZipFile, EOFError) as exc:
         raise ModelFileError(f"{path}: unreadable or contains objects ({exc})") from None
-    if centers.shape != (n_phases, n_hidden) or not np.isfinite(centers).all():
+    if centers.shape != (n_phases, width) or not np.isfinite(centers).all():
         raise ModelFileError(
             f"{path}: cluster_centers has shape {centers.shape}, meta.json implies "
-            f"({n_phases}, {n_hidden})"
+            f"({n_phases}, {width})"
         )
     return centers

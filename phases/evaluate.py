@@ -71,6 +71,7 @@ DEFAULT_POLICIES = (
     "oracle-rules",
     "reactive-max",
     "reactive-rules",
+    "reactive-trend",
     "phase-rules",
     "phase-proactive",
     "phase-rules-pooled",

@@ -7,7 +7,14 @@ import numpy as np
 import pytest
 
 from phases.evaluate_data import group_folds
-from phases.policies import Execution, PhaseAdaptivePolicy, job_levels
+from phases.policies import (
+    Execution,
+    PhaseAdaptivePolicy,
+    ReactiveMaxPolicy,
+    ReactiveTrendPolicy,
+    job_levels,
+)
+from phases.policies.phase_adaptive import TREND_AHEAD, TREND_TAIL
 
 CYCLE = 10.0
 
@@ -38,6 +45,51 @@ def test_job_levels_use_only_earlier_cycles():
     assert job_levels(u, c, 5, "last-max")[1:, 0].tolist() == [3, 3, 4, 5]
     assert job_levels(u, c, 5, "running-max")[1:, 0].tolist() == [2, 2, 3, 5]
     assert job_levels(u, c, 5, "mean")[1:, 0].tolist() == [2, 2, 2.5, 3]
+
+
+def test_recent_trend_carries_a_steady_rise_on_and_forgets_a_finished_ramp():
+    t = np.arange(40.0)
+    cycle = (t // 10).astype(int)
+    leak = 1.0 + 0.1 * t[:, None]  # grows 0.1 a sample for ever
+    levels = job_levels(leak, cycle, 4, "recent-trend")
+    assert np.isnan(levels[0, 0])
+    ahead = 0.1 * TREND_AHEAD * 10  # the slope carried half a 10-sample cycle on
+    np.testing.assert_allclose(levels[1:, 0], [1.9 + ahead, 2.9 + ahead, 3.9 + ahead])
+    ramp = np.minimum(1.0 + 2.0 * t, 3.0)[:, None]  # flat for the last TREND_TAIL samples
+    np.testing.assert_allclose(job_levels(ramp, cycle, 4, "recent-trend")[1:, 0], 3.0)
+    # only the last TREND_TAIL samples count: a rise before them is not carried on
+    late = np.r_[np.linspace(1, 2, 10 - TREND_TAIL), np.full(TREND_TAIL, 2.0)][:, None]
+    assert job_levels(late, np.zeros(10, int), 2, "recent-trend")[1, 0] == 2.0
+    changed = leak.copy()
+    changed[20:] += 5
+    np.testing.assert_allclose(job_levels(changed, cycle, 4, "recent-trend")[:3],
+                               levels[:3])  # cycles 0..2 are set before sample 20
+
+
+def test_memory_follows_its_trend_and_cpu_its_last_peak():
+    policy = PhaseAdaptivePolicy().fit(TRAIN)
+    assert policy.levels_ == ("last-max", "recent-trend")
+    assert PhaseAdaptivePolicy(memory_level=None).fit(TRAIN).levels_ == ("last-max",) * 2
+    with pytest.raises(ValueError, match="level"):
+        PhaseAdaptivePolicy(memory_level="median").fit(TRAIN)
+    # a job whose memory leaks: the trend keeps up where the last peak falls behind
+    t = np.arange(80.0)
+    leaking = Execution.from_arrays(
+        "leak", t, np.c_[np.ones(80), 1.0 + 0.05 * t], CYCLE, ("cpu", "mem"),
+        phases=np.zeros(80, dtype=int),
+    )
+    train = [Execution.from_arrays(
+        f"l{i}", t, np.c_[np.ones(80), s * (1.0 + 0.05 * t)], CYCLE, ("cpu", "mem"),
+        phases=np.zeros(80, dtype=int)) for i, s in enumerate((0.5, 2.0))]
+
+    def short(policy) -> int:
+        alloc = policy.fit(train).allocate_samples(leaking)
+        later = leaking.cycle >= 1
+        return int((leaking.usage[later, 1] > 1.05 * alloc[later, 1]).sum())
+
+    assert short(PhaseAdaptivePolicy()) < short(PhaseAdaptivePolicy(memory_level=None))
+    # carried half a cycle on, the trend covers the first half of each coming cycle
+    assert short(ReactiveTrendPolicy()) < short(ReactiveMaxPolicy()) / 2
 
 
 def test_allocation_scales_with_the_job():

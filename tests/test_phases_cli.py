@@ -194,10 +194,12 @@ def test_fit_takes_the_detector_options_and_names_a_bad_one(tmp_path, capsys):
             "--device", "cpu", "--quiet"]
     out = tmp_path / "whole"
     assert main([*base, "--feature-set", "whole+whole-diff", "--smoothing", "viterbi",
-                 "--stay-prob", "0.95", "--min-duration", "2", "--out", str(out)]) == 0
+                 "--stay-prob", "0.95", "--min-duration", "2", "--window-weight", "2",
+                 "--out", str(out)]) == 0
     model = PhaseDetector.load(out)
-    assert (model.features, model.smoothing, model.stay_prob, model.min_duration) == (
-        "whole+whole-diff", "viterbi", 0.95, 2)
+    assert (model.features, model.smoothing, model.stay_prob, model.min_duration,
+            model.window_weight) == ("whole+whole-diff", "viterbi", 0.95, 2, 2.0)
+    assert model.cluster_centers_.shape[1] > model.n_hidden
     capsys.readouterr()
     assert main([*base, "--feature-set", "whole-speed", "--out", str(tmp_path / "bad")]) == 2
     err = capsys.readouterr().err

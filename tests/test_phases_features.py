@@ -166,6 +166,7 @@ def test_old_meta_without_new_keys_loads_and_behaves_as_before(synthetic, tmp_pa
     for key in ("features", "smoothing", "stay_prob", "min_duration"):
         del meta["params"][key]
     del meta["emission_var"]
+    del meta["cluster_scales"]
     path.write_text(json.dumps(meta))
     old = PhaseDetector.load(tmp_path / "m")
     assert old.features == "abs" and old.smoothing == "none" and old.min_duration == 1
@@ -187,3 +188,53 @@ def test_bad_emission_var_in_meta_is_refused(synthetic, tmp_path):
     path.write_text(json.dumps(meta))
     with pytest.raises(ModelFileError, match="emission_var"):
         PhaseDetector.load(tmp_path / "bad")
+
+
+def test_window_weight_clusters_codes_beside_their_windows(synthetic, tmp_path):
+    model = PhaseDetector(
+        n_phases=3, epochs=20, random_state=0, device="cpu", window_weight=2.0
+    ).fit(synthetic.traces)
+    n_vis, d = model.crbm_.n_visible, model.delay
+    assert model.cluster_centers_.shape == (3, model.n_hidden + (d + 1) * n_vis)
+    code_scale, window_scale = model.cluster_scales_
+    assert code_scale > 0 and window_scale > 0
+    # Nearest centroid of [code, window] built by hand, window by window, in a Python loop.
+    arrays = synthetic.traces.arrays
+    codes = model.transform(arrays)
+    for a, c, labels in zip(arrays, codes, model.predict(arrays), strict=True):
+        z = model.scaler_.transform_flat(a)
+        for j in range(len(c)):
+            window = z[j : j + d + 1].T.reshape(-1)  # feature-major, as unfold lays it out
+            point = np.concatenate([c[j] * code_scale, window * window_scale])
+            dist = ((model.cluster_centers_ - point) ** 2).sum(1)
+            assert labels[j + d] == int(dist.argmin())
+    # The window carries weight: the same CRBM without it clusters differently.
+    plain = PhaseDetector(n_phases=3, epochs=20, random_state=0, device="cpu").fit(synthetic.traces)
+    assert plain.cluster_centers_.shape == (3, model.n_hidden)
+    assert plain.cluster_scales_ == (1.0, 0.0)
+    model.save(tmp_path / "m")
+    meta = json.loads((tmp_path / "m" / "meta.json").read_text())
+    assert meta["cluster_scales"] == [code_scale, window_scale]
+    loaded = PhaseDetector.load(tmp_path / "m")
+    for a, b in zip(model.predict(arrays), loaded.predict(arrays), strict=True):
+        np.testing.assert_array_equal(a, b)
+    model.expand(arrays[:2], 1)
+    assert model.cluster_centers_.shape == (4, model.n_hidden + (d + 1) * n_vis)
+
+
+def test_window_weight_errors(synthetic, tmp_path):
+    for bad in (-1.0, float("inf"), True, "2"):
+        with pytest.raises(ValueError, match="window_weight"):
+            PhaseDetector(window_weight=bad, epochs=1).fit(synthetic.traces)
+    model = PhaseDetector(n_phases=3, epochs=2, random_state=0, device="cpu", window_weight=1.0)
+    model.fit(synthetic.traces).save(tmp_path / "m")
+    for scales, match in (([1.0, 0.0], "disagree"), ([1.0], "cluster_scales"),
+                          ([0.0, 1.0], "cluster_scales"), ("x", "cluster_scales")):
+        shutil.rmtree(tmp_path / "bad", ignore_errors=True)
+        shutil.copytree(tmp_path / "m", tmp_path / "bad")
+        path = tmp_path / "bad" / "meta.json"
+        meta = json.loads(path.read_text())
+        meta["cluster_scales"] = scales
+        path.write_text(json.dumps(meta))
+        with pytest.raises(ModelFileError, match=match):
+            PhaseDetector.load(tmp_path / "bad")

@@ -1,7 +1,8 @@
 """``python -m optimizer phases fit|predict|report``: discover workload phases (AI4DL CRBM).
 
 - ``fit --traces FILE --exec-id COL --features cpu,mem [--time COL] [--phases 5 --hidden 10
-  --delay 3 --epochs N] [--feature-set whole --smoothing viterbi] --out MODEL_DIR``: fit a
+  --delay 3 --epochs N] [--feature-set whole --window-weight 2 --smoothing viterbi] --out
+  MODEL_DIR``: fit a
   :class:`phases.PhaseDetector` and save it;
 - ``predict --model MODEL_DIR --traces FILE --out phases.csv``: one row per input sample with
   its phase (-1: warm-up or dropped, see the ``note`` column);
@@ -48,6 +49,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "--feature-set", default="abs", metavar="SPEC",
         help="engineered inputs (phases/features.py): abs, whole (each execution against its "
         "own level: best measured offline), rel (causal), with -diff/-rate groups joined by '+'")
+    fit.add_argument(
+        "--window-weight", type=float, default=0.0, metavar="W",
+        help="cluster each CRBM code beside its input window, weighted W (0: codes alone, the "
+        "AI4DL method; 2 with --feature-set whole: best measured)")
     fit.add_argument("--smoothing", default="none", choices=("none", "viterbi", "forward"),
                      help="hidden-Markov smoothing of the phase sequence (viterbi: offline)")
     fit.add_argument("--stay-prob", type=float, default=0.99,
@@ -121,6 +126,7 @@ def _fit(args: argparse.Namespace) -> int:
         smoothing=args.smoothing,
         stay_prob=args.stay_prob,
         min_duration=args.min_duration,
+        window_weight=args.window_weight,
         device=args.device,
         random_state=args.seed,
         verbose=not args.quiet,

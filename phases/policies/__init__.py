@@ -19,6 +19,9 @@ Policies (``name`` → class)
     Know the coming cycle: its maximum, or its mean + 2 std (the paper's ``current.step``).
 ``reactive-max`` / ``reactive-rules``
     The cycle just observed: its maximum, or its mean + 2 std (the paper's ``prev.step``).
+``reactive-trend``
+    The cycle just observed: its maximum, or its last sample carried on by its recent slope
+    (the level ``phase-adaptive`` uses for memory, without the phases).
 ``phase-rules`` / ``phase-rules-pooled``
     The mean + 2 std of the phase detected at the last sample before the cycle (the paper's
     ``phase.rule``), relative to the execution's level or pooled (:mod:`.phase_rules`).
@@ -27,7 +30,7 @@ Policies (``name`` → class)
     the transition graph reaches within the coming cycle with probability ≥ ``threshold``.
 ``phase-adaptive``
     Per-phase ratios to the job's own level (learned on the training executions) times the
-    level this job has shown so far, enveloped over the phases the transition graph expects
+    level this job has shown so far (its last peak; for memory, its recent trend), enveloped over the phases the transition graph expects
     within the coming cycle, given the time already spent in the current one
     (:mod:`.phase_adaptive`).
 ``vpa``
@@ -69,6 +72,7 @@ from phases.policies.phase_statistics import LEVELS as LEVELS
 from phases.policies.phase_statistics import PhaseStatistics, cycle_level
 from phases.policies.reactive_max import ReactiveMaxPolicy
 from phases.policies.reactive_rules import ReactiveRulesPolicy
+from phases.policies.reactive_trend import ReactiveTrendPolicy
 from phases.policies.static_peak import StaticPeakPolicy
 from phases.policies.vpa import VPAPolicy, decaying_percentile
 
@@ -81,6 +85,7 @@ __all__ = [
     "OracleRulesPolicy",
     "ReactiveMaxPolicy",
     "ReactiveRulesPolicy",
+    "ReactiveTrendPolicy",
     "StaticPeakPolicy",
     "PhaseRulesPolicy",
     "PhaseProactivePolicy",
@@ -103,6 +108,7 @@ POLICIES: dict[str, type[AutoscalingPolicy] | tuple[type[AutoscalingPolicy], dic
     "oracle-rules": OracleRulesPolicy,
     "reactive-max": ReactiveMaxPolicy,
     "reactive-rules": ReactiveRulesPolicy,
+    "reactive-trend": ReactiveTrendPolicy,
     "phase-rules": PhaseRulesPolicy,
     "phase-proactive": PhaseProactivePolicy,
     "phase-rules-pooled": (

@@ -37,7 +37,13 @@ from phases.policies.execution import Execution, History
 from phases.policies.phase_proactive import transition_matrix
 from phases.sequences import run_lengths
 
-JOB_LEVELS = ("running-max", "last", "last-max", "trend", "mean")
+JOB_LEVELS = ("running-max", "last", "last-max", "trend", "recent-trend", "mean")
+TREND_TAIL = 8
+"""Samples whose slope ``"recent-trend"`` extrapolates (4 s at dl-traces' 0.5 s sampling)."""
+TREND_AHEAD = 0.5
+"""How far, in cycles, ``"recent-trend"`` carries that slope: to the middle of the coming
+cycle, so a steady leak is covered for half of it and a ramp that stops is not paid for a
+whole cycle."""
 
 
 def job_levels(usage: np.ndarray, cycle: np.ndarray, n_cycles: int, how: str) -> np.ndarray:
@@ -46,11 +52,16 @@ def job_levels(usage: np.ndarray, cycle: np.ndarray, n_cycles: int, how: str) ->
     ``"running-max"``: the largest cycle mean so far; ``"last"`` / ``"last-max"``: the mean /
     the maximum of the last cycle with samples; ``"trend"``: that maximum plus its rise over
     the cycle's first sample, if it rose (a ramp carried on for one more cycle);
-    ``"mean"``: the mean of all samples so far. Row 0 (no past) is NaN, as is
-    any row before the first cycle with samples.
+    ``"recent-trend"``: that maximum, or the last sample plus the rise of the last
+    :data:`TREND_TAIL` samples carried :data:`TREND_AHEAD` of a cycle on, if higher (a job
+    still growing, such as a memory leak or a filling cache, by its own recent slope; a ramp
+    that has flattened adds nothing); ``"mean"``: the mean of all samples so far. Row 0 (no
+    past) is NaN, as is any row before the first cycle with samples.
     """
     if how not in JOB_LEVELS:
         raise ValueError(f"level must be one of {JOB_LEVELS}, got {how!r}")
+    if how == "recent-trend":
+        return _recent_trend_levels(usage, cycle, n_cycles)
     r = usage.shape[1]
     counts = np.bincount(cycle, minlength=n_cycles).astype(np.float64)
     sums = np.stack([np.bincount(cycle, usage[:, i], n_cycles) for i in range(r)], axis=1)
@@ -76,6 +87,20 @@ def job_levels(usage: np.ndarray, cycle: np.ndarray, n_cycles: int, how: str) ->
             seen = np.where(np.cumsum(counts)[:, None] > 0, filled[idx], np.nan)
     out = np.full((n_cycles, r), np.nan)
     out[1:] = seen[:-1]
+    return out
+
+
+def _recent_trend_levels(usage: np.ndarray, cycle: np.ndarray, n_cycles: int) -> np.ndarray:
+    out = np.full((n_cycles, usage.shape[1]), np.nan)
+    starts = np.searchsorted(cycle, np.arange(n_cycles + 1), side="left")
+    for c in range(n_cycles - 1):
+        u = usage[starts[c] : starts[c + 1]]
+        if len(u) == 0:
+            out[c + 1] = out[c]
+            continue
+        k = min(TREND_TAIL, len(u) - 1)
+        slope = (u[-1] - u[-1 - k]) / k if k > 0 else np.zeros(usage.shape[1])
+        out[c + 1] = np.maximum(u.max(0), u[-1] + np.maximum(slope, 0.0) * TREND_AHEAD * len(u))
     return out
 
 
@@ -110,8 +135,14 @@ class PhaseAdaptivePolicy(HistoryPolicy):
 
     Parameters
     ----------
-    level : {"last-max", "running-max", "last", "mean"}, default="last-max"
-        The job's level before a cycle (see :func:`job_levels`).
+    level : str, default="last-max"
+        The job's level before a cycle (see :func:`job_levels`), for every resource but
+        memory.
+    memory_level : str or None, default="recent-trend"
+        The level of memory resources (those whose name contains ``mem``); None: ``level``.
+        Memory grows and rarely shrinks within a run (caches fill, streams leak), so a job
+        still growing is judged by its own recent slope; CPU reaches its thread count at once.
+        Chosen by nested leave-one-workload-out per resource (``autoscale_eval.py --nested``).
     quantile : float, default=0.9
         Quantile of the coming cycle's ratio distribution that is allocated (per resource).
         ``level`` and ``quantile`` were picked by nested leave-one-workload-out on dl-traces
@@ -133,6 +164,8 @@ class PhaseAdaptivePolicy(HistoryPolicy):
 
     Attributes
     ----------
+    levels_ : tuple of str
+        The level rule of each resource, in the order of the executions' ``resources``.
     labels_ : ndarray of shape (n_phases,)
         Phases of the transition graph (warm-up included).
     grids_ : ndarray of shape (n_phases, n_grid, n_resources)
@@ -152,6 +185,7 @@ class PhaseAdaptivePolicy(HistoryPolicy):
         self,
         *,
         level: str = "last-max",
+        memory_level: str | None = "recent-trend",
         quantile: float = 0.9,
         lookahead: bool = True,
         dwell_aware: bool = True,
@@ -161,6 +195,7 @@ class PhaseAdaptivePolicy(HistoryPolicy):
     ) -> None:
         super().__init__(cold_start=cold_start)
         self.level = level
+        self.memory_level = memory_level
         self.quantile = quantile
         self.lookahead = lookahead
         self.dwell_aware = dwell_aware
@@ -171,17 +206,32 @@ class PhaseAdaptivePolicy(HistoryPolicy):
         """Ratios ``u_t / L_c`` of the samples of cycles ``c >= 1`` and their phases."""
         if execution.phases is None:
             raise ValueError(f"execution {execution.exec_id!r} has no phases; detect them first")
-        levels = job_levels(execution.usage, execution.cycle, execution.n_cycles, self.level)
+        levels = self._levels(execution.usage, execution.cycle, execution.n_cycles)
         ref = levels[execution.cycle]
         with np.errstate(invalid="ignore", divide="ignore"):
             ratios = np.where(ref > 0, execution.usage / ref, np.nan)
         ok = ~np.isnan(ratios).any(axis=1)
         return ratios[ok], execution.phases[ok]
 
+    def _levels(self, usage: np.ndarray, cycle: np.ndarray, n_cycles: int) -> np.ndarray:
+        """:func:`job_levels` of each resource under its own rule (``levels_``)."""
+        out = np.empty((n_cycles, usage.shape[1]))
+        for how in set(self.levels_):
+            cols = [i for i, h in enumerate(self.levels_) if h == how]
+            out[:, cols] = job_levels(usage[:, cols], cycle, n_cycles, how)
+        return out
+
     def fit(self, train: Sequence[Execution]) -> PhaseAdaptivePolicy:
         if not 0.0 < self.quantile <= 1.0:
             raise ValueError(f"quantile must be in (0, 1], got {self.quantile}")
+        for how in (self.level, self.memory_level):
+            if how is not None and how not in JOB_LEVELS:
+                raise ValueError(f"level must be one of {JOB_LEVELS}, got {how!r}")
         super().fit(train)
+        memory = self.memory_level or self.level
+        self.levels_ = tuple(
+            memory if "mem" in name.lower() else self.level for name in train[0].resources
+        )
         parts = [self._ratios(e) for e in train]
         ratios = np.concatenate([p[0] for p in parts])
         keys = np.concatenate([p[1] for p in parts])
@@ -249,7 +299,7 @@ class PhaseAdaptivePolicy(HistoryPolicy):
         if history.phases is None:
             raise ValueError(f"{self.name} needs detected phases")
         c = history.cycle_index
-        level = job_levels(history.usage, history.cycle, c + 1, self.level)[c]
+        level = self._levels(history.usage, history.cycle, c + 1)[c]
         if np.isnan(level).any():
             return history.allocations[-1]
         grids, weights = self._grid_mixture(history.phases)
