@@ -197,13 +197,24 @@ def _best_own(trials: list[TrialSummary], w: Workload, truth: GroundTruth, store
     ok = [t for t in trials if t.ok and t.throughput]
     if not ok or rec_cell not in truth.cells:
         return None
+    return dominating_cell(ok, w, truth, preference, rec_cell, rec_memory) is not None
+
+
+def dominating_cell(trials: list[TrialSummary], w: Workload, truth: GroundTruth,
+                    preference: str, rec_cell: Cell, rec_memory: float) -> Cell | None:
+    """The cell of cloudopt's own trials that is best under the ground truth, when it beats the
+    recommendation (at the memory it requests) by more than 2%; None otherwise."""
     rec_value = truth.objective(rec_cell, rec_memory, preference)
-    for t in ok:
+    best, best_value = None, rec_value * 0.98
+    for t in trials:
+        if not (t.ok and t.throughput):
+            continue
         c = effective_cell(w, t.allocation)
-        if c in truth.cells and c != rec_cell and truth.objective(
-                c, right_size(truth.cells[c].peak), preference) < rec_value * 0.98:
-            return True
-    return False
+        if c in truth.cells and c != rec_cell:
+            value = truth.objective(c, right_size(truth.cells[c].peak), preference)
+            if value < best_value:
+                best, best_value = c, value
+    return best
 
 
 def optuna_pick(truth: GroundTruth, n: int, preference: str, seed: int, sampler: str) -> Pick:

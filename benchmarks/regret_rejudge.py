@@ -15,6 +15,12 @@ beside the ground-truth regret. Runs are cached under
 second call reruns nothing; a row whose cell is the optimum keeps its ground-truth regret (it
 differs only in memory).
 
+The suite also flags a recommendation "dominated by one of its own measured trials" from the
+ground truth. For each such row this script finds that trial's cell in the cached cloudopt run
+(``cloudopt-<code>-*/b<budget>-<preference>/bench.json``), runs it and the recommended cell
+back to back the same way, and says whether the trial still beats the recommendation by more
+than 2% there (the trial at a request right-sized from its paired peak).
+
     python benchmarks/regret_rejudge.py runs/regret/i18g-all.json --rounds 3
 """
 
@@ -28,10 +34,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from regret_score import Cell, CellTruth, GroundTruth, pct
+from regret_peers import dominating_cell
+from regret_score import Cell, CellTruth, GroundTruth, pct, right_size
 from regret_truth import TruthStore, load_workloads
 
 from optimizer.config import load_config
+from optimizer.records import TrialSummary
 
 
 def _cell(d: dict[str, Any]) -> Cell:
@@ -114,6 +122,63 @@ def paired_regret(truth: GroundTruth, preference: str, pick: Cell, memory_gb: fl
             "time_ratio_per_round": [round(x, 3) for x in ratios]}
 
 
+def rejudge_dominated(rows: list[dict[str, Any]], grids: dict[str, Any], root: Path,
+                      code: str, rounds: int, quiet: bool) -> list[dict[str, Any]]:
+    """The rows flagged dominated by an own trial, re-judged on paired same-hour runs."""
+    from recommendation_regret import prices_of
+
+    config = load_config()
+    prices = prices_of(config)
+    workloads = {w.name: w for w in load_workloads()}
+    out = []
+    for row in rows:
+        if not (row["method"].startswith("cloudopt@") and row.get("dominated_by_own_trial")):
+            continue
+        script, pref, w = row["script"], row["preference"], workloads[row["script"]]
+        truth = truth_of(grids[script], prices)
+        store = TruthStore(w, config, root)
+        pick, memory = _cell(row["recommended"]), float(row["recommended"]["memory_gb"])
+        entry: dict[str, Any] = {"script": script, "preference": pref, "recommended": pick.key()}
+        found = sorted(store.dir.glob(f"cloudopt-{code}-*/b{row['budget']}-{pref}/bench.json"))
+        if len(found) != 1:
+            entry["note"] = f"{len(found)} cached cloudopt runs of code {code} found"
+            out.append(entry)
+            continue
+        trials = [TrialSummary.from_dict(t)
+                  for t in json.loads(found[0].read_text()).get("trials", [])]
+        own = dominating_cell(trials, w, truth, pref, pick, memory)
+        if own is None:
+            entry["note"] = "no own trial beats it under this ground truth"
+            out.append(entry)
+            continue
+        entry["own_trial"] = own.key()
+        runs = paired_runs(store, pick, own, rounds, quiet)
+        if any(t.status != "completed" for ts in runs.values() for t in ts):
+            entry["note"] = "a run failed"
+            out.append(entry)
+            continue
+        fig = {c: [(t.wall_time_s, t.mem_gb_peak) for t in ts] for c, ts in runs.items()}
+        entry.update(dominated_paired(truth, pref, pick, memory, own, fig[pick], fig[own]),
+                     rounds=rounds)
+        out.append(entry)
+    return out
+
+
+def dominated_paired(truth: GroundTruth, preference: str, pick: Cell, memory_gb: float,
+                     own: Cell, pick_runs: list[tuple[float, float]],
+                     own_runs: list[tuple[float, float]]) -> dict[str, Any]:
+    """Whether ``own`` (at a request right-sized from its paired peak) beats ``pick`` (at the
+    memory it requests) by more than 2% on their paired runs' median seconds."""
+    t_pick = statistics.median(x for x, _ in pick_runs)
+    t_own = statistics.median(x for x, _ in own_runs)
+    p_pick, p_own = max(p for _, p in pick_runs), max(p for _, p in own_runs)
+    value = truth.objective(pick, memory_gb, preference, time_s=t_pick, peak_gb=p_pick)
+    other = truth.objective(own, right_size(p_own), preference, time_s=t_own, peak_gb=p_own)
+    return {"own_vs_recommended_paired": other / value - 1.0 if math.isfinite(value) else None,
+            "dominated_paired": bool(other < 0.98 * value),
+            "time_s": {pick.key(): t_pick, own.key(): t_own}}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("json", type=Path, help="the JSON of recommendation_regret.py")
@@ -142,8 +207,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\ncloudopt, {len(paired)} rows: median regret {pct(statistics.median(truthful))} "
               f"(ground truth) vs {pct(statistics.median(paired))} (paired); worst "
               f"{pct(max(truthful))} vs {pct(max(paired))}")
+    dominated = rejudge_dominated(body["rows"], body["grids"], root, body["cloudopt_code"],
+                                  args.rounds, args.quiet)
+    if dominated:
+        print("\n| script | preference | recommended | own trial that dominated it (ground truth) "
+              "| own trial vs recommended (paired; > 0: the recommendation is better) "
+              "| still dominated |")
+        print("|---|---|---|---|---|---|")
+        for e in dominated:
+            if "dominated_paired" not in e:
+                print(f"| {e['script']} | {e['preference']} | {e['recommended']} | - | - | "
+                      f"{e['note']} |")
+                continue
+            print(f"| {e['script']} | {e['preference']} | {e['recommended']} | {e['own_trial']} "
+                  f"| {pct(e['own_vs_recommended_paired'])} | "
+                  f"{'yes' if e['dominated_paired'] else 'no'} |")
+        still = sum(bool(e.get("dominated_paired")) for e in dominated)
+        print(f"\ndominated by an own trial: {len(dominated)} rows under the ground truth, "
+              f"{still} on paired same-hour runs")
     if args.out:
-        args.out.write_text(json.dumps(out, indent=1) + "\n")
+        args.out.write_text(json.dumps({"rows": out, "dominated": dominated}, indent=1) + "\n")
     return 0
 
 

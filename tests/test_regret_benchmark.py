@@ -164,3 +164,23 @@ def test_paired_regret_judges_both_cells_by_their_runs_of_the_same_hour():
     # a request below the peak the paired runs reached is out of memory: no regret figure
     oom = paired_regret(t, "cost", pick, 1.0, best, [(50.0, 1.2)], [(50.0, 2.0)])
     assert oom["regret_paired"] is None
+
+
+def test_dominated_paired_judges_the_own_trial_on_the_same_hour():
+    from regret_rejudge import dominated_paired
+    from regret_score import right_size
+
+    t = truth()
+    pick, own = Cell(0, 2, 64), Cell(0, 2, 128)
+    # this hour the own trial's cell runs 10% faster: still dominated
+    out = dominated_paired(t, "time", pick, 1.25, own, [(50.0, 1.0)] * 3, [(45.0, 1.0)] * 3)
+    assert out["dominated_paired"] and out["own_vs_recommended_paired"] == pytest.approx(-0.1)
+    # 1% faster is within the 2% the suite allows: not dominated
+    close = dominated_paired(t, "time", pick, 1.25, own, [(50.0, 1.0)], [(49.5, 1.0)])
+    assert not close["dominated_paired"]
+    # cost: the own cell at a request right-sized from its own paired peak
+    cost = dominated_paired(t, "cost", pick, 4.0, own, [(50.0, 1.0)], [(50.0, 1.0)])
+    hourly = {m: 2 * PRICES.cpu_hour + m * PRICES.gb_hour for m in (4.0, right_size(1.0))}
+    assert cost["own_vs_recommended_paired"] == pytest.approx(
+        hourly[right_size(1.0)] / hourly[4.0] - 1.0)
+    assert cost["dominated_paired"]
