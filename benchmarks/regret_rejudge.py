@@ -69,13 +69,22 @@ def paired_runs(store: TruthStore, pick: Cell, best: Cell, rounds: int,
     return runs
 
 
-def rejudge(rows: list[dict[str, Any]], grids: dict[str, Any], root: Path, rounds: int,
-            quiet: bool) -> list[dict[str, Any]]:
+def _setting() -> tuple[Any, Any, dict[str, Any]]:
+    """The configuration, its prices and the suite's workloads by name."""
     from recommendation_regret import prices_of
 
     config = load_config()
-    prices = prices_of(config)
-    workloads = {w.name: w for w in load_workloads()}
+    return config, prices_of(config), {w.name: w for w in load_workloads()}
+
+
+def _median_and_peak(runs: list[tuple[float, float]]) -> tuple[float, float]:
+    """The median seconds and the largest peak GB of paired runs ``(seconds, GB)``."""
+    return statistics.median(s for s, _ in runs), max(p for _, p in runs)
+
+
+def rejudge(rows: list[dict[str, Any]], grids: dict[str, Any], root: Path, rounds: int,
+            quiet: bool) -> list[dict[str, Any]]:
+    config, prices, workloads = _setting()
     out = []
     for row in rows:
         if not row["method"].startswith("cloudopt@") or not row.get("recommended"):
@@ -111,9 +120,8 @@ def paired_regret(truth: GroundTruth, preference: str, pick: Cell, memory_gb: fl
     judged by the median seconds and the largest peak of its paired runs ``(seconds, GB)``;
     out of memory is infinite regret. Prices and the balanced normalisers are the ground
     truth's."""
-    t_pick = statistics.median(w for w, _ in pick_runs)
-    t_best = statistics.median(w for w, _ in best_runs)
-    p_pick, p_best = max(p for _, p in pick_runs), max(p for _, p in best_runs)
+    t_pick, p_pick = _median_and_peak(pick_runs)
+    t_best, p_best = _median_and_peak(best_runs)
     value = truth.objective(pick, memory_gb, preference, time_s=t_pick, peak_gb=p_pick)
     opt = truth.objective(best, p_best, preference, time_s=t_best, peak_gb=p_best)
     ratios = [a[0] / b[0] for a, b in zip(pick_runs, best_runs, strict=True)]
@@ -125,11 +133,7 @@ def paired_regret(truth: GroundTruth, preference: str, pick: Cell, memory_gb: fl
 def rejudge_dominated(rows: list[dict[str, Any]], grids: dict[str, Any], root: Path,
                       code: str, rounds: int, quiet: bool) -> list[dict[str, Any]]:
     """The rows flagged dominated by an own trial, re-judged on paired same-hour runs."""
-    from recommendation_regret import prices_of
-
-    config = load_config()
-    prices = prices_of(config)
-    workloads = {w.name: w for w in load_workloads()}
+    config, prices, workloads = _setting()
     out = []
     for row in rows:
         if not (row["method"].startswith("cloudopt@") and row.get("dominated_by_own_trial")):
@@ -169,9 +173,8 @@ def dominated_paired(truth: GroundTruth, preference: str, pick: Cell, memory_gb:
                      own_runs: list[tuple[float, float]]) -> dict[str, Any]:
     """Whether ``own`` (at a request right-sized from its paired peak) beats ``pick`` (at the
     memory it requests) by more than 2% on their paired runs' median seconds."""
-    t_pick = statistics.median(x for x, _ in pick_runs)
-    t_own = statistics.median(x for x, _ in own_runs)
-    p_pick, p_own = max(p for _, p in pick_runs), max(p for _, p in own_runs)
+    t_pick, p_pick = _median_and_peak(pick_runs)
+    t_own, p_own = _median_and_peak(own_runs)
     value = truth.objective(pick, memory_gb, preference, time_s=t_pick, peak_gb=p_pick)
     other = truth.objective(own, right_size(p_own), preference, time_s=t_own, peak_gb=p_own)
     return {"own_vs_recommended_paired": other / value - 1.0 if math.isfinite(value) else None,

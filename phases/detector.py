@@ -111,7 +111,8 @@ class PhaseDetector(BaseEstimator):
         variance on the training windows, then the window is multiplied by this weight. The
         code carries what the CRBM learned of the window's dynamics, the window the levels the
         code blurs; together they agree with the scripts' stages better than either alone
-        (``benchmarks/phases_quality.py``: 2 is the best of 1-4 there).
+        (``benchmarks/phases_quality.py``: 2 is the smallest weight on the plateau of 1-4
+        there).
     device : str, default="auto"
         ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda"``.
     random_state : int or None
@@ -127,8 +128,8 @@ class PhaseDetector(BaseEstimator):
         Standardisation fitted on the training samples (after ``preprocess``).
     cluster_centers_ : ndarray of shape (n_phases_, n_hidden + window dims)
         Phase centroids in the clustering space (the code, then the window scaled by
-        ``window_weight`` when it is positive); row ``i`` is phase ``i``. Phases found by :meth:`fit` are
-        numbered by the mean of the first feature of their samples, ascending.
+        ``window_weight`` when it is positive); row ``i`` is phase ``i``. Phases found by
+        :meth:`fit` are numbered by the mean of the first feature of their samples, ascending.
     n_phases_ : int
         Number of phases (grows with :meth:`expand`).
     n_features_in_ : int
@@ -338,9 +339,8 @@ class PhaseDetector(BaseEstimator):
         seeds = np.random.default_rng(self.random_state).integers(2**31 - 1, size=3)
         prepared = self._prepare(batch.flat, batch.lengths)
         scaler = FeatureScaler(batch.features).fit([prepared])
-        win = windows_from_flat(
-            scaler.scaler.transform(prepared), batch.lengths, self.delay, device=self._device()
-        )
+        scaled = scaler.scaler.transform(prepared)
+        win = windows_from_flat(scaled, batch.lengths, self.delay, device=self._device())
         if len(win.v) < self.n_phases:
             raise ValueError(
                 f"{len(win.v)} windows of {self.delay + 1} samples in the training traces; "
@@ -364,9 +364,10 @@ class PhaseDetector(BaseEstimator):
         rows = None
         self.cluster_scales_ = (1.0, 0.0)
         if self.window_weight > 0:
-            scaled = torch.as_tensor(scaler.scaler.transform(prepared), dtype=codes.dtype)
+            # the layout inference builds from consecutive rows, not the CRBM's (u, v) split
+            flat = torch.as_tensor(scaled, dtype=codes.dtype)
             inside = torch.as_tensor(window_index(batch.lengths, self.delay)[2])
-            rows = window_rows(scaled, self.delay)[inside].to(codes.device)
+            rows = window_rows(flat, self.delay)[inside].to(codes.device)
             self.cluster_scales_ = (
                 unit_scale(codes),
                 float(self.window_weight) * unit_scale(rows),
@@ -596,4 +597,3 @@ class PhaseDetector(BaseEstimator):
         """CRBM visible units implied by the features, ``features`` and ``preprocess``."""
         n = int(self.n_features_in_) * len(feature_groups(self.features))
         return 2 * n if "diff" in self._preprocess_steps() else n
-

@@ -30,9 +30,9 @@ Policies (``name`` → class)
     the transition graph reaches within the coming cycle with probability ≥ ``threshold``.
 ``phase-adaptive``
     Per-phase ratios to the job's own level (learned on the training executions) times the
-    level this job has shown so far (its last peak; for memory, its recent trend), enveloped over the phases the transition graph expects
-    within the coming cycle, given the time already spent in the current one
-    (:mod:`.phase_adaptive`).
+    level this job has shown so far (its last peak; for memory, its recent trend), enveloped
+    over the phases the transition graph expects within the coming cycle, given the time
+    already spent in the current one (:mod:`.phase_adaptive`).
 ``vpa``
     The Kubernetes Vertical Pod Autoscaler recommender's scheme (see :class:`VPAPolicy`).
 ``static-peak``

@@ -6,8 +6,9 @@ ratio times the level it has shown so far:
 
 * **The job's level** ``L_c`` before cycle ``c`` (:func:`job_levels`): by default the
   maximum of the last cycle with samples (``"last-max"``) -- the job's size as it has shown
-  it: the thread count its CPU reaches, the memory it has grown to. It never looks ahead:
-  only cycles ``< c`` count.
+  it, such as the thread count its CPU reaches; for memory, that maximum or the job's recent
+  growth carried on (``"recent-trend"``), since memory that is still growing keeps growing.
+  It never looks ahead: only cycles ``< c`` count.
 * **Phase ratios**, learned on the fitting executions: every sample ``t`` of a cycle
   ``c >= 1`` gives ``u_t / L_c`` under the phase of ``t``; a phase's upper ratio is the
   distribution of its ratios (per resource). A job twice the size has twice the level and
