@@ -137,9 +137,22 @@ def test_dwell_time_decides_when_the_phase_is_about_to_end():
     assert fresh[i0] > due[i0]
 
 
+def test_memory_has_its_own_quantile():
+    """A higher memory quantile raises memory's allocation only; CPU's stays as it was."""
+    base = PhaseAdaptivePolicy().fit(TRAIN)
+    high = PhaseAdaptivePolicy(memory_quantile=0.99).fit(TRAIN)
+    assert high.quantiles_.tolist() == [0.9, 0.99]
+    e = burst("x", 2.0)
+    a, b = base.plan(e), high.plan(e)
+    assert np.allclose(a[:, 0], b[:, 0])
+    assert (b[1:, 1] >= a[1:, 1] - 1e-12).all() and (b[1:, 1] > a[1:, 1] + 1e-9).any()
+
+
 def test_bad_parameters():
     with pytest.raises(ValueError, match="quantile"):
         PhaseAdaptivePolicy(quantile=0).fit(TRAIN)
+    with pytest.raises(ValueError, match="quantile"):
+        PhaseAdaptivePolicy(memory_quantile=1.5).fit(TRAIN)
     with pytest.raises(ValueError, match="level"):
         PhaseAdaptivePolicy(level="median").fit(TRAIN)
 
