@@ -11,7 +11,8 @@ second.
 
 :func:`expected_improvement` is Monte-Carlo expected improvement over the bootstrap models: for
 each candidate allocation, the mean over models of how much it would beat the best measured
-objective. The next probe is the unmeasured allocation with the largest expected improvement
+objective, each model's predictions taken relative to its own prediction for that best trial
+(:func:`anchored`). The next probe is the unmeasured allocation with the largest expected improvement
 (:func:`next_probe`); the agents still plan over the fitted model, this only picks what to
 measure when their plan has been measured already or the model is too unsure to believe it.
 """
@@ -97,6 +98,21 @@ def objective_samples(figures: dict[str, np.ndarray], config: OptimizerConfig,
 def expected_improvement(samples: np.ndarray, best: float) -> np.ndarray:
     """Monte-Carlo expected improvement (minimisation) of each column over ``best``."""
     return np.maximum(best - samples, 0.0).mean(axis=0)
+
+
+def anchored(samples: np.ndarray, incumbent: int, best: float) -> np.ndarray:
+    """Each model's objectives as ratios to its own prediction for the best measured trial
+    (column ``incumbent``), times that trial's measured objective ``best``.
+
+    A model fitted to a few trials is often off by a common factor (a probe ran in a fast
+    minute, a term is fixed); comparing its raw predictions with a measured best then says that
+    nothing can beat the best trial, and the loop stops before measuring the model's own plan.
+    Compared with the model's prediction for that same trial, only the model's *relative*
+    judgement is used, the way noisy expected improvement compares draws at the incumbent.
+    Models whose prediction there is not positive and finite are left as they are."""
+    ref = samples[:, [incumbent]]
+    ok = np.isfinite(ref) & (ref > 0)
+    return np.where(ok, samples / np.where(ok, ref, 1.0) * best, samples)
 
 
 def relative_spread(samples: np.ndarray) -> np.ndarray:

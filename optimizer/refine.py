@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.acquisition import (
+    anchored,
     bootstrap_models,
     candidate_grid,
     next_probe,
@@ -102,7 +103,11 @@ def _probe_by_improvement(opt: Any, env_config: Any, trials: list[TrialSummary],
                           total_samples=float(total or env_config.total_samples),
                           startup_s=float(model.meta.get("job", {}).get("restart_s", 0.0))),
         opt.config, preference, norm)
-    return next_probe(samples, candidates, best, [t.allocation for t in trials]), samples, \
+    incumbent = measured.loc[measured["objective"].idxmin(), "trial_id"]
+    inc_alloc = next(t.allocation for t in trials if t.trial_id == incumbent)
+    j = next((i for i, c in enumerate(candidates) if same_setting(c, inc_alloc)), None)
+    judged = samples if j is None else anchored(samples, j, best)
+    return next_probe(judged, candidates, best, [t.allocation for t in trials]), samples, \
         candidates
 
 

@@ -10,7 +10,13 @@ import math
 import numpy as np
 import pytest
 
-from optimizer.acquisition import bootstrap_models, next_probe, objective_samples, predicted_figures
+from optimizer.acquisition import (
+    anchored,
+    bootstrap_models,
+    next_probe,
+    objective_samples,
+    predicted_figures,
+)
 from optimizer.allocation import Allocation
 from optimizer.config import load_config
 from optimizer.records import TrialSummary
@@ -168,6 +174,27 @@ def test_bootstrap_spread_and_expected_improvement_pick_an_unmeasured_allocation
     # Nothing can improve on a best that is already below every prediction.
     assert next_probe(samples, candidates, 0.0, [], min_gain=0.01) is None
     assert math.isfinite(pick.expected_improvement)
+
+
+def test_improvement_is_judged_against_the_models_own_view_of_the_best_trial():
+    """A model that is pessimistic by a common factor (the best trial's probe ran fast) still
+    ranks the settings; raw predictions against the measured best would see no improvement
+    anywhere and stop before its plan is measured."""
+    rng = np.random.default_rng(0)
+    # objective (s) per model x candidate: candidate 0 is the measured best, 2 the model's pick
+    truth = np.array([10.0, 9.5, 8.0, 12.0])
+    samples = 1.3 * truth * np.exp(0.03 * rng.standard_normal((16, 4)))
+    cands = [Allocation(0, c, 0.0, 64) for c in (1, 2, 3, 4)]
+    best = 10.0  # measured: 30% below the model's prediction for the same setting
+    assert next_probe(samples, cands, best, [cands[0]]) is None
+    pick = next_probe(anchored(samples, 0, best), cands, best, [cands[0]])
+    assert pick is not None and pick.allocation == cands[2]
+    assert 0.15 < pick.expected_improvement < 0.25
+    # a model no worse than the best trial anywhere still proposes nothing
+    flat = 1.3 * np.full((16, 4), 10.0)
+    assert next_probe(anchored(flat, 0, best), cands, best, [cands[0]]) is None
+    # the measured best itself is left at its measurement
+    assert np.allclose(anchored(samples, 0, best)[:, 0], best)
 
 
 @pytest.mark.slow
