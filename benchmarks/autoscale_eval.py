@@ -188,12 +188,16 @@ def cold(args: argparse.Namespace, dataset: str) -> dict:
     return {"cold_start": args.cold_start} if args.cold_start else {}
 
 
-def lowo(data: Path, seeds: list[int], detector_params: dict, cold_kw: dict | None = None) -> dict:
-    """dl-traces leave-one-workload-out, per seed: metrics per fold and pooled (summaries)."""
+def lowo(data: Path, seeds: list[int], detector_params: dict, cold_kw: dict | None = None,
+         **evaluate_kw) -> dict:
+    """dl-traces leave-one-workload-out, per seed: metrics per fold and pooled (summaries).
+
+    ``evaluate_kw`` go to ``evaluate_file`` (e.g. ``policies``, ``policy_params``)."""
     from phases.evaluate import evaluate_file
     from phases.evaluate_metrics import score_plans
 
     kw = {k: v for k, v in datasets(data)["dl-traces"].items() if k != "test_fraction"}
+    kw.update(evaluate_kw)
     out: dict = {}
     for seed in seeds:
         with warnings.catch_warnings():
@@ -254,6 +258,26 @@ def print_overview(report: dict, seeds: list[int]) -> dict:
             cells += f"{pair:>34}"
         print(f"  {p:<20}{cells}")
     return tables
+
+
+def memory_quantile_sweep(data: Path, seeds: list[int], detector_params: dict,
+                          cold_kw: dict | None, quantiles: list[float]) -> dict:
+    """phase-adaptive with each memory quantile beside reactive-rules and vpa: LOWO pooled
+    memory over-allocation / under-provisioning, mean over seeds (one operating point each)."""
+    kw = datasets(data)["dl-traces"]
+    names = ["reactive-rules", "phase-adaptive", "vpa"]
+    out: dict = {}
+    print("\nmemory quantile of phase-adaptive, LOWO pooled memory over % / under % (mean of seeds):")
+    for q in quantiles:
+        params = {**kw["policy_params"], "phase-adaptive": {"memory_quantile": q}}
+        runs = lowo(data, seeds, detector_params, cold_kw, policies=names, policy_params=params)
+        pooled = _mean_table([run["pooled"] for run in runs.values()])
+        mem = next(r for r in pooled["phase-adaptive"] if "mem" in r)
+        out[f"{q:g}"] = {n: pooled[n][mem] for n in names}
+        print(f"  q {q:<6g}" + "".join(
+            f"  {n} {pooled[n][mem]['over_allocation_pct']:5.1f} / "
+            f"{pooled[n][mem]['under_provisioned_pct']:4.1f}" for n in names))
+    return out
 
 
 def nested_selection(data: Path, detector_params: dict, cold_kw: dict | None = None) -> dict:
@@ -337,6 +361,12 @@ def main(argv: list[str] | None = None) -> int:
         help="check phase-adaptive's options by nested leave-one-workload-out",
     )
     parser.add_argument(
+        "--memory-quantiles",
+        default=None,
+        help="comma-separated memory quantiles of phase-adaptive to compare, leave one "
+        "workload out, with reactive-rules and vpa (e.g. 0.9,0.925,0.95)",
+    )
+    parser.add_argument(
         "--sweep",
         action="store_true",
         help="also try other k, delay, features, cycle on a validation split",
@@ -412,6 +442,11 @@ def main(argv: list[str] | None = None) -> int:
         report["sweep"] = sweep(args.data, detector_params)
     if args.nested:
         report["nested"] = nested_selection(args.data, detector_params, cold(args, "dl-traces"))
+    if args.memory_quantiles:
+        qs = [float(q) for q in args.memory_quantiles.split(",") if q.strip()]
+        report["memory_quantiles"] = memory_quantile_sweep(
+            args.data, seeds, detector_params, cold(args, "dl-traces"), qs
+        )
     report["cpu_count"] = os.cpu_count()
     report["torch_threads"] = args.threads
     print(
