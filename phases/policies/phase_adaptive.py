@@ -155,7 +155,8 @@ class PhaseAdaptivePolicy(HistoryPolicy):
         out-of-memory kill rather than a slower cycle, so a user may want it provisioned at a
         higher quantile than CPU. dl-traces, leave one workload out, previous-run cold start
         (over-allocation % / samples under-provisioned %): 0.9 gives 18.7 / 4.6, 0.925 gives
-        19.9 / 4.0 (vpa: 31.7 / 4.1), 0.95 gives 22.2 / 3.4.
+        19.8 / 4.0 (vpa: 31.7 / 4.1), 0.95 gives 22.2 / 3.3
+        (``autoscale_eval.py --memory-quantiles``).
     lookahead : bool, default=True
         Whether the coming cycle's distribution is the mixture of the phases the transition
         graph expects over it (weighted by their expected share of its samples), or the
