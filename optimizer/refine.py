@@ -91,7 +91,9 @@ def _probe_by_improvement(opt: Any, env_config: Any, trials: list[TrialSummary],
     measured = objective_table(trials, opt.config, preference)
     if measured.empty:
         return None
-    best = measured["objective"].min()
+    top = measured.loc[measured["objective"].idxmin()]
+    best = top["objective"]
+    incumbent = next(t.allocation for t in trials if t.trial_id == top["trial_id"])
     norm = measured[["job_cost", "job_time_s", "resource_share"]].min().to_numpy()
     gpu_range = model.meta.get("fitted_gpu_range")
     candidates = candidate_grid(opt.config, _batches(trials, opt.config.resources.batch_size_max),
@@ -103,9 +105,7 @@ def _probe_by_improvement(opt: Any, env_config: Any, trials: list[TrialSummary],
                           total_samples=float(total or env_config.total_samples),
                           startup_s=float(model.meta.get("job", {}).get("restart_s", 0.0))),
         opt.config, preference, norm)
-    incumbent = measured.loc[measured["objective"].idxmin(), "trial_id"]
-    inc_alloc = next(t.allocation for t in trials if t.trial_id == incumbent)
-    j = next((i for i, c in enumerate(candidates) if same_setting(c, inc_alloc)), None)
+    j = next((i for i, c in enumerate(candidates) if same_setting(c, incumbent)), None)
     judged = samples if j is None else anchored(samples, j, best)
     return next_probe(judged, candidates, best, [t.allocation for t in trials]), samples, \
         candidates
