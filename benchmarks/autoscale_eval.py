@@ -260,6 +260,18 @@ def print_overview(report: dict, seeds: list[int]) -> dict:
     return tables
 
 
+def quantile_list(text: str) -> list[float]:
+    """``--memory-quantiles``: comma-separated numbers in (0, 1]."""
+    try:
+        qs = [float(q) for q in text.split(",") if q.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of numbers: {text!r}") from None
+    bad = [q for q in qs if not 0.0 < q <= 1.0]
+    if not qs or bad:
+        raise argparse.ArgumentTypeError(f"quantiles must lie in (0, 1], got {text!r}")
+    return qs
+
+
 def memory_quantile_sweep(data: Path, seeds: list[int], detector_params: dict,
                           cold_kw: dict | None, quantiles: list[float]) -> dict:
     """phase-adaptive with each memory quantile beside reactive-rules and vpa: LOWO pooled
@@ -362,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--memory-quantiles",
+        type=quantile_list,
         default=None,
         help="comma-separated memory quantiles of phase-adaptive to compare, leave one "
         "workload out, with reactive-rules and vpa (e.g. 0.9,0.925,0.95)",
@@ -443,9 +456,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.nested:
         report["nested"] = nested_selection(args.data, detector_params, cold(args, "dl-traces"))
     if args.memory_quantiles:
-        qs = [float(q) for q in args.memory_quantiles.split(",") if q.strip()]
         report["memory_quantiles"] = memory_quantile_sweep(
-            args.data, seeds, detector_params, cold(args, "dl-traces"), qs
+            args.data, seeds, detector_params, cold(args, "dl-traces"), args.memory_quantiles
         )
     report["cpu_count"] = os.cpu_count()
     report["torch_threads"] = args.threads
