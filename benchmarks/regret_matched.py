@@ -66,7 +66,8 @@ def reachable(rows: list[dict], grids: dict[str, dict]) -> list[str]:
         if not row["method"].startswith("cloudopt@") or w is None or row["regret"] is None:
             continue
         fixed_batch = None if w.cloudopt_reaches_batch() else w.default_batch
-        fixed_workers = w.default_workers if w.workers_flag else None
+        fixed_workers = (w.default_workers if w.workers_flag and not w.cloudopt_reaches_workers()
+                         else None)
         if fixed_batch is None and fixed_workers is None:
             continue
         cells = [CellTruth(Cell(c["gpus"], c["cpus"], c["batch_size"], c.get("workers")),

@@ -56,11 +56,14 @@ def default_cell(w: Workload, config: OptimizerConfig) -> tuple[Cell, float]:
 
 
 def effective_cell(w: Workload, a: Allocation) -> Cell:
-    """The cell a cloudopt allocation really runs: a batch size cloudopt cannot pass to the
-    script leaves it at its default; workers stay at the script's default."""
+    """The cell a cloudopt allocation really runs: a batch size or a worker count cloudopt cannot
+    pass to the script (or leaves unset) is the script's default."""
     batch = a.batch_size if (a.batch_size is not None and w.cloudopt_reaches_batch()) \
         else w.default_batch
-    return Cell(int(a.gpus), int(a.cpus), int(batch), w.default_workers)
+    workers = getattr(a, "workers", None)
+    if workers is None or not w.cloudopt_reaches_workers():
+        workers = w.default_workers
+    return Cell(int(a.gpus), int(a.cpus), int(batch), workers)
 
 
 class CloudoptRunner:

@@ -70,6 +70,12 @@ class Workload:
             return any(a.startswith("--batch-size-env") for a in given)
         return False
 
+    def cloudopt_reaches_workers(self) -> bool:
+        """Whether the main command, run with ``cloudopt_args``, can change the data-loader
+        workers (``--workers-arg``)."""
+        return bool(self.workers_flag) and any(
+            a.startswith("--workers-arg") for a in shlex.split(self.cloudopt_args))
+
     def digest(self) -> str:
         h = hashlib.sha256(self.file.read_bytes())
         h.update(repr((self.args, self.batch, self.workers_flag)).encode())

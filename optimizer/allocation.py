@@ -1,4 +1,5 @@
-"""The allocation a trial or an environment step runs with: GPUs, CPU threads, memory, batch.
+"""The allocation a trial or an environment step runs with: GPUs, CPU threads, memory, batch
+and (for scripts that take them) data-loader workers.
 
 Part of the foundation (with :mod:`optimizer.errors`, :mod:`optimizer.config`,
 :mod:`optimizer.atomic_files` and :mod:`optimizer.gpu`): every part of the project may import
@@ -19,7 +20,11 @@ class Allocation:
     memory_gb: float = 4.0
     batch_size: int | None = None
     """None: the script's own default batch size."""
+    workers: int | None = None
+    """Data-loader workers; None: the script's own default (the only value the workload model
+    and the agents know: only the closed loop's last sweep sets it)."""
 
     def key(self) -> str:
         bs = "default" if self.batch_size is None else str(self.batch_size)
-        return f"g{self.gpus}-c{self.cpus}-m{self.memory_gb:g}-b{bs}"
+        w = "" if self.workers is None else f"-w{self.workers}"
+        return f"g{self.gpus}-c{self.cpus}-m{self.memory_gb:g}-b{bs}{w}"

@@ -54,6 +54,8 @@ class JobOptions:
     train_args: str | Sequence[str] = ""
     batch_size_arg: str | None = None
     batch_size_env: str | None = None
+    workers_arg: str | None = None
+    """The flag that sets the script's data-loader workers (None: they are not varied)."""
     probe_seconds: float | None = None
     """None: the configuration's; 0: every trial runs to its end."""
     total_samples: float | None = None
@@ -210,7 +212,7 @@ class CloudResourceOptimizer:
             self._say(line)
         recorded = {d.name for d in (run_dir / "trials").glob("*") if (d / "summary.json").exists()}
         manager = TrainingModuleManager(train_file, opts.train_args, opts.batch_size_arg,
-                                        opts.batch_size_env)
+                                        opts.batch_size_env, opts.workers_arg)
         self.training_manager = manager
         manager.load_module()
         analysis = manager.analyze_module()
@@ -388,7 +390,8 @@ class CloudResourceOptimizer:
         baseline's memory limit (the request is sized later, from what it used)."""
         settable = manager.batch_control() is not None
         alloc = Allocation(alloc.gpus, alloc.cpus, memory_for(alloc.cpus, self.config.resources),
-                           alloc.batch_size if settable else None)
+                           alloc.batch_size if settable else None,
+                           alloc.workers if manager.workers_arg else None)
         trial_dir = run_dir / "trials" / f"{prefix}-{alloc.key()}"
         recorded = manager.recorded_trial(trial_dir)
         if recorded is not None:

@@ -100,7 +100,7 @@ class TrialSummary:
             raise CloudoptError(f"{source}: 'allocation' must be an object, got {alloc!r}")
         for name, value in alloc.items():
             kind = {"gpus": "int", "cpus": "int", "memory_gb": "float",
-                    "batch_size": "int | None"}.get(name)
+                    "batch_size": "int | None", "workers": "int | None"}.get(name)
             if kind is not None:
                 _check_type(value, kind, f"allocation.{name}", source)
         kwargs = {k: v for k, v in data.items() if k in fields}

@@ -16,7 +16,9 @@ Round ``k`` (``[run].refine_rounds`` of them) of :func:`refine`:
    model. Agreement between prediction and measurement at the plan alone does not end it: the
    model can be right there and wrong elsewhere.
 
-The settings that measured within 15% of the best are then decided in a run-off of
+With ``--workers-arg`` the best setting so far is then measured at other data-loader worker
+counts (:mod:`optimizer.loader_workers`). The settings that measured within 15% of the best are
+then decided in a run-off of
 back-to-back runs (:mod:`optimizer.runoff`), and the recommendation is the best *measured*
 trial (:func:`optimizer.trial_choice.best_measured`), by the run-off's runs where there was one,
 with its memory right-sized, so it is never worse than a trial already run.
@@ -38,6 +40,7 @@ from optimizer.acquisition import (
     relative_spread,
 )
 from optimizer.allocation import Allocation
+from optimizer.loader_workers import PROPOSER, sweep_workers
 from optimizer.records import TrialSummary
 from optimizer.runoff import runoff, standings
 from optimizer.trial_choice import (
@@ -204,6 +207,9 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
             twin = _twin(t, trials)  # a repeat of a setting this run measured is credited alike
             proposer[t.trial_id] = (proposer.get(twin, "") if twin != t.trial_id
                                     else "an-earlier-run")
+    for trial in sweep_workers(opt, manager, trials, total, run_dir, opts, batch_settable,
+                               rounds):
+        proposer[trial.trial_id] = PROPOSER
     n_before = len(trials)
     block = runoff(opt, manager, trials, total, run_dir, opts, batch_settable, rounds)
     for trial in trials[n_before:]:

@@ -23,7 +23,6 @@ from optimizer.records import TrialSummary, iter_trials, job_cost, job_time
 from optimizer.report import Report, dollars, format_value
 from optimizer.resources import ResourceManager
 from optimizer.sla import calculate_sla_violations
-from optimizer.trial_runner import with_batch_flag
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -60,6 +59,12 @@ def _write_k8s_job(opt: Any, result: Any, rec: dict[str, Any], alloc: Allocation
         memory_bounds_gb=(peak, top),
         cpu_bounds=(round(used, 1), opt.config.resources.cpu_count_max), comment=comment))
     return path
+
+
+def _short(a: Allocation) -> str:
+    """``g0 c2 b64`` (`` w0`` where the workers are set) for the closed loop's table."""
+    w = "" if a.workers is None else f" w{a.workers}"
+    return f"g{a.gpus} c{a.cpus} b{a.batch_size or 'default'}{w}"
 
 
 def _alloc(value: Any) -> Allocation:
@@ -219,8 +224,9 @@ def write_outputs(opt: Any, result: Any, reference: TrialSummary, profile: Any,
     if mgr is not None and (mgr.batch_control() != "env" or mgr.batch_size_env):
         env.pop("OPTIMIZER_BATCH_SIZE", None)  # the script ignores it: no false promise
         env.update(mgr.batch_environment(alloc.batch_size))
-        if mgr.batch_control() == "flag" and alloc.batch_size is not None:
-            args = with_batch_flag(list(mgr.train_args), mgr.batch_size_arg, alloc.batch_size)
+    if mgr is not None:
+        flagged = mgr.run_args(alloc)
+        args = flagged if flagged != list(mgr.train_args) else None
     atomic_write_text(run_dir / "k8s-resources.yaml", k8s_resources_yaml(
         alloc, env, name=Path(result.run_dir).name, args=args,
         comment=f"cloudopt recommendation ({rec['agent']}, preference {result.preference})"))
@@ -350,7 +356,9 @@ def _build_report(opt: Any, result: Any, reference: TrialSummary, rec: dict[str,
     r.answer(_answer(result, reference, rec, alloc))
     r.paragraph(f"Preference: {result.preference}. Recommended allocation: {alloc.gpus} GPU, "
                 f"{alloc.cpus} CPU threads, {alloc.memory_gb:g} GB memory, batch "
-                f"{alloc.batch_size or 'default'} (policy: {rec['agent']}). Run folder: "
+                f"{alloc.batch_size or 'default'}"
+                + ("" if alloc.workers is None else f", {alloc.workers} data-loader workers")
+                + f" (policy: {rec['agent']}). Run folder: "
                 f"{result.run_dir}.")
     for note in rec.get("notes", []):
         r.note(note)
@@ -501,9 +509,9 @@ def _rounds_section(r: Report, rec: dict[str, Any]) -> None:
         p = _alloc(row["planned"])
         outside = row.get("plan_outside_measured_range") or []
         rows.append({"round": row["round"], "proposed by": row.get("proposed_by"),
-                     "planned": f"g{p.gpus} c{p.cpus} b{p.batch_size or 'default'}"
+                     "planned": _short(p)
                      + (f" (beyond the measured range: {', '.join(outside)})" if outside else ""),
-                     "measured": f"g{a.gpus} c{a.cpus} b{a.batch_size or 'default'}",
+                     "measured": _short(a),
                      "why": row.get("why", ""),
                      "spread of the plan's objective": row.get("plan_spread"),
                      "predicted samples/s": row.get("predicted_throughput"),

@@ -161,24 +161,26 @@ def analyze_source(tree: ast.Module) -> dict[str, Any]:
     }
 
 
-def _literal_int(node: ast.AST | None) -> int | None:
+def _literal_int(node: ast.AST | None, minimum: int = 1) -> int | None:
     try:
         value = ast.literal_eval(node) if node is not None else None
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return None
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    return (value if isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+            else None)
 
 
-def flag_default(tree: ast.Module, flag: str) -> int | None:
+def flag_default(tree: ast.Module, flag: str, minimum: int = 1) -> int | None:
     """The literal default of a command-line flag, read from the source and never run.
 
     Finds argparse's ``add_argument("--batch-size", ..., default=64)``, click's
     ``@click.option("--batch-size", default=64)`` (any call naming the flag among its string
     arguments with a ``default=`` keyword) and argparse's ``set_defaults(batch_size=64)``.
     ``flag`` may carry a value template (``--bs={}``); only its name counts. None when the
-    default is not a positive integer literal (``None``, computed, or absent).
+    default is not an integer literal of at least ``minimum`` (``None``, computed, or absent;
+    ``minimum=0`` for a count of data-loader workers).
     """
     name = flag.split("=", 1)[0].strip()
     if not name:
@@ -193,12 +195,12 @@ def flag_default(tree: ast.Module, flag: str) -> int | None:
         names = [a.value for a in node.args if isinstance(a, ast.Constant)
                  and isinstance(a.value, str)]
         if name in names and "default" in kw:
-            found = _literal_int(kw["default"])
+            found = _literal_int(kw["default"], minimum)
             explicit_dest = kw.get("dest")
             if isinstance(explicit_dest, ast.Constant) and isinstance(explicit_dest.value, str):
                 dest = explicit_dest.value
         elif method == "set_defaults" and dest in kw:
-            return _literal_int(kw[dest])  # set_defaults overrides add_argument's default
+            return _literal_int(kw[dest], minimum)  # set_defaults overrides add_argument's default
     return found
 
 

@@ -88,6 +88,7 @@ from optimizer.trial_runner import (
     tail,
     trial_environment,
     wait_trial,
+    with_flag,
 )
 
 __all__ = [
@@ -123,6 +124,9 @@ class TrainingModuleManager:
     batch_size_env : str, optional
         For scripts that take their batch size from their own environment variable (cluster
         launchers often set ``BATCH_SIZE``): its name. Each trial sets it.
+    workers_arg : str, optional
+        The flag that sets the script's data-loader workers (``--workers``, ``--num-workers={}``):
+        with it the closed loop ends by measuring the chosen setting at other worker counts.
 
     Raises
     ------
@@ -132,7 +136,8 @@ class TrainingModuleManager:
 
     def __init__(self, train_file: str | os.PathLike,
                  train_args: str | Sequence[str] | None = None,
-                 batch_size_arg: str | None = None, batch_size_env: str | None = None):
+                 batch_size_arg: str | None = None, batch_size_env: str | None = None,
+                 workers_arg: str | None = None):
         self.module_path = Path(train_file)
         if isinstance(train_args, str):
             train_args = shlex.split(train_args)
@@ -145,6 +150,7 @@ class TrainingModuleManager:
                                 "variable name (letters, digits and _, e.g. BATCH_SIZE)")
         self.batch_size_arg = batch_size_arg
         self.batch_size_env = batch_size_env or None
+        self.workers_arg = workers_arg or None
         self.module: ScriptInfo | None = None
         self.training_process: subprocess.Popen | None = None
         self.replaced: list[str] = []
@@ -227,6 +233,24 @@ class TrainingModuleManager:
             return env_default(info.tree, self.batch_size_env)
         return env_default(info.tree, "OPTIMIZER_BATCH_SIZE")
 
+    def default_workers(self) -> int | None:
+        """The data-loader workers the script runs with when no trial sets them (the flag's
+        value among its arguments, else the flag's literal default in the source; 0 counts),
+        or None: no ``workers_arg``, or a default not written as a literal."""
+        if not self.workers_arg:
+            return None
+        name = self.workers_arg.split("=", 1)[0]
+        for i, arg in enumerate(self.train_args):
+            value = None
+            if arg == name and i + 1 < len(self.train_args):
+                value = self.train_args[i + 1]
+            elif arg.startswith(name + "="):
+                value = arg.split("=", 1)[1]
+            if value is not None and value.strip().isdigit():
+                return int(value)
+        return flag_default((self.module or self.load_module()).tree, self.workers_arg,
+                            minimum=0)
+
     def script_digest(self) -> str:
         """SHA-256 of the script's source: a trial of another version is not reused."""
         info = self.module or self.load_module()
@@ -275,9 +299,21 @@ class TrainingModuleManager:
         return None
 
     def command(self, allocation: Allocation) -> list[str]:
-        """The command line of a run: the script, its arguments and the batch-size flag."""
+        """The command line of a run: the script, its arguments, the batch-size flag and the
+        workers' flag (where the allocation sets them)."""
         info = self.module or self.load_module()
-        return build_command(info, self.train_args, self.batch_size_arg, allocation.batch_size)
+        return build_command(info, self.train_args, self.batch_size_arg, allocation.batch_size,
+                             self.workers_arg, allocation.workers)
+
+    def run_args(self, allocation: Allocation) -> list[str]:
+        """The script's arguments for ``allocation``: :meth:`command` without the interpreter
+        and the script (what a Kubernetes Job's ``args`` holds)."""
+        args = list(self.train_args)
+        if self.batch_control() == "flag" and allocation.batch_size is not None:
+            args = with_flag(args, self.batch_size_arg, allocation.batch_size)
+        if self.workers_arg and allocation.workers is not None:
+            args = with_flag(args, self.workers_arg, allocation.workers)
+        return args
 
     # -- running -------------------------------------------------------------------------
     def run_training(
@@ -437,7 +473,8 @@ class TrainingModuleManager:
 
 
 def describe_allocation(allocation: Allocation | Mapping[str, Any]) -> str:
-    """``2 CPU, 0 GPU, 4 GB, batch 128`` for tables and logs."""
+    """``2 CPU, 0 GPU, 4 GB, batch 128`` (``, 0 workers`` where set) for tables and logs."""
     a = allocation if isinstance(allocation, Allocation) else Allocation(**allocation)
     bs = "default" if a.batch_size is None else str(a.batch_size)
-    return f"{a.cpus} CPU, {a.gpus} GPU, {a.memory_gb:g} GB, batch {bs}"
+    w = "" if a.workers is None else f", {a.workers} workers"
+    return f"{a.cpus} CPU, {a.gpus} GPU, {a.memory_gb:g} GB, batch {bs}{w}"

@@ -45,8 +45,9 @@ def right_size_memory(peak_gb: float, *, ooms: int = 0, limit_gb: float | None =
 
 
 def same_setting(a: Allocation, b: Allocation) -> bool:
-    """Same GPUs, CPUs and batch size (memory is a limit, not a setting of the run)."""
-    return (a.gpus, a.cpus, a.batch_size) == (b.gpus, b.cpus, b.batch_size)
+    """Same GPUs, CPUs, batch size and data-loader workers (memory is a limit, not a setting
+    of the run)."""
+    return (a.gpus, a.cpus, a.batch_size, a.workers) == (b.gpus, b.cpus, b.batch_size, b.workers)
 
 
 def _ooms(trials: Sequence[TrialSummary], alloc: Allocation) -> tuple[int, float | None]:
@@ -89,7 +90,8 @@ def objective_table(trials: Sequence[TrialSummary], config: OptimizerConfig,
         rows.append({"trial_id": t.trial_id, "started_at": t.started_at or "",
                      "alone": not t.concurrent_with,
                      "gpus": a.gpus, "cpus": a.cpus,
-                     "batch_size": a.batch_size, "status": t.status, "job_time_s": seconds,
+                     "batch_size": a.batch_size, "workers": a.workers, "status": t.status,
+                     "job_time_s": seconds,
                      "memory_gb": memory, "mem_gb_peak": t.mem_gb_peak,
                      "job_cost": seconds * hourly_cost(config, a.gpus, a.cpus, memory) / 3600,
                      "resource_share": resource_share(config, a.gpus, a.cpus, memory)})
@@ -110,7 +112,7 @@ def _pool_replicates(frame: pd.DataFrame, config: OptimizerConfig) -> pd.DataFra
     a row's figures come from such runs."""
     if frame.empty:
         return frame
-    keys = ["gpus", "cpus", "batch_size"]
+    keys = ["gpus", "cpus", "batch_size", "workers"]
     alone_somewhere = frame.groupby(keys, dropna=False)["alone"].transform("any")
     frame = frame[frame["alone"] | ~alone_somewhere]
     frame = frame.assign(_order=range(len(frame)))
@@ -202,7 +204,7 @@ def recommended_allocation(trial: TrialSummary, trials: Sequence[TrialSummary],
     a = trial.allocation
     return Allocation(a.gpus, a.cpus,
                       right_size_memory(setting_peak(trial, trials), **_oom_kwargs(trials, a)),
-                      a.batch_size if batch_settable else None)
+                      a.batch_size if batch_settable else None, a.workers)
 
 
 def setting_peak(trial: TrialSummary, trials: Sequence[TrialSummary]) -> float:

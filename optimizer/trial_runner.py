@@ -63,21 +63,26 @@ _BOOT = (
 
 
 def build_command(info: ScriptInfo, train_args: Sequence[str], batch_size_arg: str | None,
-                  batch_size: int | None) -> list[str]:
-    """The command line of a run: the script, its arguments and the batch-size flag."""
+                  batch_size: int | None, workers_arg: str | None = None,
+                  workers: int | None = None) -> list[str]:
+    """The command line of a run: the script, its arguments, the batch-size flag and the
+    data-loader workers' flag (each only where the allocation sets it)."""
     args = list(train_args)
     if batch_size_arg and batch_size is not None:
-        args = with_batch_flag(args, batch_size_arg, batch_size)
+        args = with_flag(args, batch_size_arg, batch_size)
+    if workers_arg and workers is not None:
+        args = with_flag(args, workers_arg, workers)
     script = str(info.path)
     if info.entry in (None, "__main__"):
         return [sys.executable, script, *args]
     return [sys.executable, "-c", _BOOT, script, info.entry, *args]
 
 
-def with_batch_flag(args: list[str], flag: str, batch_size: int) -> list[str]:
-    """``args`` with the batch-size flag set (replacing a value already there)."""
+def with_flag(args: list[str], flag: str, value: int) -> list[str]:
+    """``args`` with ``flag`` set to ``value``, replacing a value already there. ``flag`` is
+    ``--batch-size`` (``--batch-size 128``) or a template (``--bs={}`` gives ``--bs=128``)."""
     if "{" in flag:
-        token = flag.replace("{batch_size}", str(batch_size)).replace("{}", str(batch_size))
+        token = flag.replace("{batch_size}", str(value)).replace("{}", str(value))
         prefix = token.split("=", 1)[0] + "="
         return [a for a in args if not a.startswith(prefix)] + [token]
     out, skip = [], False
@@ -91,7 +96,7 @@ def with_batch_flag(args: list[str], flag: str, batch_size: int) -> list[str]:
         if a.startswith(flag + "="):
             continue
         out.append(a)
-    return [*out, flag, str(batch_size)]
+    return [*out, flag, str(value)]
 
 
 def prepare_trial_dir(trial_dir: Path) -> Path:

@@ -66,7 +66,9 @@ class _Data:
 
 def measurements_from_trials(trials: Iterable[TrialSummary]) -> pd.DataFrame:
     """One row per completed or probe trial that measured a throughput (failed trials measured
-    nothing the fit can use), columns :data:`MEASUREMENT_COLUMNS`."""
+    nothing the fit can use), columns :data:`MEASUREMENT_COLUMNS`. Trials that set the
+    data-loader workers (:mod:`optimizer.loader_workers`) are left out: the model knows the
+    script's default only."""
     rows = [
         {
             "trial_id": t.trial_id,
@@ -79,7 +81,7 @@ def measurements_from_trials(trials: Iterable[TrialSummary]) -> pd.DataFrame:
             "gpu_util_mean": np.nan if t.gpu_util_mean is None else t.gpu_util_mean,
         }
         for t in trials
-        if t.ok and t.throughput and t.throughput > 0
+        if t.ok and t.throughput and t.throughput > 0 and t.allocation.workers is None
     ]
     return pd.DataFrame(rows, columns=list(MEASUREMENT_COLUMNS))
 

@@ -60,6 +60,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--batch-size-env", default=None, metavar="NAME",
                    help="environment variable the script reads its batch size from (e.g. "
                    "BATCH_SIZE), for scripts without a batch-size flag")
+    p.add_argument("--workers-arg", default=None, metavar="FLAG",
+                   help="flag that sets the script's data-loader workers (e.g. --workers or "
+                   "--num-workers={}): the chosen setting is then measured at other worker "
+                   "counts too")
     p.add_argument("--probe-seconds", type=float, default=None, metavar="S",
                    help="time box of each trial (0: run every trial to its end)")
     p.add_argument("--total-samples", type=float, default=None, metavar="N",
@@ -155,14 +159,14 @@ def optimize_file(optimizer: CloudResourceOptimizer, manager: TrainingModuleMana
     atomic_write_json(run_dir / "run.json", {
         "train_file": str(manager.module_path), "train_args": manager.train_args,
         "batch_size_arg": manager.batch_size_arg, "batch_size_env": manager.batch_size_env,
-        "preference": args.preference,
+        "workers_arg": manager.workers_arg, "preference": args.preference,
         "probe_seconds": args.probe_seconds, "total_samples": args.total_samples,
         "dataset_path": args.dataset_path, "offline_logs": args.offline_logs,
         "phase_model": args.phase_model, "options": recorded_options(args),
     })
     options = JobOptions(
         train_args=manager.train_args, batch_size_arg=manager.batch_size_arg,
-        batch_size_env=manager.batch_size_env,
+        batch_size_env=manager.batch_size_env, workers_arg=manager.workers_arg,
         probe_seconds=args.probe_seconds, total_samples=args.total_samples,
         dataset_path=args.dataset_path, offline_logs=args.offline_logs,
         phase_model=args.phase_model, sla_given=_sla_given(args),
@@ -224,7 +228,7 @@ def summary_table(result: Any) -> str:
 def run(args: argparse.Namespace) -> int:
     config = _load(args)
     managers = [TrainingModuleManager(f, args.train_args, args.batch_size_arg,
-                                      args.batch_size_env)
+                                      args.batch_size_env, getattr(args, "workers_arg", None))
                 for f in args.train_file]
     for m in managers:  # every script is checked before any trial runs
         m.load_module()

@@ -88,7 +88,7 @@ def run_trial_task(spec: dict[str, Any], request: dict[str, Any]) -> dict[str, b
 
     alloc = Allocation(**request["allocation"])
     manager = TrainingModuleManager(spec["train_file"], spec["train_args"], spec["batch_size_arg"],
-                                    spec["batch_size_env"])
+                                    spec["batch_size_env"], spec.get("workers_arg"))
     gpu_ids = [int(g) for g in ray.get_gpu_ids()] if alloc.gpus else None
     remove_orphaned_folders()
     with tempfile.TemporaryDirectory(prefix=f"{TRIAL_PREFIX}{os.getpid()}-") as tmp:
@@ -175,6 +175,7 @@ class RayExecutor:
         return {"train_file": path.name if self.address else str(path),
                 "train_args": list(manager.train_args), "batch_size_arg": manager.batch_size_arg,
                 "batch_size_env": manager.batch_size_env,
+                "workers_arg": getattr(manager, "workers_arg", None),
                 "resources": dataclasses.asdict(resource_config)}
 
     # -- running -----------------------------------------------------------------------------

@@ -19,6 +19,9 @@ p.add_argument("--alpha", type=float, default=0.004, help="fixed seconds per ste
 p.add_argument("--beta", type=float, default=0.00005, help="seconds per sample")
 p.add_argument("--parallel", type=float, default=0.8, help="parallel fraction of a step")
 p.add_argument("--buffer-mb", type=int, default=20, help="memory held per 64 samples of batch")
+p.add_argument("--workers", type=int, default=2, help="data-loader workers (see --worker-cost)")
+p.add_argument("--worker-cost", type=float, default=0.0,
+               help="seconds each worker adds to a step (their start-up and hand-off)")
 args = p.parse_args()
 
 batch = int(os.environ.get("OPTIMIZER_BATCH_SIZE") or 64)
@@ -27,6 +30,7 @@ print(f"model_name=tiny model_family=MLP batch_size={batch} threads={threads}", 
 print(f"total_samples={args.samples}", flush=True)
 buffer = bytearray(args.buffer_mb * 1024 * 1024 * batch // 64)  # memory grows with the batch
 step_s = (args.alpha + args.beta * batch) * ((1 - args.parallel) + args.parallel / threads)
+step_s += args.worker_cost * args.workers
 path = os.environ.get("OPTIMIZER_METRICS_CSV")
 out = open(path, "a", newline="") if path else None
 writer = csv.writer(out) if out else None
