@@ -214,16 +214,7 @@ class TrainingModuleManager:
         the source (argparse, click), else the fallback of ``OPTIMIZER_BATCH_SIZE``."""
         info = self.module or self.load_module()
         if self.batch_size_arg:
-            name = self.batch_size_arg.split("=", 1)[0]
-            for i, arg in enumerate(self.train_args):
-                value = None
-                if arg == name and i + 1 < len(self.train_args):
-                    value = self.train_args[i + 1]
-                elif arg.startswith(name + "="):
-                    value = arg.split("=", 1)[1]
-                if value is not None and value.strip().isdigit() and int(value) > 0:
-                    return int(value)
-            found = flag_default(info.tree, self.batch_size_arg)
+            found = self._flag_default(self.batch_size_arg, minimum=1)
             if found is not None:
                 return found
         if self.batch_size_env:
@@ -237,19 +228,22 @@ class TrainingModuleManager:
         """The data-loader workers the script runs with when no trial sets them (the flag's
         value among its arguments, else the flag's literal default in the source; 0 counts),
         or None: no ``workers_arg``, or a default not written as a literal."""
-        if not self.workers_arg:
-            return None
-        name = self.workers_arg.split("=", 1)[0]
+        return self._flag_default(self.workers_arg, minimum=0) if self.workers_arg else None
+
+    def _flag_default(self, flag: str, minimum: int) -> int | None:
+        """The integer a run without the allocation's value passes for ``flag``: its value among
+        the script's arguments, else its literal default in the source; values below
+        ``minimum`` do not count."""
+        name = flag.split("=", 1)[0]
         for i, arg in enumerate(self.train_args):
             value = None
             if arg == name and i + 1 < len(self.train_args):
                 value = self.train_args[i + 1]
             elif arg.startswith(name + "="):
                 value = arg.split("=", 1)[1]
-            if value is not None and value.strip().isdigit():
+            if value is not None and value.strip().isdigit() and int(value) >= minimum:
                 return int(value)
-        return flag_default((self.module or self.load_module()).tree, self.workers_arg,
-                            minimum=0)
+        return flag_default((self.module or self.load_module()).tree, flag, minimum=minimum)
 
     def script_digest(self) -> str:
         """SHA-256 of the script's source: a trial of another version is not reused."""
@@ -301,9 +295,7 @@ class TrainingModuleManager:
     def command(self, allocation: Allocation) -> list[str]:
         """The command line of a run: the script, its arguments, the batch-size flag and the
         workers' flag (where the allocation sets them)."""
-        info = self.module or self.load_module()
-        return build_command(info, self.train_args, self.batch_size_arg, allocation.batch_size,
-                             self.workers_arg, allocation.workers)
+        return build_command(self.module or self.load_module(), self.run_args(allocation))
 
     def run_args(self, allocation: Allocation) -> list[str]:
         """The script's arguments for ``allocation``: :meth:`command` without the interpreter

@@ -62,16 +62,9 @@ _BOOT = (
 # --------------------------------------------------------------------------------------------
 
 
-def build_command(info: ScriptInfo, train_args: Sequence[str], batch_size_arg: str | None,
-                  batch_size: int | None, workers_arg: str | None = None,
-                  workers: int | None = None) -> list[str]:
-    """The command line of a run: the script, its arguments, the batch-size flag and the
-    data-loader workers' flag (each only where the allocation sets it)."""
-    args = list(train_args)
-    if batch_size_arg and batch_size is not None:
-        args = with_flag(args, batch_size_arg, batch_size)
-    if workers_arg and workers is not None:
-        args = with_flag(args, workers_arg, workers)
+def build_command(info: ScriptInfo, args: Sequence[str]) -> list[str]:
+    """The command line of a run: the interpreter, the script (or its entry function) and
+    ``args``, the run's arguments with the allocation's flags already set."""
     script = str(info.path)
     if info.entry in (None, "__main__"):
         return [sys.executable, script, *args]
