@@ -58,6 +58,9 @@ from regret_truth import (
 
 from optimizer.config import OptimizerConfig, load_config
 
+QUICK_LOOP = "--refine-rounds 2 --runoff-rounds 2 --runoff-size 2"
+"""The quick benchmark's closed loop: a round and a run-off round fewer, two settings in it."""
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -74,6 +77,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="cloudopt's agent budget (default: its own; quick: 5)")
     p.add_argument("--probe-seconds", type=float, default=None,
                    help="cloudopt's probe time box (default: its own)")
+    p.add_argument("--cloudopt-args", default=None, metavar="FLAGS",
+                   help="more flags for every cloudopt run (default: none; quick: "
+                   f"{QUICK_LOOP!r}, a shorter closed loop)")
     p.add_argument("--root", default=str(ROOT / "runs" / "regret"), help="cache folder")
     p.add_argument("--json", default=None, metavar="PATH")
     p.add_argument("--plot", default=None, metavar="PNG",
@@ -84,6 +90,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.budgets = [int(b) for b in (args.budgets or ("4" if args.quick else "2,4,8")).split(",")]
     if args.quick and args.agent_seconds is None:
         args.agent_seconds = 5.0
+    if args.cloudopt_args is None:
+        args.cloudopt_args = QUICK_LOOP if args.quick else ""
     args.preferences = [s.strip() for s in args.preferences.split(",") if s.strip()]
     for pref in args.preferences:
         if pref not in PREFERENCES:
@@ -122,7 +130,8 @@ def bench_script(w: Any, config: OptimizerConfig, args: argparse.Namespace,
         rows.append(evaluate(truth, Pick("default", dcell, dmem), pref, w.name))
     for budget in args.budgets:
         runner = CloudoptRunner(store, budget, agent_seconds=args.agent_seconds,
-                                probe_seconds=args.probe_seconds, quiet=args.quiet)
+                                probe_seconds=args.probe_seconds, extra=args.cloudopt_args,
+                                quiet=args.quiet)
         first = None
         for pref in args.preferences:
             t1 = time.monotonic()

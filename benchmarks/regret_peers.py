@@ -70,10 +70,12 @@ class CloudoptRunner:
     """Runs (or reloads) the main command for one script at one budget and preference."""
 
     def __init__(self, store: TruthStore, budget: int, *, agent_seconds: float | None,
-                 probe_seconds: float | None, quiet: bool):
+                 probe_seconds: float | None, quiet: bool, extra: str = ""):
         self.store, self.budget = store, budget
         self.agent_seconds, self.probe_seconds, self.quiet = agent_seconds, probe_seconds, quiet
-        settings = repr((store.w.args, store.w.cloudopt_args, agent_seconds, probe_seconds))
+        self.extra = extra
+        settings = repr((store.w.args, store.w.cloudopt_args, agent_seconds, probe_seconds)
+                        + ((extra,) if extra else ()))
         tag = hashlib.sha256(settings.encode()).hexdigest()[:8]
         self.dir = store.dir / f"cloudopt-{code_digest()}-{tag}"
 
@@ -91,7 +93,7 @@ class CloudoptRunner:
                "--preference", preference, "--baseline-samples", str(self.budget), "--quiet"]
         if w.args:
             cmd.append(f"--train-args={w.args}")
-        cmd += shlex.split(w.cloudopt_args)
+        cmd += shlex.split(w.cloudopt_args) + shlex.split(self.extra)
         if self.agent_seconds is not None:
             cmd += ["--agent-seconds", str(self.agent_seconds)]
         if self.probe_seconds is not None:

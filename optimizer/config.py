@@ -433,6 +433,12 @@ class RunConfig:
     """Closed-loop rounds after the baseline: each measures one allocation (the agents' plan,
     or the one with the largest expected improvement), refits and re-plans; 0 measures the
     first plan only."""
+    runoff_rounds: int = 3
+    """Rounds of the closing run-off, in which the settings that measured close are run again
+    back to back (``optimizer/runoff.py``); a contender separated from the leader after two
+    leaves. 0 skips the run-off: the final choice is then made over all trials as measured."""
+    runoff_size: int = 3
+    """At most this many settings (the best ones) go to the run-off."""
     refine_tolerance: float = 0.10
     """Prediction and measurement agree when their throughputs differ by at most this share;
     agreement on the best measured allocation ends the loop early."""
@@ -451,6 +457,10 @@ class RunConfig:
                "[run].baseline_samples", "must be a positive integer", self.baseline_samples)
         _check(isinstance(self.refine_rounds, int) and self.refine_rounds >= 0,
                "[run].refine_rounds", "must be a whole number >= 0", self.refine_rounds)
+        _check(isinstance(self.runoff_rounds, int) and self.runoff_rounds >= 0,
+               "[run].runoff_rounds", "must be a whole number >= 0", self.runoff_rounds)
+        _check(isinstance(self.runoff_size, int) and self.runoff_size >= 2,
+               "[run].runoff_size", "must be a whole number >= 2", self.runoff_size)
         _check(isinstance(self.refine_tolerance, (int, float)) and self.refine_tolerance > 0,
                "[run].refine_tolerance", "must be a positive share", self.refine_tolerance)
         _check(self.executor in ("local", "ray"), "[run].executor",

@@ -8,13 +8,13 @@ a race that re-measures whichever setting leads ends up crediting the one measur
 fastest hour. So the closed loop ends with a run-off (:func:`runoff`):
 
 1. the *contenders* are the settings whose measured objective is within :data:`CONFIRM_BAND`
-   of the best (at most :data:`RUNOFF_SIZE`; a setting measured only beside other trials
+   of the best (at most ``[run].runoff_size``; a setting measured only beside other trials
    counts as :data:`SHARED_SLOWDOWN` faster, so that one the sharing hid still competes);
 2. each round runs every contender once, back to back, alone, the order rotating from round
    to round so that a steady drift favours none;
 3. after two rounds, a contender whose mean is worse than the leader's beyond the noise
    (:func:`optimizer.trial_choice.separated`) leaves; the run-off ends when one is left or
-   after :data:`RUNOFF_ROUNDS` rounds;
+   after ``[run].runoff_rounds`` rounds (0: no run-off);
 4. the winner is the best contender *by the run-off's runs alone*
    (:func:`optimizer.trial_choice.best_measured` with ``runoff``), so every setting in the
    final comparison was measured in the same hour.
@@ -45,22 +45,18 @@ SHARED_SLOWDOWN = 0.15
 example side by side on a 2-core machine measured -3% to +4% against alone over repeats, and
 -15% in a single pair (``benchmarks/parallel_trials.py``): interference and one run's noise
 together."""
-RUNOFF_SIZE = 3
-"""At most this many settings in the run-off (the best ones)."""
-RUNOFF_ROUNDS = 3
-"""At most this many rounds; a contender separated from the leader after two leaves."""
 PREFIX = "runoff-"
 
 
-def contenders(table: pd.DataFrame) -> pd.DataFrame:
-    """The rows of :func:`objective_table` that go to the run-off, best first (``_hopeful``:
-    the objective with a shared trial's slowdown allowed for)."""
+def contenders(table: pd.DataFrame, size: int = 3) -> pd.DataFrame:
+    """The rows of :func:`objective_table` that go to the run-off (at most ``size``), best
+    first (``_hopeful``: the objective with a shared trial's slowdown allowed for)."""
     if table.empty:
         return table
     hopeful = table["objective"] / np.where(table["alone"], 1.0, 1.0 + SHARED_SLOWDOWN)
     table = table.assign(_hopeful=hopeful).sort_values("_hopeful").reset_index(drop=True)
     near = table[table["_hopeful"] <= table["_hopeful"].iloc[0] * (1 + CONFIRM_BAND)]
-    return near.head(RUNOFF_SIZE)
+    return near.head(size)
 
 
 def still_in(block: pd.DataFrame) -> pd.DataFrame:
@@ -82,9 +78,10 @@ def runoff(opt: Any, manager: Any, trials: list[TrialSummary], total: float | No
     ``rounds``. Returns the ids of the run-off's trials (empty when there was none: the final
     choice is then made over all trials)."""
     config, preference = opt.config, opt.user_preference
+    n_rounds = config.run.runoff_rounds
     before = [t for t in trials if not t.trial_id.startswith(PREFIX)]
-    field = contenders(objective_table(before, config, preference))
-    if field.empty:
+    field = contenders(objective_table(before, config, preference), config.run.runoff_size)
+    if field.empty or n_rounds == 0:
         return []
     allocs = [next(t.allocation for t in before if t.trial_id == tid)
               for tid in field["trial_id"]]
@@ -108,7 +105,7 @@ def runoff(opt: Any, manager: Any, trials: list[TrialSummary], total: float | No
     names = ", ".join(a.key() for a in allocs)
     done: list[TrialSummary] = []
     left = list(allocs)
-    for r in range(RUNOFF_ROUNDS):
+    for r in range(n_rounds):
         order = left[r % len(left):] + left[:r % len(left)]
         for alloc in order:
             done.append(measure(alloc, f"{PREFIX}{r}-{_tag(preference)}",
@@ -141,5 +138,5 @@ def standings(trials: list[TrialSummary], block: list[str], config: Any,
              "runs": int(row.get("replicates", 1))} for _, row in table.iterrows()]
 
 
-__all__ = ["CONFIRM_BAND", "RUNOFF_ROUNDS", "RUNOFF_SIZE", "SHARED_SLOWDOWN", "contenders",
+__all__ = ["CONFIRM_BAND", "SHARED_SLOWDOWN", "contenders",
            "runoff", "standings", "still_in"]

@@ -189,6 +189,26 @@ def test_the_runoff_measures_the_contenders_back_to_back_and_decides_alone(tmp_p
                   []) == []
 
 
+def test_runoff_rounds_and_size_are_the_users(tmp_path):
+    close = [_trial("b64", 1, 64, 100, 0, 1), _trial("b128", 1, 128, 98, 0, 1),
+             _trial("b256", 1, 256, 97, 0, 1)]
+    # [run].runoff_size = 2: the two best settings only; runoff_rounds = 2: two rounds of them.
+    machine = _DriftingMachine({64: 100, 128: 98, 256: 97})
+    machine.config = load_config(overrides={"run": {"runoff_rounds": 2, "runoff_size": 2}})
+    trials = list(close)
+    block = runoff(machine, None, trials, None, tmp_path, None, True, [])
+    assert len(block) == 4
+    assert {t.allocation.batch_size for t in trials[3:]} == {64, 128}
+    # runoff_rounds = 0: nothing is measured again and the choice is left to all trials.
+    machine = _DriftingMachine({64: 100, 128: 98, 256: 97})
+    machine.config = load_config(overrides={"run": {"runoff_rounds": 0}})
+    trials = list(close)
+    assert runoff(machine, None, trials, None, tmp_path / "none", None, True, []) == []
+    assert len(trials) == 3 and machine.hour == 0
+    with pytest.raises(ConfigError, match=r"\[run\].runoff_size"):
+        load_config(overrides={"run": {"runoff_size": 1}})
+
+
 def test_trial_folders_of_dead_workers_are_removed(tmp_path):
     from optimizer.executors.ray_executor import TRIAL_PREFIX, remove_orphaned_folders
 

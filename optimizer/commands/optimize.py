@@ -81,6 +81,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--refine-rounds", type=int, default=None, metavar="N",
                    help="closed-loop rounds after the baseline: measure the plan, refit, "
                    "re-plan (default: [run].refine_rounds)")
+    p.add_argument("--runoff-rounds", type=int, default=None, metavar="N",
+                   help="rounds of the closing run-off, where settings that measured close "
+                   "are run again back to back; 0 skips it (default: [run].runoff_rounds)")
+    p.add_argument("--runoff-size", type=int, default=None, metavar="N",
+                   help="at most this many settings in the run-off (default: [run].runoff_size)")
     p.add_argument("--phase-model", default=None, metavar="DIR", help="saved phase model")
     p.add_argument("--image", default=None, metavar="IMAGE",
                    help="container image of the Kubernetes Job in k8s-job.yaml")
@@ -113,6 +118,7 @@ def _load(args: argparse.Namespace) -> OptimizerConfig:
                 "throughput_min": args.throughput_min},
         "resources": {"batch_size_max": args.batch_size_max},
         "run": {"baseline_samples": args.baseline_samples, "refine_rounds": args.refine_rounds,
+                "runoff_rounds": args.runoff_rounds, "runoff_size": args.runoff_size,
                 "probe_seconds": args.probe_seconds if args.probe_seconds else None,
                 "executor": args.executor, "ray_address": args.ray_address},
     }
@@ -124,6 +130,8 @@ def _load(args: argparse.Namespace) -> OptimizerConfig:
                                      ("--agent-seconds", args.agent_seconds, 0, True),
                                      ("--baseline-samples", args.baseline_samples, 1, False),
                                      ("--refine-rounds", args.refine_rounds, 0, False),
+                                     ("--runoff-rounds", args.runoff_rounds, 0, False),
+                                     ("--runoff-size", args.runoff_size, 2, False),
                                      ("--total-samples", args.total_samples, 0, True)):
         if value is not None and (value < low or (strict and value == low)):
             raise ConfigError(f"{flag} must be {'>' if strict else '>='} {low} (got {value:g})")
