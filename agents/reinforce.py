@@ -26,6 +26,11 @@ The design stores a log-probability per step with its autograd graph; here the s
 are stored and the log-probabilities recomputed in one batched pass at update time, which gives
 the same gradient (the network has not changed since the actions were drawn) at a fraction of
 the memory and time.
+
+Invalid-action masking (Huang & Ontanon, 2022): where the environment says which actions are
+valid (``CloudEnvironment.action_masks()``: the moves that fit in memory in the coming phase),
+the policy is renormalised over them, for acting, exploring and the gradient alike, so no
+episode is spent learning that running out of memory ends the job.
 """
 
 from __future__ import annotations
@@ -64,6 +69,24 @@ def discounted_returns(rewards: np.ndarray, gamma: float) -> np.ndarray:
     return returns
 
 
+MASKED_LOGIT = -1e9
+"""The logit of an invalid action: finite, so that entropies stay numbers."""
+
+
+def _masked(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return logits.masked_fill(~mask, MASKED_LOGIT)
+
+
+def _stack_masks(episodes: Sequence[Any], n_actions: int, device: Any) -> torch.Tensor | None:
+    """The episodes' step masks as one ``(steps, n_actions)`` tensor; None if none was given
+    (a step recorded without one counts every action valid)."""
+    rows = [m for ep in episodes for m in ep.masks]
+    if all(m is None for m in rows):
+        return None
+    full = np.ones(n_actions, dtype=bool)
+    return torch.as_tensor(np.stack([full if m is None else m for m in rows]), device=device)
+
+
 def _mlp(in_dim: int, out_dim: int, hidden_dim: int) -> nn.Sequential:
     return nn.Sequential(
         nn.Linear(in_dim, hidden_dim),
@@ -85,6 +108,7 @@ class _Trajectory:
     states: list[np.ndarray] = field(default_factory=list)
     actions: list[int] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)
+    masks: list[np.ndarray | None] = field(default_factory=list)
 
 
 class SimplePolicy:
@@ -172,29 +196,43 @@ class SimplePolicy:
         out = self.policy_network(states)
         return joint_log_probs(out, self.action_factors) if self.action_factors else out
 
-    def _mixture_probs(self, logits: torch.Tensor) -> torch.Tensor:
+    def _mixture_probs(self, logits: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         eps = self.epsilon
-        return (1.0 - eps) * torch.softmax(logits, dim=-1) + eps / self.action_dim
+        if mask is None:
+            return (1.0 - eps) * torch.softmax(logits, dim=-1) + eps / self.action_dim
+        uniform = mask.float() / mask.sum(dim=-1, keepdim=True)
+        return (1.0 - eps) * torch.softmax(_masked(logits, mask), dim=-1) + eps * uniform
 
     @torch.no_grad()
-    def select_action(self, state: np.ndarray, evaluate: bool = False) -> int | np.ndarray:
+    def select_action(self, state: np.ndarray, evaluate: bool = False,
+                      mask: np.ndarray | None = None) -> int | np.ndarray:
         """Choose an action for one state ``(state_dim,)`` or a batch ``(n, state_dim)``.
 
         Training: sample from the epsilon-mixed policy. ``evaluate=True``: the most probable
-        action. Returns an ``int`` for one state, an int64 array ``(n,)`` for a batch.
+        action. ``mask`` (bool, ``(action_dim,)`` or ``(n, action_dim)``): the valid actions,
+        the only ones chosen. Returns an ``int`` for one state, an int64 array ``(n,)`` for a
+        batch.
         """
         x = torch.as_tensor(np.asarray(state, dtype=np.float32), device=self.device)
         single = x.ndim == 1
         logits = self._logits(x.view(-1, self.state_dim))
+        valid = self._mask_tensor(mask, len(logits))
         if evaluate:
-            actions = logits.argmax(dim=-1).cpu().numpy()
+            actions = (logits if valid is None else _masked(logits, valid)).argmax(dim=-1)
+            actions = actions.cpu().numpy()
         else:
-            probs = self._mixture_probs(logits).cpu().numpy().astype(np.float64)
+            probs = self._mixture_probs(logits, valid).cpu().numpy().astype(np.float64)
             # Inverse-CDF sampling with the agent's own generator: one vectorised draw per row.
             cdf = np.cumsum(probs, axis=1)
             u = self.rng.random((len(probs), 1)) * cdf[:, -1:]
             actions = np.minimum((u > cdf).sum(axis=1), self.action_dim - 1)
         return int(actions[0]) if single else actions.astype(np.int64)
+
+    def _mask_tensor(self, mask: np.ndarray | None, n: int) -> torch.Tensor | None:
+        if mask is None:
+            return None
+        return torch.as_tensor(np.asarray(mask, dtype=bool).reshape(n, self.action_dim),
+                               device=self.device)
 
     def action_probabilities(self, state: np.ndarray) -> np.ndarray:
         """Policy probabilities ``pi(. | s)``, shape ``(n, action_dim)``."""
@@ -210,12 +248,14 @@ class SimplePolicy:
         reward: float | np.ndarray,
         done: bool | np.ndarray,
         env_id: int | np.ndarray = 0,
+        mask: np.ndarray | None = None,
     ) -> None:
         """Record one step of one episode, or of several parallel episodes.
 
         ``state`` is ``(state_dim,)`` or ``(n, state_dim)``; ``action``, ``reward``, ``done`` and
         ``env_id`` are scalars or ``(n,)``. ``env_id`` tells parallel episodes apart; ``done``
-        (terminated or truncated) closes that episode so :meth:`train` can use it.
+        (terminated or truncated) closes that episode so :meth:`train` can use it. ``mask``:
+        the valid actions the action was chosen among (as given to :meth:`select_action`).
         """
         # A copy: callers often pass a row of an array they overwrite with the next observation.
         states = np.array(state, dtype=np.float32, copy=True).reshape(-1, self.state_dim)
@@ -224,6 +264,7 @@ class SimplePolicy:
         rewards = _as_column(reward, n)
         dones = _as_column(done, n)
         env_ids = _as_column(env_id, n)
+        masks = None if mask is None else np.asarray(mask, dtype=bool).reshape(n, self.action_dim)
         for i in range(n):
             key = int(env_ids[i])
             traj = self.trajectories.get(key)
@@ -232,6 +273,7 @@ class SimplePolicy:
             traj.states.append(states[i])
             traj.actions.append(int(actions[i]))
             traj.rewards.append(float(rewards[i]))
+            traj.masks.append(None if masks is None else masks[i].copy())
             if dones[i]:
                 self.episodes.append(self.trajectories.pop(key))
 
@@ -276,8 +318,11 @@ class SimplePolicy:
         if len(advantages) > 1:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
+        valid = _stack_masks(episodes, self.action_dim, self.device)
         logits = self._logits(states)
-        log_probs = torch.log(self._mixture_probs(logits).gather(1, actions.view(-1, 1)).squeeze(1))
+        probs = self._mixture_probs(logits, valid)
+        log_probs = torch.log(probs.gather(1, actions.view(-1, 1)).squeeze(1))
+        logits = logits if valid is None else _masked(logits, valid)
         entropy = torch.distributions.Categorical(logits=logits).entropy().mean()
         policy_loss = -(log_probs * advantages).mean() - self.entropy_coef * entropy
         value_loss = torch.mean((values - returns) ** 2)

@@ -179,9 +179,10 @@ def _run_batch(envs: Lockstep, obs: np.ndarray, agent: SimplePolicy) -> None:
     """One episode per just-reset copy (``obs``: their first observations), in lockstep."""
     alive = np.arange(len(obs))
     while len(alive):
-        actions = agent.select_action(obs[alive])
+        masks = envs.action_masks(alive)
+        actions = agent.select_action(obs[alive], mask=masks)
         next_obs, rewards, _, dones = envs.step(alive, actions)
-        agent.add_experience(obs[alive], actions, rewards, dones, env_id=alive)
+        agent.add_experience(obs[alive], actions, rewards, dones, env_id=alive, mask=masks)
         obs[alive] = next_obs
         alive = alive[~dones]
 

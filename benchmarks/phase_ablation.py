@@ -12,6 +12,11 @@ agents/recipes.py, on the same episode budget and the same seeds, in four arms:
 * ``blind``: both hidden. Only ``clockless`` against ``blind`` says what the one-hot itself
   carries; ``phase`` against ``masked`` can show nothing where the clock already tells it.
 
+Hiding the phase also hides the environment's action masks (``CloudEnvironment.action_masks``:
+the moves that fit in memory in the coming phase), which would tell it; REINFORCE acts among
+the valid actions where it has them. So the arms compare what the agents do with the phase
+(shown and used to rule out moves that run out of memory) against without it.
+
 The workload is ``autoencoder-stream-cpu`` (configs/workloads/), whose CPU and memory needs
 change by phase: load (one core, a third of the memory) -> train -> done, fitted from the
 stage-labelled samples of execution d013 of ../shared/data/dl-traces (``--derive`` prints the
@@ -105,6 +110,7 @@ class FieldMask(gym.ObservationWrapper):
 
     def __init__(self, env: gym.Env, groups: Sequence[str]) -> None:
         super().__init__(env)
+        self.groups = tuple(groups)
         index = env.unwrapped.state.index
         self.columns = np.array(
             sorted(i for name, i in index.items() if any(MASKED_FIELDS[g](name) for g in groups)),
@@ -118,6 +124,13 @@ class FieldMask(gym.ObservationWrapper):
         masked = np.array(observation, dtype=np.float32, copy=True)
         masked[..., self.columns] = 0.0
         return masked
+
+    def action_masks(self) -> np.ndarray:
+        """Every action valid where the phase is hidden: the environment's own masks are the
+        moves that fit in memory *in the coming phase*, so they would tell the phase."""
+        if "phase" in self.groups:
+            return np.ones(self.action_space.n, dtype=bool)
+        return self.env.unwrapped.action_masks()
 
 
 class PhaseMask(FieldMask):

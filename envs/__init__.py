@@ -8,7 +8,7 @@ the environment (``"envs:cloudopt/CloudEnv-v0"`` after ``import gymnasium`` alon
 from gymnasium.envs.registration import register, registry
 
 from envs.cloud_env import CloudEnvironment
-from envs.lockstep import Lockstep, lockstep
+from envs.lockstep import Lockstep, lockstep, masks_of
 from envs.model import EnvConfig, EnvModel, build_env_model
 from envs.workload import PhaseSpec, WorkloadModel, WorkloadParams, list_presets
 
@@ -36,6 +36,7 @@ __all__ = [
     "build_env_model",
     "list_presets",
     "lockstep",
+    "masks_of",
 ]
 
 __cloudopt_package__ = True  # checked, without importing, by optimizer.install_check

@@ -21,6 +21,14 @@ from optimizer.allocation import Allocation
 logger = logging.getLogger(__name__)
 
 
+def valid_moves(model: Any, phases: np.ndarray, allocs: np.ndarray) -> np.ndarray:
+    """``(n, n_actions)`` bool: the actions from allocation ``allocs[i]`` that fit in memory in
+    phase ``phases[i]`` (:meth:`CloudEnvironment.action_masks`); a row with none is all True."""
+    ok = ~model.oom[phases[:, None], model.next_index[allocs]]
+    ok[~ok.any(axis=1)] = True
+    return ok
+
+
 class CloudEnvironment(gym.Env):
     """Choose the resources of a deep-learning training job while it runs.
 
@@ -237,6 +245,18 @@ class CloudEnvironment(gym.Env):
                 f"reset option 'allocation' must be a grid index, an Allocation or a tuple, got {alloc!r}"
             )
         return m.grid.index_of(alloc)
+
+    def action_masks(self) -> np.ndarray:
+        """Which actions are valid now, ``(n_actions,)`` bool (sb3-contrib's convention).
+
+        An action is invalid when the allocation it moves to runs out of memory in the phase
+        of the next chunk (the phase the observation shows): that ends the job, so a planner
+        that knows the phase never needs to try it. Where every move runs out of memory, or the
+        episode is over, all actions are valid (the step then decides)."""
+        m = self.model
+        if self._k >= m.n_steps:
+            return np.ones(self.action_space.n, dtype=bool)
+        return valid_moves(m, np.array([self._phase_of_step[self._k]]), np.array([self._a]))[0]
 
     def start_candidates(self) -> np.ndarray:
         """Grid indices a job can start at without running out of memory in its first chunk."""

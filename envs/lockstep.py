@@ -25,7 +25,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.utils import seeding
 
-from envs.cloud_env import CloudEnvironment
+from envs.cloud_env import CloudEnvironment, valid_moves
 from envs.state import FRACTION_HIGH, SLA_NAMES
 
 NOISE_BLOCK = 256
@@ -48,6 +48,20 @@ class Lockstep(Protocol):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Step copies ``rows``; returns ``(obs, rewards, terminated, episode_over)``."""
         ...
+
+    def action_masks(self, rows: np.ndarray) -> np.ndarray | None:
+        """The valid actions of copies ``rows`` (``(len(rows), n_actions)`` bool), or None
+        when the environment has no masks."""
+        ...
+
+
+def masks_of(env: gym.Env) -> np.ndarray | None:
+    """``env.action_masks()`` through any wrappers, or None where the environment has none."""
+    try:
+        fn = env.get_wrapper_attr("action_masks")
+    except AttributeError:
+        return None
+    return np.asarray(fn(), dtype=bool)
 
 
 def lockstep(env_fn: Callable[[], gym.Env], n: int) -> Lockstep:
@@ -98,6 +112,10 @@ class GymLockstep:
         terminated = np.array([o[2] for o in out], dtype=bool)
         over = terminated | np.array([o[3] for o in out], dtype=bool)
         return obs, rewards, terminated, over
+
+    def action_masks(self, rows: np.ndarray) -> np.ndarray | None:
+        masks = [masks_of(self.envs[int(i)]) for i in rows]
+        return None if any(m is None for m in masks) else np.stack(masks)
 
 
 class CloudLockstep:
@@ -193,6 +211,14 @@ class CloudLockstep:
         nxt = np.where(oom | done, p, m.step_phase[np.minimum(k1, m.n_steps - 1)])
         obs[np.arange(len(rows)), self.i_phase + m.phase_slot[nxt]] = 1.0
         return obs, reward, done, done
+
+    def action_masks(self, rows: np.ndarray) -> np.ndarray:
+        m = self.model
+        rows = np.asarray(rows, dtype=np.int64)
+        k = np.minimum(self.k[rows], m.n_steps - 1)
+        masks = valid_moves(m, m.step_phase[k], self.a[rows])
+        masks[self.k[rows] >= m.n_steps] = True
+        return masks
 
     def _noisy(
         self,

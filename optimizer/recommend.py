@@ -225,9 +225,11 @@ def recommend(env_config: Any, config: OptimizerConfig, *, time_budget_s: float,
     trained = (map_fn or (lambda fns: [f() for f in fns]))(jobs)
     for name, (result, seconds) in zip(AGENTS, trained, strict=True):
         agent = result.agent
+        replay_env = CloudEnvironment(clean)
         if name == "reinforce":
             act_fn = reinforce_act(agent)
-            greedy = lambda o, a=agent: a.select_action(o, evaluate=True)  # noqa: E731
+            greedy = lambda o, a=agent, e=replay_env: a.select_action(  # noqa: E731
+                o, evaluate=True, mask=e.action_masks())
             spread = None
             prob = lambda o, u, a=agent: a.action_probabilities(o)[0][u]  # noqa: E731
         else:
@@ -241,7 +243,7 @@ def recommend(env_config: Any, config: OptimizerConfig, *, time_budget_s: float,
 
             def prob(o, u, a=agent, p=policy):
                 return a.select_action(o, p, evaluate=True, uncertainty=False).probs[u]
-        total, rows = _replay(CloudEnvironment(clean), greedy, spread, prob)
+        total, rows = _replay(replay_env, greedy, spread, prob)
         out = _outcome(name, total, rows, optimum.total_return, sla)
         out.train_seconds, out.episodes = seconds, result.episodes
         out.heldout_return = evaluate(act_fn, env_fn, seeds).mean_return

@@ -22,11 +22,17 @@ def _run_both(cfg: EnvConfig, n: int, seeds: list[int], starts: list, action_see
     alive, ooms, steps = np.arange(n), 0, 0
     while len(alive):
         actions = rng.integers(0, envs[0].action_space.n, size=len(alive))
+        masks = batch.action_masks(alive)
         obs, rewards, terminated, over = batch.step(alive, actions)
         for j, i in enumerate(alive):
+            np.testing.assert_array_equal(masks[j], envs[i].action_masks())
             o, r, term, trunc, info = envs[i].step(int(actions[j]))
             np.testing.assert_array_equal(obs[j], o)
             assert rewards[j] == r and terminated[j] == term and over[j] == (term or trunc)
+            # A move the mask rules out runs out of memory; one it allows does not (unless
+            # every move does, when the mask allows them all).
+            if not masks[j].all():
+                assert info["oom"] == (not masks[j][actions[j]])
             ooms += info["oom"]
         steps += len(alive)
         alive = alive[~over]
