@@ -91,6 +91,11 @@ class CloudEnvironment(gym.Env):
     none; an episode has at most ``n_steps`` steps. Passing the job's time or cost limit does not
     end it: it is recorded (``info["time_limit_violated"]``, ``info["cost_limit_violated"]``).
 
+    ## Action Masks
+    ``action_masks()`` (sb3-contrib's convention) marks the moves whose allocation fits in
+    memory in the phase of the next chunk; REINFORCE chooses among them. Where none fits, all
+    are marked valid.
+
     ## Info
     ``reward_vector`` (float32, 4), ``allocation`` ``(gpus, cpus, memory_gb, batch_size)`` the
     chunk ran with, ``phase`` (id), ``step_time_s``, ``step_cost``, ``elapsed_s``, ``cost``
