@@ -20,7 +20,7 @@ import numpy as np
 
 from agents.morl import MultiObjectiveRLAgent
 from agents.reinforce import SimplePolicy
-from envs import masks_of
+from envs import stacked_masks
 
 EnvFn = Callable[[], gym.Env]
 """A factory for one fresh environment."""
@@ -81,16 +81,10 @@ def evaluate(act_fn: ActFn, env_fn: EnvFn, seeds: Sequence[int], n_envs: int = 1
     return EvalResult(returns, infos, lengths, sums)
 
 
-def env_masks(envs: Sequence[gym.Env]) -> np.ndarray | None:
-    """The valid actions of each env (``action_masks()``), or None if one has no masks."""
-    masks = [masks_of(env) for env in envs]
-    return None if any(m is None for m in masks) else np.stack(masks)
-
-
 def reinforce_act(agent: SimplePolicy) -> ActFn:
     """Greedy evaluation policy of a trained :class:`SimplePolicy` (among the valid actions
     where the environments give masks)."""
-    return lambda obs, envs: agent.select_action(obs, evaluate=True, mask=env_masks(envs))
+    return lambda obs, envs: agent.select_action(obs, evaluate=True, mask=stacked_masks(envs))
 
 
 def morl_act(agent: MultiObjectiveRLAgent, policy: str | int) -> ActFn:

@@ -8,7 +8,7 @@ the environment (``"envs:cloudopt/CloudEnv-v0"`` after ``import gymnasium`` alon
 from gymnasium.envs.registration import register, registry
 
 from envs.cloud_env import CloudEnvironment
-from envs.lockstep import Lockstep, lockstep, masks_of
+from envs.lockstep import Lockstep, lockstep, masks_of, stacked_masks
 from envs.model import EnvConfig, EnvModel, build_env_model
 from envs.workload import PhaseSpec, WorkloadModel, WorkloadParams, list_presets
 
@@ -37,6 +37,7 @@ __all__ = [
     "list_presets",
     "lockstep",
     "masks_of",
+    "stacked_masks",
 ]
 
 __cloudopt_package__ = True  # checked, without importing, by optimizer.install_check

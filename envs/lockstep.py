@@ -64,6 +64,12 @@ def masks_of(env: gym.Env) -> np.ndarray | None:
     return np.asarray(fn(), dtype=bool)
 
 
+def stacked_masks(envs: Sequence[gym.Env]) -> np.ndarray | None:
+    """The masks of ``envs`` as one ``(len(envs), n_actions)`` array, or None if one has none."""
+    masks = [masks_of(env) for env in envs]
+    return None if any(m is None for m in masks) else np.stack(masks)
+
+
 def lockstep(env_fn: Callable[[], gym.Env], n: int) -> Lockstep:
     """``n`` copies of ``env_fn()``'s environment, vectorised where it is a plain CloudEnvironment."""
     if n < 1:
@@ -114,8 +120,7 @@ class GymLockstep:
         return obs, rewards, terminated, over
 
     def action_masks(self, rows: np.ndarray) -> np.ndarray | None:
-        masks = [masks_of(self.envs[int(i)]) for i in rows]
-        return None if any(m is None for m in masks) else np.stack(masks)
+        return stacked_masks([self.envs[int(i)] for i in rows])
 
 
 class CloudLockstep:
