@@ -8,7 +8,7 @@ Samples come back as a :class:`ReplayBufferSamples` of tensors on the agent's de
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -28,6 +28,11 @@ class ReplayBufferSamples(NamedTuple):
     discounts: torch.Tensor
     """``(batch,)`` float32, the factor on the bootstrapped value: ``gamma ** k`` for a
     transition spanning ``k`` steps (n-step returns), ``gamma`` for a single step."""
+    masks: torch.Tensor | None = None
+    """``(batch, action_dim)`` bool, the actions valid in ``states``; None for a buffer built
+    without ``action_dim``."""
+    next_masks: torch.Tensor | None = None
+    """``(batch, action_dim)`` bool, the actions valid in ``next_states``."""
 
 
 class ReplayBuffer:
@@ -43,10 +48,18 @@ class ReplayBuffer:
         Where sampled tensors are placed.
     seed : int
         Seed of the sampler's generator.
+    action_dim : int, optional
+        Number of actions; given, the buffer also keeps which actions were valid in each state
+        and next state (invalid-action masks; all valid where a transition comes without them).
     """
 
     def __init__(
-        self, max_size: int, state_dim: int, device: str | torch.device = "cpu", seed: int = 0
+        self,
+        max_size: int,
+        state_dim: int,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+        action_dim: int | None = None,
     ) -> None:
         if max_size < 1:
             raise ValueError(f"max_size must be >= 1 (got {max_size})")
@@ -63,6 +76,10 @@ class ReplayBuffer:
         # "done" means terminated (no bootstrap); time-limit truncation must be passed as False.
         self.done = np.zeros(self.max_size, dtype=np.float32)
         self.discount = np.ones(self.max_size, dtype=np.float32)
+        self.action_dim = action_dim
+        shape = (self.max_size, action_dim or 0)
+        self.mask = np.ones(shape, dtype=bool)
+        self.next_mask = np.ones(shape, dtype=bool)
 
     def add(
         self,
@@ -72,8 +89,14 @@ class ReplayBuffer:
         next_state: np.ndarray,
         done: bool | np.ndarray,
         discount: float | np.ndarray = 1.0,
+        mask: np.ndarray | None = None,
+        next_mask: np.ndarray | None = None,
     ) -> None:
-        """Store one transition, or a batch of them with a leading ``(n,)`` axis."""
+        """Store one transition, or a batch of them with a leading ``(n,)`` axis.
+
+        ``mask`` / ``next_mask`` (bool, ``(action_dim,)`` or ``(n, action_dim)``): the actions
+        valid in ``state`` / ``next_state``; None counts all valid.
+        """
         state = np.asarray(state, dtype=np.float32).reshape(-1, self.state_dim)
         next_state = np.asarray(next_state, dtype=np.float32).reshape(-1, self.state_dim)
         n = state.shape[0]
@@ -90,8 +113,17 @@ class ReplayBuffer:
         self.next_state[idx] = next_state
         self.done[idx] = done
         self.discount[idx] = discount
+        self.mask[idx] = self._masks(mask, n)
+        self.next_mask[idx] = self._masks(next_mask, n)
         self.ptr = int((self.ptr + n) % self.max_size)
         self.size = min(self.size + n, self.max_size)
+
+    def _masks(self, mask: np.ndarray | None, n: int) -> np.ndarray | bool:
+        if mask is None:
+            return True
+        if not self.action_dim:
+            raise ValueError("this buffer keeps no action masks: build it with action_dim")
+        return np.asarray(mask, dtype=bool).reshape(n, self.action_dim)
 
     def sample(self, batch_size: int) -> ReplayBufferSamples:
         """Uniformly sample ``batch_size`` stored transitions (with replacement)."""
@@ -109,6 +141,8 @@ class ReplayBuffer:
             next_states=to(self.next_state),
             dones=to(self.done),
             discounts=to(self.discount),
+            masks=to(self.mask) if self.action_dim else None,
+            next_masks=to(self.next_mask) if self.action_dim else None,
         )
 
     def clear(self) -> None:
@@ -135,7 +169,7 @@ class NStepAccumulator:
         if n < 1:
             raise ValueError(f"n_step must be >= 1 (got {n})")
         self.n, self.gamma = n, gamma
-        self.pending: list[tuple[np.ndarray, int, float]] = []
+        self.pending: list[tuple[np.ndarray, int, float, np.ndarray | None]] = []
 
     def push(
         self,
@@ -145,12 +179,19 @@ class NStepAccumulator:
         next_state: np.ndarray,
         terminated: bool,
         episode_over: bool,
-    ) -> list[tuple[np.ndarray, int, float, np.ndarray, bool, float]]:
-        self.pending.append((np.array(state, copy=True), int(action), float(reward)))
+        mask: np.ndarray | None = None,
+        next_mask: np.ndarray | None = None,
+    ) -> list[tuple[Any, ...]]:
+        """Take one step; return the transitions it completes, each
+        ``(state, action, R, next_state, done, discount, mask, next_mask)`` with the valid
+        actions of ``state`` and ``next_state`` (None where not given)."""
+        copy = None if mask is None else np.array(mask, dtype=bool)
+        self.pending.append((np.array(state, copy=True), int(action), float(reward), copy))
         out = []
         while self.pending and (len(self.pending) == self.n or episode_over):
-            ret = sum(r * self.gamma**i for i, (_, _, r) in enumerate(self.pending))
-            s0, a0, _ = self.pending.pop(0)
+            ret = sum(p[2] * self.gamma**i for i, p in enumerate(self.pending))
+            s0, a0, _, m0 = self.pending.pop(0)
             k = len(self.pending) + 1
-            out.append((s0, a0, ret, np.array(next_state, copy=True), terminated, self.gamma**k))
+            end = np.array(next_state, copy=True)
+            out.append((s0, a0, ret, end, terminated, self.gamma**k, m0, next_mask))
         return out

@@ -9,7 +9,7 @@ estimates (Schulman et al., 2016), episode by episode (:func:`lambda_advantages`
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -27,6 +27,25 @@ class Episode(NamedTuple):
     """``(state_dim,)`` the state after the last action."""
     terminated: bool
     """Whether the episode reached a terminal state (``False``: truncated, so it bootstraps)."""
+    masks: np.ndarray | None = None
+    """``(T, n_actions)`` bool, the actions that were valid in ``states``; None: all were."""
+    last_mask: np.ndarray | None = None
+    """``(n_actions,)`` bool, the actions valid in ``last_state``; None: all are."""
+
+
+def step_masks(episodes: Sequence[Any], n_actions: int) -> np.ndarray | None:
+    """The valid actions of every step of ``episodes``, back to back, ``(steps, n_actions)``
+    bool; None if no step has a mask. ``ep.masks`` is None, an array, or a list holding an array
+    or None per step; a step without one counts every action valid."""
+    if all(ep.masks is None or all(m is None for m in ep.masks) for ep in episodes):
+        return None
+    full = np.ones(n_actions, dtype=bool)
+    rows = [
+        full if ep.masks is None or ep.masks[t] is None else ep.masks[t]
+        for ep in episodes
+        for t in range(len(ep.actions))
+    ]
+    return np.stack(rows).astype(bool)
 
 
 def lambda_advantages(

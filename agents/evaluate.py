@@ -88,10 +88,11 @@ def reinforce_act(agent: SimplePolicy) -> ActFn:
 
 
 def morl_act(agent: MultiObjectiveRLAgent, policy: str | int) -> ActFn:
-    """Greedy evaluation policy of one of a :class:`MultiObjectiveRLAgent`'s policies."""
-    return lambda obs, envs: (
-        agent.select_action(obs, policy, evaluate=True, uncertainty=False).action
-    )
+    """Greedy evaluation policy of one of a :class:`MultiObjectiveRLAgent`'s policies (among
+    the valid actions where the environments give masks)."""
+    return lambda obs, envs: agent.select_action(
+        obs, policy, evaluate=True, uncertainty=False, mask=stacked_masks(envs)
+    ).action
 
 
 def random_act(seed: int = 0) -> ActFn:

@@ -67,8 +67,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents.episode import Episode, batch_advantages, lambda_advantages
-from agents.networks import action_uncertainty
+from agents.episode import Episode, batch_advantages, lambda_advantages, step_masks
+from agents.networks import action_uncertainty, mask_logits, mask_probs
 from agents.persist import check_policies, load_state, save_state
 from agents.policy_pair import PolicyPair, soft_update
 from agents.sla_switching import reset_due, sla_policy
@@ -273,6 +273,7 @@ class MultiObjectiveRLAgent:
         policy: str | int | None = None,
         evaluate: bool = False,
         uncertainty: bool = True,
+        mask: np.ndarray | None = None,
     ) -> Decision:
         """Choose an action for one state ``(state_dim,)`` or a batch ``(n, state_dim)``.
 
@@ -281,14 +282,17 @@ class MultiObjectiveRLAgent:
         ``evaluate=True`` takes its most probable action, otherwise one is sampled (uniformly at
         random with probability epsilon). With ``uncertainty``, ``mc_samples`` further passes
         with dropout on give the spread of the chosen action's probability; without, it is 0.
+        ``mask`` (bool, ``(action_dim,)`` or ``(n, action_dim)``): the valid actions, the only
+        ones chosen, explored or given probability.
         """
         index = self.active_policy if policy is None else self.policy_index(policy)
         actor = self.pairs[index].actor
         x = torch.as_tensor(np.asarray(state, dtype=np.float32), device=self.device)
         single = x.ndim == 1
         x = x.view(-1, self.state_dim)
+        valid = self._mask_tensor(mask, len(x))
         with torch.no_grad():
-            probs = torch.softmax(actor.deterministic_logits(x), dim=-1)
+            probs = torch.softmax(mask_logits(actor.deterministic_logits(x), valid), dim=-1)
         probs = probs.cpu().numpy().astype(np.float64)
         if evaluate:
             actions = probs.argmax(axis=1)
@@ -296,14 +300,25 @@ class MultiObjectiveRLAgent:
             cdf = np.cumsum(probs, axis=1)
             u = self.rng.random((len(probs), 1)) * cdf[:, -1:]
             actions = np.minimum((u > cdf).sum(axis=1), self.action_dim - 1)
-            explore = self.rng.random(len(probs)) < self.epsilon
-            actions[explore] = self.rng.integers(0, self.action_dim, size=int(explore.sum()))
+            explore = np.flatnonzero(self.rng.random(len(probs)) < self.epsilon)
+            if valid is None:
+                actions[explore] = self.rng.integers(0, self.action_dim, size=len(explore))
+            else:
+                allowed = valid.cpu().numpy()
+                for row in explore:
+                    actions[row] = self.rng.choice(np.flatnonzero(allowed[row]))
         spread = np.zeros(len(actions))
         if uncertainty and actor.dropout_rate > 0:
             spread = action_uncertainty(actor, x, actions, self.mc_samples)
         if single:
             return Decision(int(actions[0]), index, probs[0], float(spread[0]))
         return Decision(actions.astype(np.int64), index, probs, spread)
+
+    def _mask_tensor(self, mask: np.ndarray | None, n: int) -> torch.Tensor | None:
+        if mask is None:
+            return None
+        mask = np.asarray(mask, dtype=bool).reshape(n, self.action_dim)
+        return torch.as_tensor(mask, device=self.device)
 
     def add_experience(
         self,
@@ -314,17 +329,21 @@ class MultiObjectiveRLAgent:
         next_state: np.ndarray,
         done: bool | np.ndarray,
         discount: float | np.ndarray | None = None,
+        mask: np.ndarray | None = None,
+        next_mask: np.ndarray | None = None,
     ) -> None:
         """Store transitions (one, or a batch with a leading axis) in ``policy``'s buffer.
 
         ``reward`` is the scalar reward under that policy's preference; ``done`` must be
         ``terminated`` only (a time-limit truncation still bootstraps). ``discount`` multiplies
         the bootstrapped value: default ``gamma``; ``gamma ** k`` when ``reward`` sums ``k``
-        steps and ``next_state`` is ``k`` steps on (n-step returns).
+        steps and ``next_state`` is ``k`` steps on (n-step returns). ``mask`` / ``next_mask``:
+        the actions valid in ``state`` / ``next_state`` (None: all), so that the critic's
+        target and the actor's update weigh only actions the policy can take.
         """
         discount = self.rl_config.gamma if discount is None else discount
         buffer = self.pairs[self.policy_index(policy)].buffer
-        buffer.add(state, action, reward, next_state, done, discount)
+        buffer.add(state, action, reward, next_state, done, discount, mask, next_mask)
 
     # ------------------------------------------------------------ learning
     def train(self, policy: str | int, batch_size: int | None = None) -> dict[str, float] | None:
@@ -345,7 +364,7 @@ class MultiObjectiveRLAgent:
             alpha = float(pair.log_alpha.detach().exp()) if self.target_entropy > 0 else 0.0
 
         with torch.no_grad():
-            next_probs = pair.target_actor(data.next_states)
+            next_probs = mask_probs(pair.target_actor(data.next_states), data.next_masks)
             next_log_probs = torch.log(next_probs.clamp_min(1e-8))
             next_q = pair.target_critic.combined_q(data.next_states, self.critic_combine)
             next_v = (next_probs * (next_q - alpha * next_log_probs)).sum(dim=1)
@@ -357,7 +376,7 @@ class MultiObjectiveRLAgent:
             self.train_steps[index] += 1
             return {"critic_loss": critic_loss.item(), "q_mean": q_taken.mean().item()}
 
-        logits = pair.actor.logits(data.states)
+        logits = mask_logits(pair.actor.logits(data.states), data.masks)
         probs = torch.softmax(logits, dim=1)
         log_probs = torch.log_softmax(logits, dim=1)
         with torch.no_grad():
@@ -366,7 +385,7 @@ class MultiObjectiveRLAgent:
             actor_loss = (probs * (alpha * log_probs - q_all)).sum(dim=1).mean()
         else:
             # alpha -> 0 (annealed) makes the target the critic's greedy action.
-            target = torch.softmax(q_all / max(alpha, 1e-3), dim=1)
+            target = torch.softmax(mask_logits(q_all / max(alpha, 1e-3), data.masks), dim=1)
             actor_loss = -(target * log_probs).sum(dim=1).mean()
         pair.actor_optimizer.zero_grad()
         actor_loss.backward()
@@ -414,9 +433,16 @@ class MultiObjectiveRLAgent:
         pair = self.pairs[self.policy_index(policy)]
         states = np.concatenate([ep.states for ep in episodes]).astype(np.float32)
         ends = np.stack([ep.last_state for ep in episodes]).astype(np.float32)
+        # The baseline and the update weigh only the actions that were valid.
+        masks = valid = step_masks(episodes, self.action_dim)
+        if valid is not None:
+            full = np.ones(self.action_dim, dtype=bool)
+            last = [full if ep.last_mask is None else ep.last_mask for ep in episodes]
+            masks = torch.as_tensor(np.concatenate([valid, last]), device=self.device)
+            valid = masks[: len(states)]
         with torch.no_grad():
             x = torch.as_tensor(np.concatenate([states, ends]), device=self.device)
-            pi = torch.softmax(pair.actor.deterministic_logits(x), dim=1)
+            pi = torch.softmax(mask_logits(pair.actor.deterministic_logits(x), masks), dim=1)
             v = (pi * pair.target_critic.combined_q(x, self.critic_combine)).sum(1)
             v = v.cpu().numpy().astype(np.float64)
         values, last_values = v[: len(states)], v[len(states) :]
@@ -438,7 +464,7 @@ class MultiObjectiveRLAgent:
         # the update followed log-probabilities of randomly thinned networks, and the policy
         # ended below zero return in 3 of the first 8 preset cases (0.57-0.97 on those with it off).
         logits = pair.actor.deterministic_logits(torch.as_tensor(states, device=self.device))
-        log_probs = torch.log_softmax(logits, dim=1)
+        log_probs = torch.log_softmax(mask_logits(logits, valid), dim=1)
         entropy = -(log_probs.exp() * log_probs).sum(dim=1).mean()
         taken = log_probs.gather(1, actions.view(-1, 1)).squeeze(1)
         actor_loss = -(taken * adv).mean() - self.entropy_coef * entropy

@@ -74,6 +74,24 @@ def joint_log_probs(factor_logits: torch.Tensor, factors: Sequence[int]) -> torc
     return joint
 
 
+MASKED_LOGIT = -1e9
+"""The logit of an invalid action: finite, so that entropies stay numbers."""
+
+
+def mask_logits(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """``logits`` with the actions ``mask`` marks invalid (False) pushed to ``MASKED_LOGIT``;
+    unchanged where ``mask`` is None (invalid-action masking, Huang & Ontanon, 2022)."""
+    return logits if mask is None else logits.masked_fill(~mask, MASKED_LOGIT)
+
+
+def mask_probs(probs: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """``probs`` renormalised over the valid actions (the softmax of :func:`mask_logits`)."""
+    if mask is None:
+        return probs
+    kept = probs * mask
+    return kept / kept.sum(dim=-1, keepdim=True).clamp_min(1e-12)
+
+
 def make_adam(params: Iterable[nn.Parameter], lr: float) -> torch.optim.Optimizer:
     """Adam, fused where this torch build supports it (about 3x faster steps on small CPU nets)."""
     params = list(params)

@@ -59,7 +59,9 @@ class PolicyPair:
         self.target_critic = copy.deepcopy(self.critic).eval()
         self.actor_optimizer = make_adam(self.actor.parameters(), cfg.lr_actor)
         self.critic_optimizer = make_adam(self.critic.parameters(), cfg.lr_critic)
-        self.buffer = ReplayBuffer(cfg.buffer_size, state_dim, device, seed=seed)
+        self.buffer = ReplayBuffer(
+            cfg.buffer_size, state_dim, device, seed=seed, action_dim=action_dim
+        )
         # Temperature for automatic entropy tuning (used when a target entropy is set).
         self.log_alpha = torch.tensor(
             float(np.log(max(cfg.entropy_coef, 1e-6))), device=device, requires_grad=True

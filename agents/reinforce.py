@@ -45,7 +45,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents.networks import joint_log_probs, make_adam
+from agents.episode import step_masks
+from agents.networks import joint_log_probs, make_adam, mask_logits
 from optimizer.config import RLConfig
 
 
@@ -67,24 +68,6 @@ def discounted_returns(rewards: np.ndarray, gamma: float) -> np.ndarray:
         running = float(rewards[t]) + gamma * running
         returns[t] = running
     return returns
-
-
-MASKED_LOGIT = -1e9
-"""The logit of an invalid action: finite, so that entropies stay numbers."""
-
-
-def _masked(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return logits.masked_fill(~mask, MASKED_LOGIT)
-
-
-def _stack_masks(episodes: Sequence[Any], n_actions: int, device: Any) -> torch.Tensor | None:
-    """The episodes' step masks as one ``(steps, n_actions)`` tensor; None if none was given
-    (a step recorded without one counts every action valid)."""
-    rows = [m for ep in episodes for m in ep.masks]
-    if all(m is None for m in rows):
-        return None
-    full = np.ones(n_actions, dtype=bool)
-    return torch.as_tensor(np.stack([full if m is None else m for m in rows]), device=device)
 
 
 def _mlp(in_dim: int, out_dim: int, hidden_dim: int) -> nn.Sequential:
@@ -201,7 +184,7 @@ class SimplePolicy:
         if mask is None:
             return (1.0 - eps) * torch.softmax(logits, dim=-1) + eps / self.action_dim
         uniform = mask.float() / mask.sum(dim=-1, keepdim=True)
-        return (1.0 - eps) * torch.softmax(_masked(logits, mask), dim=-1) + eps * uniform
+        return (1.0 - eps) * torch.softmax(mask_logits(logits, mask), dim=-1) + eps * uniform
 
     @torch.no_grad()
     def select_action(self, state: np.ndarray, evaluate: bool = False,
@@ -218,7 +201,7 @@ class SimplePolicy:
         logits = self._logits(x.view(-1, self.state_dim))
         valid = self._mask_tensor(mask, len(logits))
         if evaluate:
-            actions = (logits if valid is None else _masked(logits, valid)).argmax(dim=-1)
+            actions = mask_logits(logits, valid).argmax(dim=-1)
             actions = actions.cpu().numpy()
         else:
             probs = self._mixture_probs(logits, valid).cpu().numpy().astype(np.float64)
@@ -234,11 +217,16 @@ class SimplePolicy:
         return torch.as_tensor(np.asarray(mask, dtype=bool).reshape(n, self.action_dim),
                                device=self.device)
 
-    def action_probabilities(self, state: np.ndarray) -> np.ndarray:
-        """Policy probabilities ``pi(. | s)``, shape ``(n, action_dim)``."""
+    def action_probabilities(
+        self, state: np.ndarray, mask: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Policy probabilities ``pi(. | s)``, shape ``(n, action_dim)``, over the valid actions
+        where ``mask`` is given (as :meth:`select_action` chooses)."""
         x = torch.as_tensor(np.asarray(state, dtype=np.float32), device=self.device)
         with torch.no_grad():
-            return torch.softmax(self._logits(x.view(-1, self.state_dim)), -1).cpu().numpy()
+            logits = self._logits(x.view(-1, self.state_dim))
+            valid = self._mask_tensor(mask, len(logits))
+            return torch.softmax(mask_logits(logits, valid), -1).cpu().numpy()
 
     # ------------------------------------------------------------ experience
     def add_experience(
@@ -318,11 +306,12 @@ class SimplePolicy:
         if len(advantages) > 1:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
-        valid = _stack_masks(episodes, self.action_dim, self.device)
+        valid = step_masks(episodes, self.action_dim)
+        valid = None if valid is None else torch.as_tensor(valid, device=self.device)
         logits = self._logits(states)
         probs = self._mixture_probs(logits, valid)
         log_probs = torch.log(probs.gather(1, actions.view(-1, 1)).squeeze(1))
-        logits = logits if valid is None else _masked(logits, valid)
+        logits = mask_logits(logits, valid)
         entropy = torch.distributions.Categorical(logits=logits).entropy().mean()
         policy_loss = -(log_probs * advantages).mean() - self.entropy_coef * entropy
         value_loss = torch.mean((values - returns) ** 2)

@@ -53,7 +53,7 @@ from agents.recipes import (
     reinforce_train_kwargs,
 )
 from agents.reinforce import SimplePolicy
-from envs import Lockstep, lockstep
+from envs import Lockstep, lockstep, masks_of, stacked_masks
 from optimizer.atomic_files import atomic_write_csv
 from optimizer.config import MultiObjectiveConfig, RLConfig
 
@@ -279,7 +279,8 @@ def train_morl(
         while len(finished) < episodes:
             progress = _progress(len(finished), episodes, start, time_budget_s)
             _anneal_exploration(agent, starts, progress, anneal_fraction, anneal_power)
-            actions = agent.select_action(obs, index, uncertainty=False).action
+            masks = stacked_masks(envs)
+            actions = agent.select_action(obs, index, uncertainty=False, mask=masks).action
             next_obs = np.empty_like(obs)
             restart_obs = {}
             transitions = []
@@ -288,7 +289,8 @@ def train_morl(
                 running[i] += reward
                 # A truncated episode ends without a terminal state: it still bootstraps.
                 transitions += accumulators[i].push(
-                    obs[i], actions[i], reward, next_obs[i], terminated, terminated or truncated
+                    obs[i], actions[i], reward, next_obs[i], terminated, terminated or truncated,
+                    None if masks is None else masks[i], masks_of(env),
                 )
                 if terminated or truncated:
                     finished.append(float(running[i]))
@@ -297,8 +299,12 @@ def train_morl(
                     next_seed += 1
                     bar.update(1)
             if transitions:  # one batched store per vector step
-                columns = zip(*transitions, strict=True)
-                agent.add_experience(index, *(np.array(column) for column in columns))
+                *columns, m, next_m = zip(*transitions, strict=True)
+                agent.add_experience(
+                    index, *(np.array(column) for column in columns),
+                    mask=None if masks is None else np.array(m),
+                    next_mask=None if masks is None else np.array(next_m),
+                )
             obs = next_obs
             for i, o in restart_obs.items():
                 obs[i] = o
@@ -383,14 +389,25 @@ def _run_morl_batch(
     ``i`` of the per-step arrays, rows ``0 .. length_i - 1``.
     """
     n = len(obs)
-    states, actions_t, rewards_t = [], [], []
+    states, actions_t, rewards_t, masks_t = [], [], [], []
     lengths = np.zeros(n, dtype=np.int64)
     last, ended_terminal = np.empty_like(obs), np.zeros(n, dtype=bool)
     alive = np.arange(n)
+    masks = envs.action_masks(alive)
+    last_masks = None if masks is None else np.ones_like(masks)
     while len(alive):
-        actions = agent.select_action(obs[alive], index, uncertainty=False).action
+        actions = agent.select_action(obs[alive], index, uncertainty=False, mask=masks).action
         next_obs, rewards, terminated, over = envs.step(alive, actions)
-        agent.add_experience(index, obs[alive], actions, rewards, next_obs, terminated)
+        next_masks = envs.action_masks(alive)
+        agent.add_experience(
+            index, obs[alive], actions, rewards, next_obs, terminated,
+            mask=masks, next_mask=next_masks,
+        )
+        if masks is not None:
+            masks_t.append(np.ones((n, masks.shape[1]), dtype=bool))
+            masks_t[-1][alive] = masks
+            last_masks[alive[over]] = next_masks[over]
+            masks = next_masks[~over]
         states.append(obs.copy())
         actions_t.append(np.zeros(n, dtype=np.int64))
         actions_t[-1][alive] = actions
@@ -401,8 +418,12 @@ def _run_morl_batch(
         obs[alive] = next_obs
         alive = alive[~over]
     s, a, r = np.stack(states), np.stack(actions_t), np.stack(rewards_t)
+    m = np.stack(masks_t) if masks_t else None
     episodes = [
-        Episode(s[:length, i], a[:length, i], r[:length, i], last[i], bool(ended_terminal[i]))
+        Episode(
+            s[:length, i], a[:length, i], r[:length, i], last[i], bool(ended_terminal[i]),
+            None if m is None else m[:length, i], None if m is None else last_masks[i],
+        )
         for i, length in enumerate(lengths)
     ]
     return episodes, int(lengths.sum())

@@ -231,18 +231,21 @@ def recommend(env_config: Any, config: OptimizerConfig, *, time_budget_s: float,
             greedy = lambda o, a=agent, e=replay_env: a.select_action(  # noqa: E731
                 o, evaluate=True, mask=e.action_masks())
             spread = None
-            prob = lambda o, u, a=agent: a.action_probabilities(o)[0][u]  # noqa: E731
+            prob = lambda o, u, a=agent, e=replay_env: a.action_probabilities(  # noqa: E731
+                o, e.action_masks())[0][u]
         else:
             policy = agent.policy_index(env_config.preference)
             act_fn = morl_act(agent, policy)
-            greedy = lambda o, a=agent, p=policy: a.select_action(  # noqa: E731
-                o, p, evaluate=True, uncertainty=False).action
+            greedy = lambda o, a=agent, p=policy, e=replay_env: a.select_action(  # noqa: E731
+                o, p, evaluate=True, uncertainty=False, mask=e.action_masks()).action
 
-            def spread(o, u, a=agent, p=policy):
-                return a.select_action(o, p, evaluate=True, uncertainty=True).uncertainty
+            def spread(o, u, a=agent, p=policy, e=replay_env):
+                return a.select_action(
+                    o, p, evaluate=True, uncertainty=True, mask=e.action_masks()).uncertainty
 
-            def prob(o, u, a=agent, p=policy):
-                return a.select_action(o, p, evaluate=True, uncertainty=False).probs[u]
+            def prob(o, u, a=agent, p=policy, e=replay_env):
+                return a.select_action(
+                    o, p, evaluate=True, uncertainty=False, mask=e.action_masks()).probs[u]
         total, rows = _replay(replay_env, greedy, spread, prob)
         out = _outcome(name, total, rows, optimum.total_return, sla)
         out.train_seconds, out.episodes = seconds, result.episodes

@@ -1,13 +1,16 @@
-"""Invalid-action masks: the environment's, the lockstep batches', and REINFORCE's use of them."""
+"""Invalid-action masks: the environment's, the lockstep batches', and the agents' use of them."""
 
 import gymnasium as gym
 import numpy as np
+import pytest
 
-from agents.evaluate import evaluate, heldout_seeds, reinforce_act
-from agents.recipes import cloud_action_factors
+from agents.buffer import NStepAccumulator, ReplayBuffer
+from agents.evaluate import evaluate, heldout_seeds, morl_act, reinforce_act
+from agents.morl import MultiObjectiveRLAgent
+from agents.recipes import cloud_action_factors, morl_train_kwargs, recommended_config
 from agents.reinforce import SimplePolicy
 from agents.toy_envs import ChainMDP
-from agents.train import train_reinforce
+from agents.train import train_morl, train_reinforce
 from envs import CloudEnvironment, EnvConfig, lockstep
 from optimizer.config import RLConfig
 
@@ -71,4 +74,57 @@ def test_masked_reinforce_plans_never_run_out_of_memory():
                              action_factors=cloud_action_factors(env_fn()))
     ooms = [info["oom"] for info in
             evaluate(reinforce_act(result.agent), env_fn, heldout_seeds(8)).final_infos]
+    assert not any(ooms)
+
+
+def test_morl_acts_and_reports_probabilities_only_among_valid_actions():
+    agent = MultiObjectiveRLAgent(4, 6, RLConfig(seed=0, exploration_noise=1.0))
+    states = np.zeros((500, 4), dtype=np.float32)
+    mask = np.zeros((500, 6), dtype=bool)
+    mask[:, [1, 4]] = True
+    decision = agent.select_action(states, "balanced", uncertainty=False, mask=mask)
+    assert set(np.unique(decision.action)) == {1, 4}  # epsilon-exploration stays inside too
+    assert np.allclose(decision.probs[:, [0, 2, 3, 5]], 0.0)
+    assert np.allclose(decision.probs.sum(axis=1), 1.0)
+    greedy = agent.select_action(states, "balanced", evaluate=True, uncertainty=False, mask=mask)
+    assert set(greedy.action) <= {1, 4}
+
+
+def test_replay_buffer_and_n_step_transitions_carry_masks():
+    acc = NStepAccumulator(2, gamma=1.0)
+    s = [np.full(2, i, dtype=np.float32) for i in range(3)]
+    m = [np.array([True, i % 2 == 0, True]) for i in range(3)]
+    assert acc.push(s[0], 0, 1.0, s[1], False, False, m[0], m[1]) == []
+    (t,) = acc.push(s[1], 2, 1.0, s[2], False, False, m[1], m[2])
+    np.testing.assert_array_equal(t[6], m[0])  # the first state's mask, the last next state's
+    np.testing.assert_array_equal(t[7], m[2])
+    buffer = ReplayBuffer(8, 2, seed=0, action_dim=3)
+    states = np.arange(5, dtype=np.float32).repeat(2).reshape(5, 2)  # row i holds i
+    masks = np.array([[True, False, True]] * 2 + [[False, True, True]] * 2)
+    buffer.add(states[:4], 0, 0.0, states[:4], False, 1.0, masks, masks[::-1])
+    buffer.add(states[4], 0, 0.0, states[4], False)  # no masks: every action counts valid
+    sample = buffer.sample(64)
+    rows = sample.states[:, 0].long().numpy()
+    assert set(rows) == set(range(5))
+    every = np.ones((1, 3), dtype=bool)
+    np.testing.assert_array_equal(sample.masks.numpy(), np.vstack([masks, every])[rows])
+    np.testing.assert_array_equal(sample.next_masks.numpy(), np.vstack([masks[::-1], every])[rows])
+    with pytest.raises(ValueError, match="action_dim"):
+        ReplayBuffer(4, 2).add(states[0], 0, 0.0, states[0], False, 1.0, masks[0])
+
+
+@pytest.mark.parametrize("actor_update", ["advantage", "projection"])
+def test_masked_morl_plans_never_run_out_of_memory(actor_update):
+    env_fn = lambda: CloudEnvironment(_phased())  # noqa: E731
+    kwargs = {**morl_train_kwargs(), "n_envs": 16, "learning_starts": 64, "episodes": 64}
+    if actor_update == "projection":  # the replayed actor update, n-step transitions
+        kwargs.update(actor_update="projection", n_step=3, updates_per_step=1)
+    result = train_morl(env_fn, "resource", recommended_config("morl", 0),
+                        action_factors=cloud_action_factors(env_fn()), **kwargs)
+    # Masked actions weigh nothing in the losses: a masked logit (-1e9) that leaked into one
+    # would put the loss near 1e9.
+    losses = result.curve.dropna()[["actor_loss", "critic_loss"]].to_numpy()
+    assert len(losses) and np.isfinite(losses).all() and np.abs(losses).max() < 1e3
+    ooms = [info["oom"] for info in evaluate(morl_act(result.agent, "resource"), env_fn,
+                                             heldout_seeds(8)).final_infos]
     assert not any(ooms)
