@@ -52,6 +52,11 @@ exploring starts (``agents.exploration.ExploringStarts``) the recipe of
 ``agents.recipes.morl_train_kwargs`` comes within 1% of the DP optimum on average over the
 15 preset cases (its docstring has the runs).
 
+Where the environment gives invalid-action masks (``CloudEnvironment.action_masks()``), every
+policy here is renormalised over the valid actions (Huang & Ontanon, 2022): acting and
+exploring, the expectation over next actions in the critic's target, and both actor updates.
+The replay buffer keeps the masks of each state and next state for that.
+
 Decisions carry an uncertainty from Monte Carlo dropout over the actor (Gal & Ghahramani, 2016);
 ``select_policy`` and ``check_adaptive_reset`` apply the SLA rules of :mod:`agents.sla_switching`
 (switch to the time- or cost-focused policy, re-initialise a critic after violations).

@@ -230,3 +230,21 @@ def test_gpu_allocation_without_a_gpu_uses_fake_nvml(tmp_path, monkeypatch):
     assert s.gpu_util_mean == pytest.approx(44.0) and s.gpu_mem_gb_peak == pytest.approx(3.0)
     assert s.hourly_cost == pytest.approx(2 * PRICES.cost_per_gpu_hour + PRICES.cost_per_cpu_hour
                                           + 1.0 * PRICES.cost_per_gb_hour)
+
+
+def test_wall_time_is_when_the_script_ended_not_the_next_poll(tmp_path, monkeypatch):
+    import time
+
+    import optimizer.trial_runner as trial_runner
+
+    slow_poll = trial_runner.poll_outputs
+
+    def sluggish(*args, **kwargs):  # a busy machine: each pass over the outputs takes 0.7 s
+        time.sleep(0.7)
+        return slow_poll(*args, **kwargs)
+
+    monkeypatch.setattr(trial_runner, "poll_outputs", sluggish)
+    p = script(tmp_path, "import time\ntime.sleep(1.1)\n")
+    s = run(p, tmp_path, monitor_interval=0.2)
+    # The poll loop alone would see the exit at its pass after 1.5 s (0, 0.8, 1.6, ...).
+    assert s.status == "completed" and 1.1 <= s.wall_time_s < 1.45
