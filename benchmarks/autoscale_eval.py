@@ -456,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
                     **kw, seed=seed, detector_params=detector_params, **cold(args, name)
                 )
             wall = time.perf_counter() - t0
-            key = label if len(runs) == 1 else f"{label}/seed{seed}"
+            key = label if "folds" in kw else f"{label}/seed{seed}"
             split = (
                 f"{kw['folds']}-fold cross-validation"
                 if "folds" in kw
