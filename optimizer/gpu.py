@@ -54,31 +54,26 @@ def visible_device_indices() -> list[int]:
     return out
 
 
-def gpu_utilization(indices: list[int] | None = None) -> list[float]:
-    """Utilisation (%) of each GPU in ``indices`` (default: visible ones); [] without NVML."""
+def _read_each(indices: list[int] | None, read) -> list[float]:
+    """``read(pynvml, handle)`` of each GPU in ``indices`` (default: the visible ones); a GPU
+    whose reading fails is left out, and there are none without NVML."""
     nv = _nvml()
     if nv is None:
         return []
     out = []
     for i in visible_device_indices() if indices is None else indices:
         try:
-            h = nv.nvmlDeviceGetHandleByIndex(i)
-            out.append(float(nv.nvmlDeviceGetUtilizationRates(h).gpu))
-        except Exception:
+            out.append(float(read(nv, nv.nvmlDeviceGetHandleByIndex(i))))
+        except Exception:  # a GPU that went away or is busy resetting: no reading this time
             continue
     return out
+
+
+def gpu_utilization(indices: list[int] | None = None) -> list[float]:
+    """Utilisation (%) of each GPU in ``indices`` (default: visible ones); [] without NVML."""
+    return _read_each(indices, lambda nv, h: nv.nvmlDeviceGetUtilizationRates(h).gpu)
 
 
 def gpu_memory_used_gb(indices: list[int] | None = None) -> list[float]:
     """Memory in use (GB) on each GPU in ``indices``; [] without NVML."""
-    nv = _nvml()
-    if nv is None:
-        return []
-    out = []
-    for i in visible_device_indices() if indices is None else indices:
-        try:
-            h = nv.nvmlDeviceGetHandleByIndex(i)
-            out.append(nv.nvmlDeviceGetMemoryInfo(h).used / 1024**3)
-        except Exception:
-            continue
-    return out
+    return _read_each(indices, lambda nv, h: nv.nvmlDeviceGetMemoryInfo(h).used / 1024**3)

@@ -1,6 +1,7 @@
 """ResourceManager.apply_configuration: the environment a trial gets, and CPU affinity sets."""
 
 import os
+import types
 
 import pytest
 
@@ -45,6 +46,28 @@ def test_visible_devices_default_to_nvml(monkeypatch):
     monkeypatch.setattr(gpu, "nvml_device_count", lambda: 0)
     with pytest.raises(ConfigError, match="1 GPU"):
         ResourceManager.apply_configuration(Allocation(gpus=1), env={})
+
+
+def test_gpu_readings_through_nvml_skip_a_failing_device(monkeypatch):
+    class FakeNvml:  # three GPUs; index 1 fails as a GPU that fell off the bus does
+        def nvmlDeviceGetHandleByIndex(self, i):
+            if i == 1:
+                raise RuntimeError("GPU is lost")
+            return i
+
+        def nvmlDeviceGetUtilizationRates(self, h):
+            return types.SimpleNamespace(gpu=10 * (h + 1))
+
+        def nvmlDeviceGetMemoryInfo(self, h):
+            return types.SimpleNamespace(used=(h + 1) * 1024**3)
+
+    monkeypatch.setattr(gpu, "_nvml", FakeNvml)
+    monkeypatch.setattr(gpu, "nvml_device_count", lambda: 3)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,0")
+    assert gpu.gpu_utilization() == [30.0, 10.0]
+    assert gpu.gpu_memory_used_gb([0, 1, 2]) == [1.0, 3.0]
+    monkeypatch.setattr(gpu, "_nvml", lambda: None)
+    assert gpu.gpu_utilization([0]) == [] and gpu.gpu_memory_used_gb() == []
 
 
 def test_os_environ_untouched_unless_asked(monkeypatch):
