@@ -42,7 +42,7 @@ from optimizer.acquisition import (
 from optimizer.allocation import Allocation
 from optimizer.loader_workers import PROPOSER, sweep_workers
 from optimizer.records import TrialSummary
-from optimizer.runoff import runoff, standings
+from optimizer.runoff import runoff, standings, tie_note
 from optimizer.trial_choice import (
     best_measured,
     objective_table,
@@ -237,7 +237,8 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
         f"({'proposed by ' + from_plan if from_plan else 'a baseline trial'}); "
         + (f"it won the run-off of {len(block)} back-to-back runs ("
            + ", ".join(f"{r['setting']} {r['objective']:.4g} over {r['runs']} runs"
-                       for r in table) + f") among {len(trials)} trials" if block else
+                       for r in table) + f") among {len(trials)} trials" + tie_note(table)
+           if block else
            f"objective {best_row['objective']:.4g} over {len(trials)} trials"))
     rec["runoff"] = block
     rec["runoff_standings"] = table

@@ -127,16 +127,35 @@ def runoff(opt: Any, manager: Any, trials: list[TrialSummary], total: float | No
 
 def standings(trials: list[TrialSummary], block: list[str], config: Any,
               preference: Any) -> list[dict[str, Any]]:
-    """The run-off's settings, best first: each one's objective, job seconds and runs there."""
+    """The run-off's settings, best first: each one's objective, job seconds and runs there,
+    its ``margin`` behind the winner (a share of the winner's objective) and whether the runs'
+    noise leaves it ``tied`` with the winner (not :func:`separated`; the winner: False). A tie
+    is the honest reading of most short run-offs: the winner is the better bet, not a proven
+    better setting."""
     ids = set(block)
     table = objective_table([t for t in trials if t.trial_id in ids], config, preference)
     if table.empty:
         return []
     table = table.sort_values("objective")
+    best = table.iloc[0]
     return [{"setting": next(t.allocation for t in trials if t.trial_id == row["trial_id"]).key(),
              "objective": float(row["objective"]), "job_time_s": float(row["job_time_s"]),
-             "runs": int(row.get("replicates", 1))} for _, row in table.iterrows()]
+             "runs": int(row.get("replicates", 1)),
+             "margin": float(row["objective"]) / float(best["objective"]) - 1.0,
+             "tied": bool(i > 0 and not separated(best, row))}
+            for i, (_, row) in enumerate(table.iterrows())]
+
+
+def tie_note(table: list[dict[str, Any]]) -> str:
+    """What the choice text says of the settings the run-off could not separate from its
+    winner ('' when none)."""
+    tied = [r for r in table if r.get("tied")]
+    if not tied:
+        return ""
+    return ("; within the runs' noise of it: "
+            + ", ".join(f"{r['setting']} ({r['margin']:+.1%})" for r in tied)
+            + ", so either serves and the winner is the better bet, not a proven better setting")
 
 
 __all__ = ["CONFIRM_BAND", "SHARED_SLOWDOWN", "contenders",
-           "runoff", "standings", "still_in"]
+           "runoff", "standings", "still_in", "tie_note"]

@@ -15,7 +15,7 @@ from optimizer.errors import CloudoptError, ConfigError
 from optimizer.executors import make_executor, record_concurrency
 from optimizer.executors.base import overlapping
 from optimizer.records import TrialSummary
-from optimizer.runoff import contenders, runoff, standings, still_in
+from optimizer.runoff import contenders, runoff, standings, still_in, tie_note
 from optimizer.trial_choice import best_measured, objective_table
 
 
@@ -178,6 +178,7 @@ def test_the_runoff_measures_the_contenders_back_to_back_and_decides_alone(tmp_p
     table = standings(trials, block, cfg, "time")
     assert [r["setting"].endswith("b64") for r in table] == [True, False]
     assert table[0]["objective"] < table[1]["objective"] and table[0]["runs"] >= 2
+    assert table[0]["margin"] == 0.0 and not table[0]["tied"] and table[1]["margin"] > 0
     # Resumed: the same contenders, every run reloaded as recorded, nothing measured again.
     hour = machine.hour
     again = list(earlier)
@@ -187,6 +188,20 @@ def test_the_runoff_measures_the_contenders_back_to_back_and_decides_alone(tmp_p
     lone = [_trial("b64", 1, 64, 150, 0, 1), _trial("b128", 1, 128, 100, 0, 1)]
     assert runoff(_DriftingMachine({64: 150, 128: 100}), None, lone, None, tmp_path, None, True,
                   []) == []
+
+
+def test_two_settings_are_separated_only_beyond_the_runs_noise():
+    from optimizer.trial_choice import separated
+
+    def row(objective, rel_sd, runs):
+        return {"objective": objective, "time_rel_sd": rel_sd, "replicates": runs}
+
+    # Five runs each with the 5% floor: twice the standard error of the gap is 0.63 at 10.
+    assert not separated(row(10.0, 0.01, 5), row(10.3, 0.01, 5))
+    assert separated(row(10.0, 0.01, 5), row(11.0, 0.01, 5))
+    # The same gap with runs that spread by 20% is noise; so is one run each.
+    assert not separated(row(10.0, 0.2, 5), row(11.0, 0.2, 5))
+    assert not separated(row(10.0, None, 1), row(11.0, None, 1))
 
 
 def test_runoff_rounds_and_size_are_the_users(tmp_path):
@@ -199,6 +214,11 @@ def test_runoff_rounds_and_size_are_the_users(tmp_path):
     block = runoff(machine, None, trials, None, tmp_path, None, True, [])
     assert len(block) == 4
     assert {t.allocation.batch_size for t in trials[3:]} == {64, 128}
+    # Two runs each, 2% apart: the runs' noise cannot separate them, and the choice says so.
+    table = standings(trials, block, machine.config, "time")
+    assert table[1]["tied"] and 0 < table[1]["margin"] < 0.05
+    assert f"within the runs' noise of it: {table[1]['setting']} (+" in tie_note(table)
+    assert tie_note(table[:1]) == ""
     # runoff_rounds = 0: nothing is measured again and the choice is left to all trials.
     machine = _DriftingMachine({64: 100, 128: 98, 256: 97})
     machine.config = load_config(overrides={"run": {"runoff_rounds": 0}})
