@@ -154,7 +154,8 @@ def tie_note(table: list[dict[str, Any]]) -> str:
         return ""
     return ("; within the runs' noise of it: "
             + ", ".join(f"{r['setting']} ({r['margin']:+.1%})" for r in tied)
-            + ", so either serves and the winner is the better bet, not a proven better setting")
+            + (", so either serves" if len(tied) == 1 else ", so any of them serves")
+            + ": the winner is the better bet, not a proven better setting")
 
 
 __all__ = ["CONFIRM_BAND", "SHARED_SLOWDOWN", "contenders",
