@@ -225,8 +225,8 @@ def lowo(
 
 
 def print_lowo_ceiling(runs: dict) -> dict | None:
-    """Mean over seeds of :func:`cold_start_ceiling` on the leave-one-workload-out pool: what
-    beating reactive-rules by 30% would need after the shared first cycle."""
+    """Mean over seeds of :func:`cold_start_ceiling` on the leave-one-workload-out pool: the
+    most any policy that starts with the shared first-cycle rule can gain over reactive-rules."""
     key = "cold_start_ceiling_pct"
     parts = [run[key] for run in runs.values() if key in run]
     if not parts:

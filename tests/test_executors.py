@@ -16,7 +16,7 @@ from optimizer.executors import make_executor, record_concurrency
 from optimizer.executors.base import overlapping
 from optimizer.records import TrialSummary
 from optimizer.runoff import contenders, runoff, standings, still_in, tie_note
-from optimizer.trial_choice import best_measured, objective_table
+from optimizer.trial_choice import best_measured, objective_table, separated
 
 
 def test_leases_take_distinct_cores_and_wait_for_a_free_one(tmp_path):
@@ -191,8 +191,6 @@ def test_the_runoff_measures_the_contenders_back_to_back_and_decides_alone(tmp_p
 
 
 def test_two_settings_are_separated_only_beyond_the_runs_noise():
-    from optimizer.trial_choice import separated
-
     def row(objective, rel_sd, runs):
         return {"objective": objective, "time_rel_sd": rel_sd, "replicates": runs}
 
