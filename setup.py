@@ -1,7 +1,7 @@
 """Packaging that pyproject.toml cannot express (everything else lives there).
 
 The repository's ``configs/`` stays the one copy of the configuration and workload presets; in
-a wheel it ships as the package data of ``optimizer.configs`` (``optimizer.config.configs_dir``
+a wheel it ships as the package data of ``optimizer.configs`` (``optimizer.foundation.config.configs_dir``
 finds it either way).
 """
 

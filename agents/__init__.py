@@ -15,4 +15,4 @@
   oracle-replay policies).
 """
 
-__cloudopt_package__ = True  # checked, without importing, by optimizer.install_check
+__cloudopt_package__ = True  # checked, without importing, by optimizer.foundation.install_check

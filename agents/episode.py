@@ -48,6 +48,17 @@ def step_masks(episodes: Sequence[Any], n_actions: int) -> np.ndarray | None:
     return np.stack(rows).astype(bool)
 
 
+def step_and_last_masks(episodes: Sequence[Any], n_actions: int) -> np.ndarray | None:
+    """:func:`step_masks`, then the mask of each episode's last state (``ep.last_mask``, all
+    valid where None), ``(steps + n_episodes, n_actions)``; None if no step has a mask."""
+    steps = step_masks(episodes, n_actions)
+    if steps is None:
+        return None
+    full = np.ones(n_actions, dtype=bool)
+    last = [full if ep.last_mask is None else ep.last_mask for ep in episodes]
+    return np.concatenate([steps, np.stack(last).astype(bool)])
+
+
 def lambda_advantages(
     rewards: np.ndarray, values: np.ndarray, last_value: float, gamma: float, lam: float
 ) -> np.ndarray:

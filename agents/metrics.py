@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 
 from agents.pareto import OBJECTIVE_COLUMNS, hypervolume, pareto_front
-from optimizer.atomic_files import atomic_write_csv
+from optimizer.foundation.atomic_files import atomic_write_csv
 
 
 class RLMetricsTracker:

@@ -72,22 +72,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents.episode import Episode, batch_advantages, lambda_advantages, step_masks
+from agents.episode import Episode, batch_advantages, lambda_advantages, step_and_last_masks
 from agents.networks import action_uncertainty, mask_logits, mask_probs
 from agents.persist import check_policies, load_state, save_state
 from agents.policy_pair import PolicyPair, soft_update
 from agents.sla_switching import reset_due, sla_policy
-from optimizer.config import MultiObjectiveConfig, RLConfig
-from optimizer.errors import ConfigError
+from optimizer.foundation.config import MultiObjectiveConfig, RLConfig
+from optimizer.foundation.errors import ConfigError
 
-__all__ = [
-    "ACTOR_UPDATES",
-    "Decision",
-    "Episode",
-    "MultiObjectiveRLAgent",
-    "lambda_advantages",
-    "soft_update",
-]
+__all__ = ["ACTOR_UPDATES", "Decision", "Episode", "MultiObjectiveRLAgent", "lambda_advantages",
+           "soft_update"]
 
 ACTOR_UPDATES = ("projection", "expected_q", "advantage")
 
@@ -381,29 +375,10 @@ class MultiObjectiveRLAgent:
             self.train_steps[index] += 1
             return {"critic_loss": critic_loss.item(), "q_mean": q_taken.mean().item()}
 
-        logits = mask_logits(pair.actor.logits(data.states), data.masks)
-        probs = torch.softmax(logits, dim=1)
-        log_probs = torch.log_softmax(logits, dim=1)
         with torch.no_grad():
             q_all = pair.critic.combined_q(data.states, self.critic_combine)
-        if self.actor_update == "expected_q":
-            actor_loss = (probs * (alpha * log_probs - q_all)).sum(dim=1).mean()
-        else:
-            # alpha -> 0 (annealed) makes the target the critic's greedy action.
-            target = torch.softmax(mask_logits(q_all / max(alpha, 1e-3), data.masks), dim=1)
-            actor_loss = -(target * log_probs).sum(dim=1).mean()
-        pair.actor_optimizer.zero_grad()
-        actor_loss.backward()
-        nn.utils.clip_grad_norm_(pair.actor.parameters(), 10.0)
-        pair.actor_optimizer.step()
-
-        entropy = -(probs.detach() * log_probs.detach()).sum(dim=1).mean()
-        if self.target_entropy is not None and self.target_entropy > 0:
-            # d loss / d log_alpha = H - H*: alpha grows while the entropy is below target.
-            alpha_loss = pair.log_alpha * (entropy - self.target_entropy)
-            pair.alpha_optimizer.zero_grad()
-            alpha_loss.backward()
-            pair.alpha_optimizer.step()
+        actor_loss, entropy = pair.replayed_actor_step(
+            data.states, data.masks, q_all, alpha, self.actor_update, self.target_entropy)
 
         soft_update(pair.target_critic, pair.critic, cfg.tau)
         soft_update(pair.target_actor, pair.actor, cfg.tau)
@@ -439,17 +414,12 @@ class MultiObjectiveRLAgent:
         states = np.concatenate([ep.states for ep in episodes]).astype(np.float32)
         ends = np.stack([ep.last_state for ep in episodes]).astype(np.float32)
         # The baseline and the update weigh only the actions that were valid.
-        masks = valid = step_masks(episodes, self.action_dim)
-        if valid is not None:
-            full = np.ones(self.action_dim, dtype=bool)
-            last = [full if ep.last_mask is None else ep.last_mask for ep in episodes]
-            masks = torch.as_tensor(np.concatenate([valid, last]), device=self.device)
-            valid = masks[: len(states)]
-        with torch.no_grad():
-            x = torch.as_tensor(np.concatenate([states, ends]), device=self.device)
-            pi = torch.softmax(mask_logits(pair.actor.deterministic_logits(x), masks), dim=1)
-            v = (pi * pair.target_critic.combined_q(x, self.critic_combine)).sum(1)
-            v = v.cpu().numpy().astype(np.float64)
+        masks = step_and_last_masks(episodes, self.action_dim)
+        if masks is not None:
+            masks = torch.as_tensor(masks, device=self.device)
+        valid = None if masks is None else masks[: len(states)]
+        x = torch.as_tensor(np.concatenate([states, ends]), device=self.device)
+        v = pair.state_values(x, masks, self.critic_combine)
         values, last_values = v[: len(states)], v[len(states) :]
         advantages = batch_advantages(episodes, values, last_values, cfg.gamma, lam)
         actions = torch.as_tensor(

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from optimizer.atomic_files import atomic_write_csv
+from optimizer.foundation.atomic_files import atomic_write_csv
 
 OBJECTIVE_COLUMNS = ("cost", "time", "resource")
 

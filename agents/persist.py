@@ -3,7 +3,7 @@
 Files are ``torch.save`` archives of nested dicts of tensors and numbers, read back with
 ``torch.load(weights_only=True)`` so loading never executes code. Problems a user can cause
 (missing file, another agent's file, a different state/action size, other preference vectors)
-raise :class:`optimizer.errors.ModelFileError` naming the file.
+raise :class:`optimizer.foundation.errors.ModelFileError` naming the file.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from optimizer.atomic_files import atomic_write_bytes
-from optimizer.errors import ModelFileError
+from optimizer.foundation.atomic_files import atomic_write_bytes
+from optimizer.foundation.errors import ModelFileError
 
 
 def save_state(path: str | os.PathLike, state: dict[str, Any]) -> None:

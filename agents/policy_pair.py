@@ -20,8 +20,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from agents.buffer import ReplayBuffer
-from agents.networks import Actor, TwinCritic, make_adam
-from optimizer.config import RLConfig
+from agents.networks import Actor, TwinCritic, make_adam, mask_logits
+from optimizer.foundation.config import RLConfig
 
 
 @torch.no_grad()
@@ -113,6 +113,44 @@ class PolicyPair:
                 soft_update(self.target_critic, self.critic, tau)
                 losses.append(loss.item())
         return float(np.mean(losses))
+
+    def replayed_actor_step(self, states: torch.Tensor, masks: torch.Tensor | None,
+                            q_all: torch.Tensor, alpha: float, update: str,
+                            target_entropy: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """One replayed actor update towards ``softmax(Q / alpha)`` over the valid actions
+        (``update`` is ``"projection"`` or ``"expected_q"``, see :mod:`agents.morl`), then the
+        temperature's step when it is learned. Returns the actor loss and the policy's entropy."""
+        logits = mask_logits(self.actor.logits(states), masks)
+        probs = torch.softmax(logits, dim=1)
+        log_probs = torch.log_softmax(logits, dim=1)
+        if update == "expected_q":
+            actor_loss = (probs * (alpha * log_probs - q_all)).sum(dim=1).mean()
+        else:
+            # alpha -> 0 (annealed) makes the target the critic's greedy action.
+            target = torch.softmax(mask_logits(q_all / max(alpha, 1e-3), masks), dim=1)
+            actor_loss = -(target * log_probs).sum(dim=1).mean()
+        self.actor_optimizer.zero_grad()
+        actor_loss.backward()
+        nn.utils.clip_grad_norm_(self.actor.parameters(), 10.0)
+        self.actor_optimizer.step()
+
+        entropy = -(probs.detach() * log_probs.detach()).sum(dim=1).mean()
+        if target_entropy is not None and target_entropy > 0:
+            # d loss / d log_alpha = H - H*: alpha grows while the entropy is below target.
+            alpha_loss = self.log_alpha * (entropy - target_entropy)
+            self.alpha_optimizer.zero_grad()
+            alpha_loss.backward()
+            self.alpha_optimizer.step()
+        return actor_loss, entropy
+
+    @torch.no_grad()
+    def state_values(self, states: torch.Tensor, masks: torch.Tensor | None,
+                     combine: str) -> np.ndarray:
+        """``V(s) = sum_a pi(a|s) Q'(s, a)`` over the valid actions, from the deterministic
+        actor and the target critic (the on-policy update's baseline), float64."""
+        pi = torch.softmax(mask_logits(self.actor.deterministic_logits(states), masks), dim=1)
+        v = (pi * self.target_critic.combined_q(states, combine)).sum(1)
+        return v.cpu().numpy().astype(np.float64)
 
     def reinitialize_critic(self) -> None:
         """Fresh critic weights, target and optimizer (same step size); the actor is kept."""

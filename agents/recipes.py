@@ -1,6 +1,6 @@
 """Recommended settings for training each agent on ``CloudEnvironment`` within a minute on CPU.
 
-:func:`recommended_config` gives the :class:`~optimizer.config.RLConfig`;
+:func:`recommended_config` gives the :class:`~optimizer.foundation.config.RLConfig`;
 :func:`reinforce_train_kwargs` and :func:`morl_train_kwargs` the keyword arguments of
 :func:`agents.train.train_reinforce` and :func:`agents.train.train_morl` that go with it;
 :func:`cloud_action_factors` the factored action heads that match the environment's actions.
@@ -15,7 +15,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from optimizer.config import RLConfig
+from optimizer.foundation.config import RLConfig
 
 
 def cloud_action_factors(env: gym.Env) -> tuple[int, ...] | None:

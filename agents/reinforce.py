@@ -47,7 +47,7 @@ from torch import nn
 
 from agents.episode import step_masks
 from agents.networks import joint_log_probs, make_adam, mask_logits
-from optimizer.config import RLConfig
+from optimizer.foundation.config import RLConfig
 
 
 def discounted_returns(rewards: np.ndarray, gamma: float) -> np.ndarray:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from optimizer.config import OBJECTIVES
+from optimizer.foundation.preferences import OBJECTIVES
 
 
 def focused_policy(preferences: np.ndarray, objective: str) -> int:

@@ -54,8 +54,8 @@ from agents.recipes import (
 )
 from agents.reinforce import SimplePolicy
 from envs import Lockstep, lockstep, masks_of, stacked_masks
-from optimizer.atomic_files import atomic_write_csv
-from optimizer.config import MultiObjectiveConfig, RLConfig
+from optimizer.foundation.atomic_files import atomic_write_csv
+from optimizer.foundation.config import MultiObjectiveConfig, RLConfig
 
 # Re-exported: callers import the evaluation helpers and recommended settings from here.
 __all__ = [

@@ -60,7 +60,7 @@ from agents.train import (  # noqa: E402
 )
 from envs import CloudEnvironment, EnvConfig, list_presets  # noqa: E402
 from envs.oracle import best_static, optimal_policy  # noqa: E402
-from optimizer.atomic_files import atomic_write_json  # noqa: E402
+from optimizer.foundation.atomic_files import atomic_write_json  # noqa: E402
 
 AGENTS = ("reinforce", "morl", "random", "best-static", "heuristic", "optimal")
 

@@ -102,7 +102,7 @@ def cold_start_ceiling(result) -> dict[str, dict[str, float]]:
     """Reductions vs reactive-rules of policies that start like every practical policy (the
     shared first-cycle rule) and then know the future: exactly (allocation = use), or as
     oracle-max / oracle-rules. The most a practical policy could gain under that rule."""
-    from phases.evaluate import allocation_metrics
+    from phases.evaluation.evaluate import allocation_metrics
 
     first = result.plans["reactive-rules"]
     usage = np.concatenate([e.usage for e in result.test])
@@ -132,7 +132,7 @@ def sweep(data: Path, detector_params: dict) -> dict:
     are split again (seed 1, 30% validation). One factor at a time from the defaults (k=5
     phases, delay 3, relative phase features, cycle 10 s).
     """
-    from phases.evaluate import evaluate_split, load_executions, split_executions
+    from phases.evaluation.evaluate import evaluate_split, load_executions, split_executions
 
     kw = datasets(data)["dl-traces"]
     variants = {
@@ -196,8 +196,8 @@ def lowo(
     """dl-traces leave-one-workload-out, per seed: metrics per fold and pooled (summaries).
 
     ``evaluate_kw`` go to ``evaluate_file`` (e.g. ``policies``, ``policy_params``)."""
-    from phases.evaluate import evaluate_file
-    from phases.evaluate_metrics import score_plans
+    from phases.evaluation.evaluate import evaluate_file
+    from phases.evaluation.metrics import score_plans
 
     kw = {k: v for k, v in datasets(data)["dl-traces"].items() if k != "test_fraction"}
     kw.update(evaluate_kw)
@@ -350,8 +350,8 @@ def nested_selection(data: Path, detector_params: dict, cold_kw: dict | None = N
     then picks its own best option. Returns the inner scores and the option each outer fold
     would pick per resource; the held-out workload is never seen.
     """
-    from phases.evaluate import evaluate_split, load_executions
-    from phases.evaluate_data import attach_previous_runs, group_folds, read_groups
+    from phases.evaluation.data import attach_previous_runs, group_folds, read_groups
+    from phases.evaluation.evaluate import evaluate_split, load_executions
     from phases.policies import POLICIES, PhaseAdaptivePolicy
 
     kw = datasets(data)["dl-traces"]
@@ -436,7 +436,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from phases.evaluate import evaluate_file, format_table, target_verdict, write_outputs
+    from phases.evaluation.evaluate import (
+        evaluate_file,
+        format_table,
+        target_verdict,
+        write_outputs,
+    )
 
     torch.set_num_threads(args.threads)
     if not args.data.is_dir():

@@ -1,7 +1,7 @@
 """Build the shipped offline-analysis logs from real, measured runs of the bundled examples.
 
 Runs ``examples/train_mlp.py``, ``train_cnn.py`` and ``train_transformer.py`` through the
-optimizer's own runner (:class:`optimizer.training.TrainingModuleManager`) under a small
+optimizer's own runner (:class:`optimizer.trials.training.TrainingModuleManager`) under a small
 factorial design per model (two model sizes x CPU threads 1/2 x two batch sizes), each to
 completion with the monitor on, and writes the run records the tool writes
 (``summaries_to_frame``: one row per trial) as ``examples/logs/<model>.csv``. The trial folders
@@ -22,11 +22,11 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from optimizer.allocation import Allocation
-from optimizer.atomic_files import atomic_write_csv
-from optimizer.config import ResourceConfig
-from optimizer.records import TrialSummary, summaries_to_frame
-from optimizer.training import TrainingModuleManager
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.atomic_files import atomic_write_csv
+from optimizer.foundation.config import ResourceConfig
+from optimizer.trials.records import TrialSummary, summaries_to_frame
+from optimizer.trials.training import TrainingModuleManager
 
 REPO = Path(__file__).resolve().parents[1]
 

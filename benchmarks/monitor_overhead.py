@@ -1,7 +1,7 @@
 """Cost of the process monitor on a real training run.
 
 Runs ``examples/train_mlp.py`` as a subprocess with and without a
-:class:`~optimizer.monitor.ProcessMonitor` attached, alternating the two so that drifts in the
+:class:`~optimizer.trials.monitor.ProcessMonitor` attached, alternating the two so that drifts in the
 machine's load hit both alike, and reports the median wall times and their ratio
 (``overhead_ratio``, goal <= 1.02). Wall-time ratios on a shared machine are noisy, so it also
 reports the ratio of the job's own CPU time with and without the monitor (``job_cpu_ratio``)
@@ -26,8 +26,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from optimizer.atomic_files import atomic_write_json  # noqa: E402
-from optimizer.monitor import ProcessMonitor  # noqa: E402
+from optimizer.foundation.atomic_files import atomic_write_json  # noqa: E402
+from optimizer.trials.monitor import ProcessMonitor  # noqa: E402
 
 EXAMPLE = REPO / "examples" / "train_mlp.py"
 

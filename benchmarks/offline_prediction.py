@@ -1,6 +1,6 @@
 """Leave-one-out evaluation of the offline resource predictor against the global mean.
 
-Each logged run is held out in turn; the predictor (:class:`optimizer.offline.
+Each logged run is held out in turn; the predictor (:class:`optimizer.offline.analyzer.
 LocalScalingModel`, fitted on all the other runs) predicts its throughput and wall time from
 its model characteristics, configuration and job size, and the naive baseline predicts the mean
 of the other runs. Printed: the error of each held-out run and the mean absolute percentage
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from optimizer.atomic_files import atomic_write_json
-from optimizer.config import ResourceConfig
-from optimizer.offline import OfflineDataAnalyzer, leave_one_out, loo_summary
+from optimizer.foundation.atomic_files import atomic_write_json
+from optimizer.foundation.config import ResourceConfig
+from optimizer.offline.analyzer import OfflineDataAnalyzer, leave_one_out, loo_summary
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "examples" / "logs"

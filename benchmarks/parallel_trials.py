@@ -30,11 +30,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from optimizer.allocation import Allocation  # noqa: E402
-from optimizer.baseline import memory_for, run_baseline  # noqa: E402
-from optimizer.executors import make_executor  # noqa: E402
+from optimizer.foundation.allocation import Allocation  # noqa: E402
 from optimizer.pipeline import CloudResourceOptimizer, JobOptions  # noqa: E402
-from optimizer.training import TrainingModuleManager  # noqa: E402
+from optimizer.search.baseline import memory_for, run_baseline  # noqa: E402
+from optimizer.trials.executors import make_executor  # noqa: E402
+from optimizer.trials.training import TrainingModuleManager  # noqa: E402
 
 
 def stage(manager, allocations, config, executor_name: str, out: Path, probe: float):

@@ -72,10 +72,10 @@ from agents.train import (  # noqa: E402
 )
 from envs import CloudEnvironment, EnvConfig  # noqa: E402
 from envs.oracle import optimal_policy, rollout  # noqa: E402
-from optimizer.allocation import Allocation  # noqa: E402
-from optimizer.atomic_files import atomic_write_json  # noqa: E402
-from optimizer.config import SLAConfig  # noqa: E402
-from optimizer.phase_profile import profile_trace  # noqa: E402
+from optimizer.foundation.allocation import Allocation  # noqa: E402
+from optimizer.foundation.atomic_files import atomic_write_json  # noqa: E402
+from optimizer.foundation.config import SLAConfig  # noqa: E402
+from optimizer.trials.phase_profile import profile_trace  # noqa: E402
 
 PRESET = "autoencoder-stream-cpu"
 CONTROL = "mlp-cpu"
@@ -153,7 +153,7 @@ def make_env_fn(config: EnvConfig, arm: str) -> Callable[[], gym.Env]:
 class StageLabels:
     """A stand-in phase detector that labels a trace with its scripts' own stages.
 
-    :func:`optimizer.phase_profile.profile_trace` then profiles the stages exactly as the main
+    :func:`optimizer.trials.phase_profile.profile_trace` then profiles the stages exactly as the main
     job profiles detected phases (short runs merged, CPU scales with time-weighted mean 1,
     memory scales relative to the largest phase mean).
     """
@@ -251,7 +251,7 @@ def derive(data: Path = DATA) -> None:
     """Print the numbers of configs/workloads/autoencoder-stream-cpu.toml from the traces."""
     traces = pd.read_csv(data / "traces.csv")
     executions = pd.read_csv(data / "executions.csv")
-    print(f"phases of {TRACE_EXEC} from its stage labels (optimizer.phase_profile.profile_trace):")
+    print(f"phases of {TRACE_EXEC} from its stage labels (optimizer.trials.phase_profile.profile_trace):")
     print(stage_profile(traces).round(4).to_string(index=False))
     for other in ("d023", "d053"):  # the same job with other epochs / batch: how fractions move
         prof = stage_profile(traces, other)

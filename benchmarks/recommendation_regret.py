@@ -56,7 +56,7 @@ from regret_truth import (
     load_workloads,
 )
 
-from optimizer.config import OptimizerConfig, load_config
+from optimizer.foundation.config import OptimizerConfig, load_config
 
 QUICK_LOOP = "--refine-rounds 2 --runoff-rounds 2 --runoff-size 2"
 """The quick benchmark's closed loop: a round and a run-off round fewer, two settings in it."""

@@ -52,7 +52,7 @@ def reachable(rows: list[dict], grids: dict[str, dict]) -> list[str]:
     from regret_score import Cell, CellTruth, GroundTruth
     from regret_truth import load_workloads
 
-    from optimizer.config import load_config
+    from optimizer.foundation.config import load_config
 
     config = load_config()
     r = config.resources

@@ -30,10 +30,10 @@ import numpy as np
 from regret_score import Cell, GroundTruth, Pick, right_size
 from regret_truth import ROOT, TruthStore, Workload
 
-from optimizer.allocation import Allocation
-from optimizer.baseline import default_allocation
-from optimizer.config import OptimizerConfig
-from optimizer.records import TrialSummary, iter_trials
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.config import OptimizerConfig
+from optimizer.search.baseline import default_allocation
+from optimizer.trials.records import TrialSummary, iter_trials
 
 CODE_PARTS = ("optimizer", "envs", "agents", "phases", "configs")
 

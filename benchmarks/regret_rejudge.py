@@ -38,8 +38,8 @@ from regret_peers import dominating_cell
 from regret_score import Cell, CellTruth, GroundTruth, pct, right_size
 from regret_truth import TruthStore, load_workloads
 
-from optimizer.config import load_config
-from optimizer.records import TrialSummary
+from optimizer.foundation.config import load_config
+from optimizer.trials.records import TrialSummary
 
 
 def _cell(d: dict[str, Any]) -> Cell:

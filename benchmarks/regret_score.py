@@ -8,7 +8,7 @@ ground truth a pick has
 - job time: the cell's median wall time;
 - job cost: that time at the hourly price of its GPUs, CPUs and *requested* memory (a request
   below the cell's measured peak is an out-of-memory failure: infinite regret);
-- a balanced score: the project's own (``optimizer.baseline.rank_trials``): each objective
+- a balanced score: the project's own (``optimizer.search.baseline.rank_trials``): each objective
   (cost, time, resource share) over its best value in the grid, weighted by the ``balanced``
   preference vector.
 

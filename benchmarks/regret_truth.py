@@ -29,10 +29,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from optimizer.allocation import Allocation  # noqa: E402
-from optimizer.config import OptimizerConfig, read_toml  # noqa: E402
-from optimizer.records import TrialSummary  # noqa: E402
-from optimizer.training import TrainingModuleManager  # noqa: E402
+from optimizer.foundation.allocation import Allocation  # noqa: E402
+from optimizer.foundation.config import OptimizerConfig, read_toml  # noqa: E402
+from optimizer.trials.records import TrialSummary  # noqa: E402
+from optimizer.trials.training import TrainingModuleManager  # noqa: E402
 
 MANIFEST = ROOT / "benchmarks" / "workloads" / "workloads.toml"
 

@@ -40,4 +40,4 @@ __all__ = [
     "stacked_masks",
 ]
 
-__cloudopt_package__ = True  # checked, without importing, by optimizer.install_check
+__cloudopt_package__ = True  # checked, without importing, by optimizer.foundation.install_check

@@ -2,7 +2,7 @@
 
 An allocation is a point of a grid: GPUs in steps of one, CPU threads in steps of ``cpu_step``,
 memory in steps of ``ResourceConfig.memory_step`` GB, batch sizes as powers of two, all within
-the bounds of :class:`optimizer.config.ResourceConfig`. An action moves each resource one grid
+the bounds of :class:`optimizer.foundation.config.ResourceConfig`. An action moves each resource one grid
 level down, keeps it, or moves it up; GPU x CPU x memory gives the 27 actions of the original
 design, and batch size halve/keep/double makes 81. A move past a bound keeps the resource where
 it is.
@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.allocation import Allocation
-from optimizer.config import ResourceConfig
-from optimizer.errors import ConfigError
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.config import ResourceConfig
+from optimizer.foundation.errors import ConfigError
 
 RESOURCES = ("gpus", "cpus", "memory_gb", "batch_size")
 

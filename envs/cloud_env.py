@@ -16,7 +16,7 @@ from gymnasium import spaces
 
 from envs.model import REWARD_NAMES, EnvConfig, EnvModel, build_env_model
 from envs.state import FRACTION_HIGH, SLA_NAMES, CloudEnvironmentState
-from optimizer.allocation import Allocation
+from optimizer.foundation.allocation import Allocation
 
 logger = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ import numpy as np
 from envs.actions import ResourceAction, ResourceGrid, powers_of_two
 from envs.state import CloudEnvironmentState
 from envs.workload import PhaseSpec, WorkloadModel, phase_sequence, phases_from_prototype
-from optimizer.allocation import Allocation
-from optimizer.config import MultiObjectiveConfig, ResourceConfig, SLAConfig
-from optimizer.errors import ConfigError
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.config import MultiObjectiveConfig, ResourceConfig, SLAConfig
+from optimizer.foundation.errors import ConfigError
 
 REWARD_NAMES = ("cost", "time", "efficiency", "sla")
 

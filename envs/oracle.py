@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from envs.model import EnvConfig, EnvModel, build_env_model
-from optimizer.allocation import Allocation
+from optimizer.foundation.allocation import Allocation
 
 
 @dataclass

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from envs.actions import ResourceGrid
-from optimizer.config import ResourceConfig, SLAConfig
+from optimizer.foundation.config import ResourceConfig, SLAConfig
 
 SLA_NAMES = ("time", "cost", "throughput", "memory", "gpu_util", "cpu_util")
 FRACTION_HIGH = 4.0
@@ -212,7 +212,7 @@ def metrics_from_trial(
     trial: Any, *, progress: float = 0.0, phase: int = 0, n_steps: int = 1
 ) -> dict[str, Any]:
     """Metrics for :meth:`CloudEnvironmentState.update_from_metrics` from a measured
-    :class:`optimizer.records.TrialSummary` (percentages become fractions).
+    :class:`optimizer.trials.records.TrialSummary` (percentages become fractions).
 
     The trial stands for one adjustment interval of a job ``n_steps`` intervals long, so its
     wall time and cost are the interval's, and ``progress`` says how much of the job is done.

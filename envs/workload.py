@@ -44,7 +44,7 @@ Phases scale the CPU work (``cpu_scale``) and host memory (``mem_scale``) over t
 progress; a phase sequence is a list of ``(phase_id, fraction)`` pairs, as the phase detector's
 prototypes give them.
 
-:func:`optimizer.workload_fit.fit_workload_model` calibrates the parameters from a table of
+:func:`optimizer.search.workload_fit.fit_workload_model` calibrates the parameters from a table of
 measurements by least squares on log step time (Pollux fits the same way) and refuses, with a
 message naming what is missing, when the measurements cannot identify them. This module only
 takes parameters: it knows nothing of how they were measured.
@@ -61,8 +61,8 @@ from typing import Any
 
 import numpy as np
 
-from optimizer.config import CONFIG_DIR
-from optimizer.errors import CloudoptError, ConfigError
+from optimizer.foundation.config import CONFIG_DIR
+from optimizer.foundation.errors import CloudoptError, ConfigError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -246,7 +246,7 @@ def phases_from_labels(
 
 @dataclass
 class FitReport:
-    """Goodness of fit of :func:`optimizer.workload_fit.fit_workload_model`."""
+    """Goodness of fit of :func:`optimizer.search.workload_fit.fit_workload_model`."""
 
     n_trials: int
     free: list[str]
@@ -363,7 +363,7 @@ class WorkloadModel:
         return (p.noise_scale + p.ref_batch) / (p.noise_scale + b)
 
     def predict_trial(self, allocation: Any) -> dict[str, float]:
-        """Predictions for one :class:`optimizer.allocation.Allocation` (first phase's scales)."""
+        """Predictions for one :class:`optimizer.foundation.allocation.Allocation` (first phase's scales)."""
         if allocation.batch_size is None:
             raise CloudoptError("cannot predict an allocation without a batch size")
         ph = self.phases[0]

@@ -2,7 +2,7 @@
 
 ``python -m optimizer --train-file model.py ...`` optimizes a training script; the subcommands
 named in :data:`COMMANDS` live beside it (``python -m optimizer phases fit ...``). User errors
-(:class:`~optimizer.errors.CloudoptError`) print one line and exit with status 2.
+(:class:`~optimizer.foundation.errors.CloudoptError`) print one line and exit with status 2.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from optimizer.errors import CloudoptError
-from optimizer.install_check import foreign_packages
+from optimizer.foundation.errors import CloudoptError
+from optimizer.foundation.install_check import foreign_packages
 
 PROG = "python -m optimizer"
 OPTIMIZE_MODULE = "optimizer.commands.optimize"

@@ -9,7 +9,7 @@ folder so that ``--resume`` continues where an interrupted run stopped:
    (``trials/NN-*``; a trial with a ``summary.json`` is never rerun), each labelled with the
    batch size it ran with;
 3. phases of the baseline trace (shipped default phase model or ``--phase-model``);
-4. the closed loop (:mod:`optimizer.refine`): the workload model fitted to the trials, agents
+4. the closed loop (:mod:`optimizer.search.refine`): the workload model fitted to the trials, agents
    trained on a ``CloudEnvironment`` over it (``rl/``), their plan (or the allocation with the
    largest expected improvement) measured (``trials/refine-*``), refit, re-plan;
 5. the recommendation: the best *measured* trial for the preference, memory right-sized from
@@ -32,19 +32,19 @@ from typing import Any
 
 import pandas as pd
 
-from optimizer.allocation import Allocation
-from optimizer.baseline import memory_for, plan_baseline, run_baseline
-from optimizer.config import OptimizerConfig, load_config, validate_preference
-from optimizer.cost import ResourceCostCalculator
-from optimizer.errors import CloudoptError
-from optimizer.executors import TrialExecutor, TrialRequest, make_executor
-from optimizer.failures import explain_unusable
-from optimizer.gpu import nvml_device_count, visible_device_indices
-from optimizer.records import TrialSummary, job_cost, job_size, job_time
-from optimizer.training import TrainingModuleManager
-from optimizer.trial_batch import label_batch
-from optimizer.trial_choice import same_setting
-from optimizer.trial_guard import clean_stale_work
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.config import OptimizerConfig, load_config, validate_preference
+from optimizer.foundation.errors import CloudoptError
+from optimizer.foundation.gpu import nvml_device_count, visible_device_indices
+from optimizer.search.baseline import memory_for, plan_baseline, run_baseline
+from optimizer.search.choice import same_setting
+from optimizer.trials.batch import label_batch
+from optimizer.trials.cost import ResourceCostCalculator
+from optimizer.trials.executors import TrialExecutor, TrialRequest, make_executor
+from optimizer.trials.failures import explain_unusable
+from optimizer.trials.guard import clean_stale_work
+from optimizer.trials.records import TrialSummary, job_cost, job_size, job_time
+from optimizer.trials.training import TrainingModuleManager
 
 
 @dataclass
@@ -241,7 +241,7 @@ class CloudResourceOptimizer:
         self.config.save(run_dir / "config.json")  # as applied: the SLA the run was held to
         earlier = self._earlier_trials(manager, run_dir, usable)
         profile, phase_note = self._phases(reference, run_dir, opts)
-        from optimizer.refine import refine
+        from optimizer.search.refine import refine
 
         more = [a for a in self._planned_probes(manager, analysis, opts, extra=8)
                 if not any(same_setting(t.allocation, a) for t in baseline)]
@@ -328,7 +328,7 @@ class CloudResourceOptimizer:
                                     uses_gpu=bool(analysis.get("uses_gpu")),
                                     reference_batch=reference_batch, vary_batch=vary_batch)
         if offline_logs:
-            from optimizer.offline import predict_start_allocation
+            from optimizer.offline.analyzer import predict_start_allocation
 
             start = predict_start_allocation(offline_logs, analysis, self.user_preference,
                                              resources=cfg.resources)
@@ -353,7 +353,7 @@ class CloudResourceOptimizer:
         return f"baseline forecast + 25% (explicit: {given})"
 
     def _phases(self, reference: TrialSummary, run_dir: Path, opts: JobOptions):
-        from optimizer.phase_profile import load_detector, profile_trace
+        from optimizer.trials.phase_profile import load_detector, profile_trace
 
         trace_path = run_dir / "trials" / self._trial_folder(run_dir, reference) / "trace.csv"
         try:
@@ -377,8 +377,8 @@ class CloudResourceOptimizer:
     def _recommend(self, usable: list[TrialSummary], reference: TrialSummary,
                    total: float | None, profile: Any, run_dir: Path,
                    opts: JobOptions, round_k: int = 0) -> tuple[dict[str, Any], Any]:
-        """Stage 4 for one round (:func:`optimizer.planning.plan_round`)."""
-        from optimizer.planning import plan_round
+        """Stage 4 for one round (:func:`optimizer.search.planning.plan_round`)."""
+        from optimizer.search.planning import plan_round
 
         budget = opts.agent_seconds or self.config.run.agent_seconds
         return plan_round(self, usable, reference, total, profile, run_dir, budget, round_k)
@@ -406,7 +406,7 @@ class CloudResourceOptimizer:
                                timeout_s=run.trial_timeout_s,
                                monitor_interval=run.monitor_interval, total_samples=total)
         # One trial at a time here: the closed loop's steps depend on each other, and a trial
-        # alone measures what the job gets alone (see optimizer.executors).
+        # alone measures what the job gets alone (see optimizer.trials.executors).
         return [s for _, s in self.trial_executor().run(manager, [request],
                                                         self.config.resources)][0]
 
@@ -415,7 +415,7 @@ class CloudResourceOptimizer:
                 optimized: TrialSummary, rec: dict[str, Any], profile: Any,
                 analysis: dict[str, Any], gpu_check: dict[str, Any],
                 opts: JobOptions) -> OptimizationResult:
-        from optimizer.run_report import write_outputs
+        from optimizer.reports.run_report import write_outputs
 
         calc = ResourceCostCalculator.from_config(self.config.resources)
         comparison = calc.compare_configurations(
@@ -441,7 +441,7 @@ class CloudResourceOptimizer:
 
     def save_optimization_metrics(self, result: OptimizationResult) -> Path:
         """One CSV row per run (baseline reference, optimized) for plotting across runs."""
-        from optimizer.atomic_files import atomic_write_csv
+        from optimizer.foundation.atomic_files import atomic_write_csv
 
         rows = []
         for role, t in (("baseline", result.baseline[0]), ("optimized", result.optimized)):

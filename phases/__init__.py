@@ -39,4 +39,4 @@ def load_default_detector(*, device: str | None = None) -> PhaseDetector:
     ``delay=3``, 5 phases), fitted on the 60 measured PyTorch runs of ``dl-traces``."""
     return PhaseDetector.load(DEFAULT_MODEL_DIR, device=device)
 
-__cloudopt_package__ = True  # checked, without importing, by optimizer.install_check
+__cloudopt_package__ = True  # checked, without importing, by optimizer.foundation.install_check

@@ -36,3 +36,14 @@ def constrained_kmeans(
     centers = np.vstack([fixed, new])
     inertia = float(((x[:, None, :] - centers[None]) ** 2).sum(-1).min(1).sum())
     return new, inertia
+
+
+def best_of_restarts(x: np.ndarray, fixed: np.ndarray, n_new: int, rng: np.random.Generator,
+                     restarts: int = 10) -> np.ndarray:
+    """The new centroids of the :func:`constrained_kmeans` restart with the least inertia."""
+    best, best_inertia = None, np.inf
+    for _ in range(restarts):
+        new, inertia = constrained_kmeans(x, fixed, n_new, rng)
+        if inertia < best_inertia:
+            best, best_inertia = new, inertia
+    return best

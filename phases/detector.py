@@ -9,7 +9,8 @@ history; they are labelled :data:`WARMUP` (-1) instead of being padded with inve
 
 Saved models are directories of plain files (state dict, NPZ, JSON) that load without executing
 code; see :meth:`PhaseDetector.save` and :mod:`phases.detector_io`. The estimator's helpers live
-beside it: :mod:`phases.detector_batch` (executions concatenated into one array) and
+beside it: :mod:`phases.detector_inputs` (parameters, tables, engineered features),
+:mod:`phases.detector_batch` (executions concatenated into one array) and
 :mod:`phases.constrained_kmeans` (adding phases with :meth:`PhaseDetector.expand`).
 """
 
@@ -25,25 +26,31 @@ import torch
 from sklearn.base import BaseEstimator
 from sklearn.cluster import KMeans
 from sklearn.utils.validation import check_is_fitted
-from tqdm.auto import tqdm
 
-from phases.constrained_kmeans import constrained_kmeans
+from phases.constrained_kmeans import best_of_restarts
 from phases.crbm import CRBM, Windows, _affine, resolve_device, window_index, windows_from_flat
 from phases.detector_batch import (
     Batch,
-    batch_of_arrays,
     flat_positions,
-    generic_names,
     split_per_execution,
     unit_scale,
     window_rows,
 )
+from phases.detector_inputs import PREPROCESS_STEPS as PREPROCESS_STEPS
+from phases.detector_inputs import (
+    EpochProgress,
+    as_batch,
+    check_params,
+    frame_traces,
+    prepare,
+    preprocess_steps,
+)
 from phases.detector_io import FORMAT as FORMAT
 from phases.detector_io import FORMAT_VERSION as FORMAT_VERSION
 from phases.detector_io import load_detector, save_detector
-from phases.features import engineer_features, feature_groups
-from phases.smoothing import SMOOTHING, enforce_min_duration, smooth_phases
-from phases.traces import FeatureScaler, TraceSet, traces_from_frame
+from phases.features import feature_groups
+from phases.smoothing import smooth_executions
+from phases.traces import FeatureScaler, TraceSet
 
 __all__ = ["PhaseDetector", "WARMUP", "DEFAULT_EPOCHS", "Traces"]
 
@@ -58,8 +65,6 @@ after 400, 0.039 after 1000. 400 epochs are within 1.5% of the 1000-epoch error 
 100: 14%) and take about 5 s on one CPU thread. ``benchmarks/phases_speed.py --curve`` prints
 the curve. Much smaller trace sets (a few hundred windows: few minibatches per epoch) need
 more epochs; AI4DL trained 2000."""
-
-PREPROCESS_STEPS = ("exec-norm", "diff")
 
 Traces = TraceSet | pd.DataFrame | Sequence[np.ndarray] | np.ndarray
 
@@ -201,104 +206,21 @@ class PhaseDetector(BaseEstimator):
 
     # ---- input handling ---------------------------------------------------------------------
     def _check_params(self) -> None:
-        for name in ("n_phases", "n_hidden", "delay", "epochs", "batch_size", "k"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if not (isinstance(self.lr, (int, float)) and self.lr > 0):
-            raise ValueError(f"lr must be a positive number, got {self.lr!r}")
-        if not (isinstance(self.momentum, (int, float)) and 0 <= self.momentum < 1):
-            raise ValueError(f"momentum must be in [0, 1), got {self.momentum!r}")
-        self._preprocess_steps()
-        feature_groups(self.features)
-        if self.smoothing not in SMOOTHING:
-            raise ValueError(f"smoothing must be one of {SMOOTHING}, got {self.smoothing!r}")
-        if not (isinstance(self.stay_prob, (int, float)) and 0 < self.stay_prob < 1):
-            raise ValueError(f"stay_prob must be in (0, 1), got {self.stay_prob!r}")
-        md = self.min_duration
-        if not isinstance(md, (int, np.integer)) or isinstance(md, bool) or md < 1:
-            raise ValueError(f"min_duration must be a positive integer, got {md!r}")
-        ww = self.window_weight
-        if isinstance(ww, bool) or not isinstance(ww, (int, float)) or not 0 <= ww < np.inf:
-            raise ValueError(f"window_weight must be a finite number >= 0, got {ww!r}")
-        resolve_device(self.device)
+        check_params(self)
 
     def _preprocess_steps(self) -> list[str]:
-        if self.preprocess in ("none", "", None):
-            return []
-        steps = str(self.preprocess).split("+")
-        bad = [s for s in steps if s not in PREPROCESS_STEPS]
-        if bad:
-            raise ValueError(
-                f"preprocess={self.preprocess!r}: unknown step(s) {bad}; "
-                f"use 'none' or steps from {PREPROCESS_STEPS} joined by '+'"
-            )
-        return steps
+        return preprocess_steps(self.preprocess)
 
-    def _as_batch(
-        self,
-        traces: Traces,
-        exec_id: str | None = None,
-        features: Sequence[str] | None = None,
-        time: str | None = None,
-    ) -> Batch:
-        """All executions concatenated, whatever form ``traces`` came in."""
-        fitted = hasattr(self, "n_features_in_")
-        if isinstance(traces, pd.DataFrame):
-            traces = self._frame_traces(traces, exec_id, features, time, fitted)
-        if isinstance(traces, TraceSet):
-            if fitted and list(traces.features) != list(self.feature_names_in_):
-                if not generic_names(traces.features) and not generic_names(self.feature_names_in_):
-                    raise ValueError(
-                        f"trace features {list(traces.features)} differ from the model's "
-                        f"{list(self.feature_names_in_)}"
-                    )
-            batch = batch_of_arrays(traces.arrays, list(traces.features))
-            batch = batch._replace(exec_id_col=traces.exec_id_col, time_col=traces.time_col)
-        else:
-            if isinstance(traces, np.ndarray) and traces.ndim == 2:
-                traces = [traces]  # one execution
-            batch = batch_of_arrays(traces, None)
-        if fitted and batch.flat.shape[1] != self.n_features_in_:
-            raise ValueError(
-                f"traces have {batch.flat.shape[1]} features, the model expects "
-                f"{self.n_features_in_} ({', '.join(map(str, self.feature_names_in_))})"
-            )
-        return batch
+    def _as_batch(self, traces: Traces, exec_id: str | None = None,
+                  features: Sequence[str] | None = None, time: str | None = None) -> Batch:
+        return as_batch(self, traces, exec_id, features, time)
 
     def _frame_traces(self, frame, exec_id, features, time, fitted) -> TraceSet:
-        exec_id = exec_id or (getattr(self, "exec_id_col_", None) if fitted else None) or "exec_id"
-        if time is None and fitted and getattr(self, "time_col_", None) in frame.columns:
-            time = self.time_col_  # the fitted time column, when this table has it too
-        if features is None and fitted:
-            features = list(self.feature_names_in_)
-        if features is None:
-            skip = {exec_id, time}
-            features = [
-                c
-                for c in frame.columns
-                if c not in skip and pd.api.types.is_numeric_dtype(frame[c])
-            ]
-        return traces_from_frame(frame, exec_id, features, time, source="DataFrame")
+        return frame_traces(self, frame, exec_id, features, time, fitted)
 
     def _prepare(self, flat: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """Apply ``features`` then ``preprocess`` to the concatenated, unscaled executions."""
-        out = engineer_features(flat, lengths, self.features)
-        owner = np.repeat(np.arange(len(lengths)), lengths)
-        starts = (np.cumsum(lengths) - lengths)[lengths > 0]
-        for step in self._preprocess_steps():
-            if step == "exec-norm":
-                n = np.maximum(lengths, 1)[:, None]
-                mean = np.stack([np.bincount(owner, c, len(lengths)) for c in out.T], 1) / n
-                centred = out - mean[owner]
-                var = np.stack([np.bincount(owner, c * c, len(lengths)) for c in centred.T], 1)
-                std = np.sqrt(var / n)
-                out = centred / np.where(std > 0, std, 1.0)[owner]
-            elif step == "diff":
-                d = np.diff(out, axis=0, prepend=out[:1])
-                d[starts] = 0.0  # no difference across execution boundaries
-                out = np.hstack([out, d])
-        return out
+        return prepare(flat, lengths, self.features, self.preprocess)
 
     def _windows(self, batch: Batch) -> Windows:
         scaled = self.scaler_.scaler.transform(self._prepare(batch.flat, batch.lengths))
@@ -347,6 +269,7 @@ class PhaseDetector(BaseEstimator):
                 f"need at least n_phases={self.n_phases} ({len(batch.flat)} samples)"
             )
         crbm = CRBM(win.v.shape[1], self.n_hidden, self.delay, random_state=int(seeds[0]))
+        progress = EpochProgress(self.epochs) if self.verbose else None
         crbm.to(win.v.device)
         curve = crbm.fit_windows(
             win.v,
@@ -357,9 +280,10 @@ class PhaseDetector(BaseEstimator):
             momentum=self.momentum,
             k=self.k,
             random_state=int(seeds[1]),
-            callback=self._progress(),
+            callback=progress.update if progress is not None else None,
         )
-        self._close_progress()
+        if progress is not None:
+            progress.close()
         codes = crbm.codes(win.v, win.u)
         rows = None
         self.cluster_scales_ = (1.0, 0.0)
@@ -398,23 +322,6 @@ class PhaseDetector(BaseEstimator):
         if window_scale == 0:
             return codes
         return torch.cat([codes * code_scale, rows.to(codes.dtype) * window_scale], 1)
-
-    def _progress(self):
-        self._bar = None
-        if not self.verbose:
-            return None
-        self._bar = tqdm(total=self.epochs, desc="CRBM epochs", unit="epoch")
-
-        def update(epoch: int, loss: float) -> None:
-            self._bar.update(1)
-            self._bar.set_postfix(recon=f"{loss:.4f}")
-
-        return update
-
-    def _close_progress(self) -> None:
-        if getattr(self, "_bar", None) is not None:
-            self._bar.close()
-        self._bar = None
 
     # ---- inference ----------------------------------------------------------------------------
     def _all_codes(
@@ -459,14 +366,9 @@ class PhaseDetector(BaseEstimator):
             )
         d = self._partial_distances(codes) + (codes * codes).sum(1, keepdim=True)
         d = d.clamp_min(0).double().cpu().numpy()[valid]
-        counts = np.maximum(lengths - self.delay, 0)
-        out = []
-        for part in split_per_execution(d, counts):
-            labels = smooth_phases(
-                part, self.emission_var_, method=self.smoothing, stay=float(self.stay_prob)
-            )
-            out.append(enforce_min_duration(labels, int(self.min_duration)))
-        return np.concatenate(out) if out else np.zeros(0, np.int64)
+        return smooth_executions(
+            split_per_execution(d, np.maximum(lengths - self.delay, 0)), self.emission_var_,
+            method=self.smoothing, stay=float(self.stay_prob), min_duration=int(self.min_duration))
 
     def predict(
         self, traces: Traces, *, exec_id: str | None = None, time: str | None = None
@@ -554,12 +456,8 @@ class PhaseDetector(BaseEstimator):
         codes_np = codes.cpu().numpy()[valid].astype(np.float64)
         if len(codes_np) < n_new_phases:
             raise ValueError(f"{len(codes_np)} windows cannot seed {n_new_phases} new phases")
-        rng = np.random.default_rng(self.random_state)
-        best, best_inertia = None, np.inf
-        for _ in range(10):
-            new, inertia = constrained_kmeans(codes_np, self.cluster_centers_, n_new_phases, rng)
-            if inertia < best_inertia:
-                best, best_inertia = new, inertia
+        best = best_of_restarts(codes_np, self.cluster_centers_, n_new_phases,
+                                np.random.default_rng(self.random_state))
         self.cluster_centers_ = np.vstack([self.cluster_centers_, best])
         self.n_phases_ = int(len(self.cluster_centers_))
         return self

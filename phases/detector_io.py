@@ -3,7 +3,7 @@
 A model is a directory: ``crbm.pt`` (the CRBM state dict), ``kmeans.npz`` (the phase
 centroids), ``scaler.json`` and ``meta.json``. Loading reads tensors, arrays and JSON only and
 checks that the files agree, so a crafted or damaged model cannot execute code and fails
-with :class:`~optimizer.errors.ModelFileError`.
+with :class:`~optimizer.foundation.errors.ModelFileError`.
 
 The functions take the estimator (or its class) as an argument rather than importing
 :mod:`phases.detector`, so the import runs one way.
@@ -23,8 +23,8 @@ import sklearn
 import torch
 from sklearn.utils.validation import check_is_fitted
 
-from optimizer.atomic_files import atomic_write_bytes, atomic_write_json
-from optimizer.errors import ModelFileError
+from optimizer.foundation.atomic_files import atomic_write_bytes, atomic_write_json
+from optimizer.foundation.errors import ModelFileError
 from phases.crbm import CRBM
 from phases.traces import FeatureScaler
 

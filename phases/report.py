@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
-from optimizer.atomic_files import atomic_write_csv, atomic_write_json, atomic_write_text
-from optimizer.errors import TraceFormatError
+from optimizer.foundation.atomic_files import atomic_write_csv, atomic_write_json, atomic_write_text
+from optimizer.foundation.errors import TraceFormatError
 from phases.detector import WARMUP, PhaseDetector
 from phases.sequences import PrototypeTree, TransitionGraph, phase_stats, run_lengths
 from phases.traces import TraceSet, _load_table, traces_from_frame

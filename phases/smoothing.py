@@ -158,3 +158,12 @@ def _merge_equal(values: list, runs: list[int]) -> tuple[list, list[int]]:
 def _runs(labels: np.ndarray) -> tuple[list, list[int]]:
     runs = run_lengths(labels)
     return [r.phase for r in runs], [r.length for r in runs]
+
+
+def smooth_executions(distances: list[np.ndarray], emission_var: float, *, method: str,
+                      stay: float, min_duration: int) -> np.ndarray:
+    """:func:`smooth_phases` then :func:`enforce_min_duration` on each execution's
+    ``(n_windows_i, n_phases)`` squared distances, concatenated."""
+    out = [enforce_min_duration(smooth_phases(d, emission_var, method=method, stay=stay),
+                                min_duration) for d in distances]
+    return np.concatenate(out) if out else np.zeros(0, np.int64)

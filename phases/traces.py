@@ -40,8 +40,8 @@ import numpy as np
 import pandas as pd
 from sklearn.preprocessing import StandardScaler
 
-from optimizer.atomic_files import atomic_write_json
-from optimizer.errors import ModelFileError, TraceFormatError
+from optimizer.foundation.atomic_files import atomic_write_json
+from optimizer.foundation.errors import ModelFileError, TraceFormatError
 
 __all__ = ["TraceSet", "read_traces", "traces_from_frame", "FeatureScaler"]
 

@@ -3,16 +3,16 @@
 import gymnasium as gym
 import numpy as np
 import pytest
+from toy_envs import ChainMDP
 
 from agents.buffer import NStepAccumulator, ReplayBuffer
 from agents.evaluate import evaluate, heldout_seeds, morl_act, reinforce_act
 from agents.morl import MultiObjectiveRLAgent
 from agents.recipes import cloud_action_factors, morl_train_kwargs, recommended_config
 from agents.reinforce import SimplePolicy
-from agents.toy_envs import ChainMDP
 from agents.train import train_morl, train_reinforce
 from envs import CloudEnvironment, EnvConfig, lockstep
-from optimizer.config import RLConfig
+from optimizer.foundation.config import RLConfig
 
 
 def _phased() -> EnvConfig:

@@ -2,12 +2,12 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
+from toy_envs import ChainMDP
 
 from agents.morl import MultiObjectiveRLAgent, soft_update
-from agents.toy_envs import ChainMDP
 from agents.train import evaluate, heldout_seeds, morl_act, train_morl
-from optimizer.config import MultiObjectiveConfig, RLConfig
-from optimizer.errors import ConfigError, ModelFileError
+from optimizer.foundation.config import MultiObjectiveConfig, RLConfig
+from optimizer.foundation.errors import ConfigError, ModelFileError
 
 torch.set_num_threads(1)
 FAST = dict(
@@ -238,7 +238,7 @@ def _train_advantage(env_fn, policy, seed, **kw):
 
 
 def test_advantage_actor_critic_learns_bandit_and_chain():
-    from agents.toy_envs import TwoArmedBandit
+    from toy_envs import TwoArmedBandit
 
     result = _train_advantage(
         TwoArmedBandit, "cost", 0, episodes=400, n_envs=8, learning_starts=64, updates_per_step=1

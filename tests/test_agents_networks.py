@@ -84,8 +84,8 @@ def test_actor_activation_choice():
     import pytest
     from torch import nn
 
-    from optimizer.config import RLConfig
-    from optimizer.errors import ConfigError
+    from optimizer.foundation.config import RLConfig
+    from optimizer.foundation.errors import ConfigError
 
     assert any(isinstance(m, nn.ReLU) for m in Actor(4, 3, 8).modules())  # the design's default
     tanh = Actor(4, 3, 8, activation="tanh")

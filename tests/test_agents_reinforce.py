@@ -1,12 +1,12 @@
 import numpy as np
 import pytest
 import torch
+from toy_envs import ChainMDP, TwoArmedBandit
 
 from agents.reinforce import SimplePolicy, discounted_returns
-from agents.toy_envs import ChainMDP, TwoArmedBandit
 from agents.train import evaluate, heldout_seeds, random_act, reinforce_act, train_reinforce
-from optimizer.config import RLConfig
-from optimizer.errors import ModelFileError
+from optimizer.foundation.config import RLConfig
+from optimizer.foundation.errors import ModelFileError
 
 torch.set_num_threads(1)
 FAST = dict(hidden_dim=32, lr_actor=3e-3, lr_critic=3e-3, exploration_noise=0.05, gamma=1.0)

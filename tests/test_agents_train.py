@@ -2,10 +2,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from toy_envs import ChainMDP
 
 from agents.baselines import cloud_action_index, static_act
 from agents.metrics import RLMetricsTracker
-from agents.toy_envs import ChainMDP
 from agents.train import (
     ExploringStarts,
     evaluate,
@@ -15,7 +15,7 @@ from agents.train import (
     recommended_config,
     train_reinforce,
 )
-from optimizer.config import RLConfig
+from optimizer.foundation.config import RLConfig
 
 torch.set_num_threads(1)
 

@@ -1,14 +1,30 @@
 """The house stays one-way: imports are read with ``ast`` (nothing is imported) and checked
 against the layering of ARCHITECTURE.md.
 
-- The foundation (``optimizer.errors``, ``optimizer.config``, ``optimizer.allocation``,
-  ``optimizer.atomic_files``, ``optimizer.gpu``) imports nothing of the project but itself.
+Between the four parts:
+
+- The foundation (``optimizer.foundation``) imports nothing of the project but itself.
 - ``phases`` imports the foundation only; ``envs`` the foundation and ``phases``; ``agents`` the
   foundation and the public packages ``envs`` and ``phases`` (never their modules: agents see an
-  environment through Gymnasium's API); the rest of ``optimizer`` (the orchestrator) anything.
+  environment through Gymnasium's API); ``optimizer`` (the orchestrator) anything.
+
+Inside the orchestrator, between its rooms (:data:`ROOMS`):
+
+- ``trials`` (one measured run) never imports ``search``, ``reports``, ``offline`` or the doors:
+  a trial is measured the same whoever asked for it;
+- ``search`` never imports ``reports``, ``offline`` or the doors: what is chosen does not depend
+  on how it is shown;
+- ``reports`` read records: ``trials`` and the foundation, never ``search`` or ``offline``;
+- ``offline`` reads records and renders pages: ``trials.records``, ``reports.render``;
+- ``commands`` and the two doors (``optimizer.cli``, ``optimizer.pipeline``) may import any room.
+
+Inside ``phases``, the evaluation of autoscaling policies (``phases.evaluation``) is a room that
+the rest of ``phases`` never imports.
+
 - No import loop, counting imports inside functions too: a lazy import hides a loop from the
   interpreter, not from a reader.
-- No module over 600 lines.
+- No module over 500 lines, no folder with more than 15 modules, and ``optimizer/``'s top level
+  holds only the doors and its rooms.
 """
 
 from __future__ import annotations
@@ -21,11 +37,18 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("phases", "envs", "agents", "optimizer")
-FOUNDATION = frozenset(
-    {"optimizer.errors", "optimizer.config", "optimizer.allocation", "optimizer.atomic_files",
-     "optimizer.gpu"}
-)
-MAX_LINES = 600
+MAX_LINES = 500
+MAX_MODULES = 15
+DOORS = frozenset({"optimizer", "optimizer.__main__", "optimizer.cli", "optimizer.pipeline"})
+ROOMS = ("foundation", "trials", "search", "offline", "reports", "commands")
+ROOM_MAY_IMPORT = {
+    "trials": {"trials"},
+    "search": {"trials", "search"},
+    "reports": {"trials", "reports"},
+    "offline": {"trials.records", "reports.render", "offline"},
+}
+"""Rooms of the orchestrator and what each may import besides the foundation and the libraries
+(``phases``, ``envs``, ``agents``); ``commands`` and the doors may import anything."""
 
 
 @dataclass(frozen=True)
@@ -80,16 +103,48 @@ def import_edges(root: Path) -> list[Edge]:
 
 
 def _part(module: str) -> str:
-    return "foundation" if module in FOUNDATION else module.split(".")[0]
+    if module == "optimizer.foundation" or module.startswith("optimizer.foundation."):
+        return "foundation"
+    return module.split(".")[0]
+
+
+def _room(module: str) -> str:
+    """``search`` for ``optimizer.search.refine``; the door's own name for a door."""
+    if module in DOORS:
+        return module
+    return module.split(".")[1]
+
+
+def _in(module: str, allowed: set[str]) -> bool:
+    inner = module.split(".", 1)[1] if "." in module else ""
+    return any(inner == a or inner.startswith(a + ".") for a in allowed)
+
+
+def _orchestrator_rule(src: str, dst: str) -> str | None:
+    room = _room(src)
+    if room in DOORS or room == "commands" or not dst.startswith("optimizer"):
+        return None
+    if room not in ROOM_MAY_IMPORT:
+        return None
+    if not _in(dst, ROOM_MAY_IMPORT[room]):
+        return f"optimizer.{room} may not import {dst}"
+    return None
 
 
 def forbidden(edge: Edge) -> str | None:
     """Why an import breaks the layering, or None."""
     src, dst = _part(edge.source), _part(edge.target)
-    if dst in ("foundation", src) or src == "optimizer":
-        return None
-    if src == "foundation":
+    if src == "foundation" and dst != "foundation":
         return "the foundation imports nothing of the project but itself"
+    if dst == "foundation":
+        return None
+    if src == "optimizer":
+        return _orchestrator_rule(edge.source, edge.target)
+    if src == dst:
+        if (src == "phases" and edge.target.startswith("phases.evaluation")
+                and not edge.source.startswith("phases.evaluation")):
+            return "phases may not import its evaluation room (phases.evaluation)"
+        return None
     allowed = {"phases": set(), "envs": {"phases"}, "agents": {"envs", "phases"}}[src]
     if dst not in allowed:
         return f"{src} may not import {dst}"
@@ -165,6 +220,24 @@ def test_modules_are_short():
     assert not long, f"modules over {MAX_LINES} lines (split them along their concerns): {long}"
 
 
+def test_folders_are_small():
+    counts: dict[str, int] = {}
+    for p in project_modules(ROOT).values():
+        if p.name != "__init__.py" and "site" not in p.relative_to(ROOT).parts:
+            key = str(p.parent.relative_to(ROOT))
+            counts[key] = counts.get(key, 0) + 1
+    big = {k: n for k, n in counts.items() if n > MAX_MODULES}
+    assert not big, f"folders over {MAX_MODULES} modules (make a room of a concern): {big}"
+
+
+def test_orchestrator_top_level_holds_doors_and_rooms():
+    top = ROOT / "optimizer"
+    modules = {p.stem for p in top.glob("*.py")}
+    packages = {p.name for p in top.iterdir() if (p / "__init__.py").is_file()}
+    assert modules <= {"__init__", "__main__", "cli", "pipeline"}, sorted(modules)
+    assert packages <= set(ROOMS), sorted(packages - set(ROOMS))
+
+
 # The checks above must be able to fail: a small tree with each kind of fault.
 def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
     for rel, text in files.items():
@@ -177,15 +250,30 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
 @pytest.mark.parametrize(
     ("files", "expected"),
     [
-        ({"envs/model.py": "from optimizer.training import run\n"}, "envs may not import optimizer"),
+        ({"envs/model.py": "from optimizer.trials.records import T\n"},
+         "envs may not import optimizer"),
         ({"envs/model.py": "def f():\n    from agents import x\n"}, "envs may not import agents"),
         ({"phases/crbm.py": "import envs.model\n"}, "phases may not import envs"),
         ({"agents/ppo.py": "from envs.state import S\n"}, "through its public package"),
-        ({"optimizer/config.py": "from optimizer.records import T\n"}, "the foundation"),
+        ({"optimizer/foundation/config.py": "from optimizer.trials.records import T\n"},
+         "the foundation"),
+        ({"optimizer/trials/runner.py": "from optimizer.search.choice import best\n"},
+         "optimizer.trials may not import optimizer.search.choice"),
+        ({"optimizer/reports/run_report.py": "def f():\n    from optimizer.search import choice\n"},
+         "optimizer.reports may not import optimizer.search.choice"),
+        ({"optimizer/search/refine.py": "from optimizer.reports.render import Report\n"},
+         "optimizer.search may not import optimizer.reports.render"),
+        ({"optimizer/offline/logs.py": "from optimizer.trials.runner import run\n"},
+         "optimizer.offline may not import optimizer.trials.runner"),
+        ({"phases/detector.py": "from phases.evaluation.metrics import m\n"},
+         "its evaluation room"),
     ],
 )
 def test_checker_finds_forbidden_imports(tmp_path, files, expected):
-    root = _tree(tmp_path, {"optimizer/records.py": "", "envs/state.py": "", **files})
+    stubs = ("optimizer/trials/records.py", "optimizer/trials/runner.py", "envs/state.py",
+             "optimizer/search/choice.py", "optimizer/reports/render.py",
+             "phases/evaluation/metrics.py")
+    root = _tree(tmp_path, {**dict.fromkeys(stubs, ""), **files})
     assert expected in _describe(import_edges(root), root)
 
 
@@ -193,12 +281,20 @@ def test_checker_allows_the_layering(tmp_path):
     root = _tree(
         tmp_path,
         {
-            "optimizer/errors.py": "",
-            "optimizer/pipeline.py": "from agents import train\nfrom envs.model import M\n",
-            "agents/train.py": "from envs import CloudEnvironment\nfrom optimizer.errors import E\n",
+            "optimizer/foundation/errors.py": "",
+            "optimizer/trials/records.py": "from optimizer.foundation.errors import E\n",
+            "optimizer/search/refine.py": "from optimizer.trials.records import T\n",
+            "optimizer/reports/render.py": "from optimizer.trials import records\n",
+            "optimizer/offline/report.py": "from optimizer.reports.render import R\n",
+            "optimizer/pipeline.py": "from agents import train\nfrom envs.model import M\n"
+                                     "from optimizer.search.refine import r\n",
+            "agents/train.py": "from envs import CloudEnvironment\n"
+                               "from optimizer.foundation.errors import E\n",
             "envs/__init__.py": "from envs.model import M\n",
-            "envs/model.py": "from phases import PhaseDetector\nfrom optimizer import errors\n",
+            "envs/model.py": "from phases import PhaseDetector\n"
+                             "from optimizer.foundation import errors\n",
             "phases/__init__.py": "",
+            "phases/evaluation/evaluate.py": "from phases import PhaseDetector\n",
         },
     )
     assert _describe(import_edges(root), root) == ""

@@ -6,7 +6,7 @@ Traces are sampled every second with 10-second cycles; phases are planted by han
 import numpy as np
 import pytest
 
-from phases.evaluate_data import group_folds
+from phases.evaluation.data import group_folds
 from phases.policies import (
     Execution,
     PhaseAdaptivePolicy,

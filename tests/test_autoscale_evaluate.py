@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from optimizer.cli import main
-from phases.evaluate import (
+from phases.evaluation.evaluate import (
     allocation_metrics,
     build_policies,
     count_rescales,
@@ -260,8 +260,8 @@ def test_cli_leaves_one_group_out(slice_csv, tmp_path):
 
 
 def test_previous_run_cold_start_without_a_job_column_is_one_clear_error(slice_csv):
-    from optimizer.errors import CloudoptError
-    from phases.evaluate import evaluate_file
+    from optimizer.foundation.errors import CloudoptError
+    from phases.evaluation.evaluate import evaluate_file
 
     with pytest.raises(CloudoptError, match="needs the column naming each execution's job"):
         evaluate_file(slice_csv, "exec_id", ["cpu_cores", "mem_gb"], time="time_s",

@@ -99,7 +99,7 @@ def test_reactive_policies_lag_one_cycle_behind_a_step():
 
 
 def test_previous_runs_are_the_same_jobs_in_order():
-    from phases.evaluate_data import attach_previous_runs
+    from phases.evaluation.data import attach_previous_runs
 
     runs = [trace(np.full(20, v), exec_id=f"e{i}") for i, v in enumerate((1.0, 2.0, 3.0))]
     assert attach_previous_runs(runs, {"e0": "a", "e1": "b", "e2": "a"}) == 1

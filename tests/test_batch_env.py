@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from optimizer.allocation import Allocation
-from optimizer.config import ResourceConfig
-from optimizer.errors import CloudoptError
-from optimizer.script_scan import batch_knobs
-from optimizer.training import TrainingModuleManager
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.config import ResourceConfig
+from optimizer.foundation.errors import CloudoptError
+from optimizer.trials.script_scan import batch_knobs
+from optimizer.trials.training import TrainingModuleManager
 
 PRICES = ResourceConfig(cpu_count_max=2, memory_max=8.0, gpu_count_max=0)
 

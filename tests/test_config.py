@@ -4,14 +4,14 @@ import sys
 
 import pytest
 
-from optimizer.config import (
+from optimizer.foundation.config import (
     MultiObjectiveConfig,
     ResourceConfig,
     SLAConfig,
-    forecast_trend,
     load_config,
 )
-from optimizer.errors import ConfigError
+from optimizer.foundation.errors import ConfigError
+from optimizer.foundation.forecast import forecast_trend
 
 
 def write(tmp_path, text):

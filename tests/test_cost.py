@@ -2,10 +2,10 @@
 
 import pytest
 
-from optimizer.allocation import Allocation
-from optimizer.config import ResourceConfig
-from optimizer.cost import ResourceCostCalculator
-from optimizer.records import TrialSummary
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.config import ResourceConfig
+from optimizer.trials.cost import ResourceCostCalculator
+from optimizer.trials.records import TrialSummary
 
 CALC = ResourceCostCalculator(cost_per_gpu_hour=2.0, cost_per_cpu_hour=0.05, cost_per_gb_hour=0.01)
 

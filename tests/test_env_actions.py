@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from envs.actions import ResourceAction, ResourceGrid, powers_of_two
-from optimizer.allocation import Allocation
-from optimizer.config import ResourceConfig
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.config import ResourceConfig
 
 
 @pytest.fixture

@@ -180,7 +180,7 @@ def test_phase_prototype_from_detector():
 
 
 def test_bad_config_is_reported():
-    from optimizer.errors import CloudoptError
+    from optimizer.foundation.errors import CloudoptError
 
     with pytest.raises(CloudoptError, match="not found"):
         CloudEnvironment(workload="no-such-preset")
@@ -206,7 +206,7 @@ def test_noise_path_with_unit_noise_reproduces_the_tables():
 
 
 def test_noise_path_with_every_sla_checked():
-    from optimizer.config import SLAConfig
+    from optimizer.foundation.config import SLAConfig
 
     sla = SLAConfig(
         time_max=30000,
@@ -258,8 +258,8 @@ def test_phases_from_detector_labels_and_stats():
 
 def test_update_metrics_from_a_trial_summary():
     from envs.state import metrics_from_trial
-    from optimizer.allocation import Allocation
-    from optimizer.records import TrialSummary
+    from optimizer.foundation.allocation import Allocation
+    from optimizer.trials.records import TrialSummary
 
     trial = TrialSummary(
         trial_id="t",

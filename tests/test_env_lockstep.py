@@ -1,8 +1,8 @@
 import gymnasium as gym
 import numpy as np
 import pytest
+from toy_envs import ChainMDP
 
-from agents.toy_envs import ChainMDP
 from envs import ENV_ID, CloudEnvironment, EnvConfig
 from envs.lockstep import CloudLockstep, GymLockstep, lockstep
 

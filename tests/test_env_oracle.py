@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from envs import CloudEnvironment, EnvConfig, build_env_model, oracle
-from optimizer.allocation import Allocation
-from optimizer.config import ResourceConfig, SLAConfig
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.config import ResourceConfig, SLAConfig
 
 
 def tiny(n_steps=3, batch_actions=False, **kw):

@@ -18,10 +18,10 @@ import os
 import pytest
 
 from envs import CloudEnvironment, oracle
-from optimizer.allocation import Allocation
-from optimizer.calibrate import env_config_from_trials, measure
-from optimizer.config import ResourceConfig
-from optimizer.workload_fit import fit_workload_model
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.config import ResourceConfig
+from optimizer.search.calibrate import env_config_from_trials, measure
+from optimizer.search.workload_fit import fit_workload_model
 
 pytestmark = pytest.mark.slow
 

@@ -12,10 +12,10 @@ from envs.workload import (
     list_presets,
     phase_sequence,
 )
-from optimizer.allocation import Allocation
-from optimizer.errors import CloudoptError
-from optimizer.records import TrialSummary
-from optimizer.workload_fit import fit_workload_model
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.errors import CloudoptError
+from optimizer.search.workload_fit import fit_workload_model
+from optimizer.trials.records import TrialSummary
 
 # dl-platforms lecture: Table 4 (VGG-16/Caffe, batch 75) and Table 6 (ResNet-50/TF, batch 128)
 PUBLISHED = [
@@ -165,7 +165,7 @@ def test_single_gpu_fit_is_limited_to_the_measured_gpu_count():
     assert "delta" in model.fit_report_.fixed and model.params.delta == 0.0
     assert model.fit_report_.max_rel_error < 0.01
     from envs import CloudEnvironment, EnvConfig
-    from optimizer.config import ResourceConfig
+    from optimizer.foundation.config import ResourceConfig
 
     res = ResourceConfig(gpu_count_max=4, cpu_count_max=8, memory_max=32.0, memory_step=8.0)
     env = CloudEnvironment(EnvConfig(workload=model, batch_sizes=(32, 64), resources=res))
@@ -176,8 +176,8 @@ def test_single_gpu_fit_is_limited_to_the_measured_gpu_count():
 
 def test_env_config_from_trials_and_preset_round_trip(tmp_path):
     from envs import CloudEnvironment, oracle
-    from optimizer.calibrate import env_config_from_trials, preset_text
-    from optimizer.config import ResourceConfig
+    from optimizer.foundation.config import ResourceConfig
+    from optimizer.search.calibrate import env_config_from_trials, preset_text
 
     true = WorkloadParams(
         device="cpu",
@@ -230,7 +230,7 @@ def test_fit_holds_given_parameters():
 
 def test_calibrate_cli_fits_a_recorded_run_into_a_preset(tmp_path):
     from envs import CloudEnvironment
-    from optimizer.calibrate import main
+    from optimizer.search.calibrate import main
 
     true = WorkloadParams(
         device="cpu",
@@ -281,8 +281,8 @@ def test_fit_refuses_trials_where_more_cpus_ran_slower():
 
 
 def test_measure_runs_repeats_round_robin_and_keeps_the_fastest(tmp_path, monkeypatch, repo_root):
-    from optimizer import calibrate
-    from optimizer.training import TrainingModuleManager
+    from optimizer.search import calibrate
+    from optimizer.trials.training import TrainingModuleManager
 
     calls = []
     speeds = {("a", 0): 10.0, ("a", 1): 30.0, ("b", 0): 20.0, ("b", 1): 5.0}

@@ -8,15 +8,15 @@ import time
 
 import pytest
 
-from optimizer.allocation import Allocation
-from optimizer.config import load_config
-from optimizer.core_lease import CoreLease
-from optimizer.errors import CloudoptError, ConfigError
-from optimizer.executors import make_executor, record_concurrency
-from optimizer.executors.base import overlapping
-from optimizer.records import TrialSummary
-from optimizer.runoff import contenders, runoff, standings, still_in, tie_note
-from optimizer.trial_choice import best_measured, objective_table, separated
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.config import load_config
+from optimizer.foundation.errors import CloudoptError, ConfigError
+from optimizer.search.choice import best_measured, objective_table, separated
+from optimizer.search.runoff import contenders, runoff, standings, still_in, tie_note
+from optimizer.trials.core_lease import CoreLease
+from optimizer.trials.executors import make_executor, record_concurrency
+from optimizer.trials.executors.base import overlapping
+from optimizer.trials.records import TrialSummary
 
 
 def test_leases_take_distinct_cores_and_wait_for_a_free_one(tmp_path):
@@ -40,7 +40,7 @@ def test_leases_take_distinct_cores_and_wait_for_a_free_one(tmp_path):
 
 def test_a_dead_holder_leaves_its_core_free(tmp_path):
     code = ("import sys, time; sys.path.insert(0, '.');"
-            "from optimizer.core_lease import CoreLease;"
+            "from optimizer.trials.core_lease import CoreLease;"
             f"CoreLease(1, [3], lock_dir={str(tmp_path)!r}).acquire(); print('held', flush=True);"
             "time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -228,7 +228,7 @@ def test_runoff_rounds_and_size_are_the_users(tmp_path):
 
 
 def test_trial_folders_of_dead_workers_are_removed(tmp_path):
-    from optimizer.executors.ray_executor import TRIAL_PREFIX, remove_orphaned_folders
+    from optimizer.trials.executors.ray_executor import TRIAL_PREFIX, remove_orphaned_folders
 
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()  # a process id that no longer runs

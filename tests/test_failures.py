@@ -3,9 +3,9 @@
 import subprocess
 import sys
 
-from optimizer.allocation import Allocation
-from optimizer.failures import explain_unusable
-from optimizer.records import TrialSummary
+from optimizer.foundation.allocation import Allocation
+from optimizer.trials.failures import explain_unusable
+from optimizer.trials.records import TrialSummary
 
 
 def _t(tid, status, reason="", **kw):

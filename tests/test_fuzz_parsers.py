@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from optimizer.atomic_files import read_json
-from optimizer.config import load_config
-from optimizer.errors import CloudoptError
-from optimizer.records import TrialSummary
+from optimizer.foundation.atomic_files import read_json
+from optimizer.foundation.config import load_config
+from optimizer.foundation.errors import CloudoptError
+from optimizer.trials.records import TrialSummary
 from phases import PhaseDetector
 from phases.traces import read_traces
 

@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 import torch
 
-from optimizer import gpu
-from optimizer.allocation import Allocation
-from optimizer.config import ResourceConfig
-from optimizer.training import TrainingModuleManager
+from optimizer.foundation import gpu
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.config import ResourceConfig
+from optimizer.trials.training import TrainingModuleManager
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -100,7 +100,7 @@ def test_example_cnn_trains_on_the_gpu(tmp_path, repo_root):
 
 def test_morl_agent_trains_on_cuda_and_loads_on_cpu(tmp_path):
     from agents.morl import MultiObjectiveRLAgent
-    from optimizer.config import RLConfig
+    from optimizer.foundation.config import RLConfig
 
     cfg = RLConfig(batch_size=32, buffer_size=512, hidden_dim=32, seed=3)
     agent = MultiObjectiveRLAgent(6, 9, cfg, device="cuda", action_factors=(3, 3))
@@ -126,7 +126,7 @@ def test_morl_agent_trains_on_cuda_and_loads_on_cpu(tmp_path):
 
 def test_reinforce_trains_on_cuda():
     from agents.reinforce import SimplePolicy
-    from optimizer.config import RLConfig
+    from optimizer.foundation.config import RLConfig
 
     policy = SimplePolicy(4, 3, RLConfig(seed=0), device="cuda")
     rng = np.random.default_rng(1)

@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from optimizer.install_check import MARKER, PACKAGES, foreign_packages
+from optimizer.foundation.install_check import MARKER, PACKAGES, foreign_packages
 
 
 def test_this_checkout_is_one_installation(repo_root):

@@ -8,14 +8,14 @@ import sys
 
 import pytest
 
-from optimizer.allocation import Allocation
-from optimizer.loader_workers import worker_levels
-from optimizer.records import TrialSummary
-from optimizer.script_scan import flag_default
-from optimizer.training import TrainingModuleManager, describe_allocation
-from optimizer.trial_choice import same_setting
-from optimizer.trial_runner import with_flag
-from optimizer.workload_fit import measurements_from_trials
+from optimizer.foundation.allocation import Allocation
+from optimizer.search.choice import same_setting
+from optimizer.search.loader_workers import worker_levels
+from optimizer.search.workload_fit import measurements_from_trials
+from optimizer.trials.records import TrialSummary
+from optimizer.trials.runner import with_flag
+from optimizer.trials.script_scan import flag_default
+from optimizer.trials.training import TrainingModuleManager, describe_allocation
 
 
 @pytest.mark.parametrize("cpus, current, expected", [

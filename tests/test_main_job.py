@@ -11,10 +11,10 @@ import time
 import pandas as pd
 import pytest
 
-from optimizer.allocation import Allocation
-from optimizer.config import ResourceConfig, SLAConfig
-from optimizer.records import TrialSummary
-from optimizer.workload_fit import fit_workload_model
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.config import ResourceConfig, SLAConfig
+from optimizer.search.workload_fit import fit_workload_model
+from optimizer.trials.records import TrialSummary
 
 yaml = pytest.importorskip("yaml")
 
@@ -95,9 +95,9 @@ def test_every_output_file_and_key(tiny_run):
 
 
 def test_recommendation_is_the_best_measured_trial_with_right_sized_memory(tiny_run):
-    from optimizer.config import load_config
-    from optimizer.records import iter_trials
-    from optimizer.trial_choice import objective_table, right_size_memory
+    from optimizer.foundation.config import load_config
+    from optimizer.search.choice import objective_table, right_size_memory
+    from optimizer.trials.records import iter_trials
 
     out, _ = tiny_run
     rec = json.loads((out / "recommendation.json").read_text())
@@ -188,7 +188,7 @@ def _synthetic_trials() -> list[TrialSummary]:
 def test_cost_and_time_preferences_recommend_different_allocations():
     from envs import EnvConfig
     from envs.oracle import optimal_policy
-    from optimizer.recommend import held_allocation
+    from optimizer.search.recommend import held_allocation
 
     fitted = fit_workload_model(_synthetic_trials())
     base = EnvConfig(workload=fitted, sla=SLAConfig(time_max=60.0, cost_max=0.01),
@@ -201,10 +201,10 @@ def test_cost_and_time_preferences_recommend_different_allocations():
 
 
 def test_offline_logs_choose_the_first_baseline_trial(repo_root):
-    from optimizer.config import load_config
-    from optimizer.offline import predict_start_allocation
+    from optimizer.foundation.config import load_config
+    from optimizer.offline.analyzer import predict_start_allocation
     from optimizer.pipeline import CloudResourceOptimizer
-    from optimizer.training import TrainingModuleManager
+    from optimizer.trials.training import TrainingModuleManager
 
     cfg = load_config(overrides={"run": {"baseline_samples": 3}})
     opt = CloudResourceOptimizer(cfg, quiet=True)
@@ -233,8 +233,8 @@ for i in range(1, steps + 1):
 
 
 def test_probe_of_an_hour_long_job_predicts_the_measured_rate(tmp_path):
-    from optimizer.config import ResourceConfig
-    from optimizer.training import TrainingModuleManager
+    from optimizer.foundation.config import ResourceConfig
+    from optimizer.trials.training import TrainingModuleManager
 
     script = tmp_path / "long.py"
     script.write_text(HOURLONG)

@@ -7,8 +7,14 @@ import time
 import pandas as pd
 import pytest
 
-from optimizer.errors import TraceFormatError
-from optimizer.monitor import TRACE_COLUMNS, CSVMonitor, ProcessMonitor, kill_tree, read_trace
+from optimizer.foundation.errors import TraceFormatError
+from optimizer.trials.monitor import (
+    TRACE_COLUMNS,
+    CSVMonitor,
+    ProcessMonitor,
+    kill_tree,
+    read_trace,
+)
 
 
 def test_csv_monitor_follows_appended_rows(tmp_path):

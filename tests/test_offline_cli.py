@@ -9,7 +9,7 @@ import sys
 import pandas as pd
 
 from optimizer.cli import main
-from optimizer.offline import OfflineDataAnalyzer, leave_one_out, loo_summary
+from optimizer.offline.analyzer import OfflineDataAnalyzer, leave_one_out, loo_summary
 
 
 def test_shipped_logs_are_real_tool_records(repo_root):

@@ -8,16 +8,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from optimizer.allocation import Allocation
-from optimizer.config import ResourceConfig, SLAConfig
-from optimizer.errors import CloudoptError
-from optimizer.offline import (
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.config import ResourceConfig, SLAConfig
+from optimizer.foundation.errors import CloudoptError
+from optimizer.offline.analyzer import (
     OfflineDataAnalyzer,
     leave_one_out,
     loo_summary,
     predict_start_allocation,
 )
-from optimizer.records import TrialSummary
+from optimizer.trials.records import TrialSummary
 
 RES = ResourceConfig(gpu_count_max=0, cpu_count_max=4, memory_max=16.0)
 

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from optimizer.config import ResourceConfig
-from optimizer.errors import CloudoptError, TraceFormatError
-from optimizer.offline import (
+from optimizer.foundation.config import ResourceConfig
+from optimizer.foundation.errors import CloudoptError, TraceFormatError
+from optimizer.offline.analyzer import (
     OfflineDataAnalyzer,
     discover_logs,
     match_columns,

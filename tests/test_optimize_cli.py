@@ -8,10 +8,10 @@ import textwrap
 import pandas as pd
 import pytest
 
-from optimizer.allocation import Allocation
-from optimizer.baseline import plan_baseline, rank_trials
-from optimizer.config import OptimizerConfig, ResourceConfig
-from optimizer.records import TrialSummary
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.config import OptimizerConfig, ResourceConfig
+from optimizer.search.baseline import plan_baseline, rank_trials
+from optimizer.trials.records import TrialSummary
 
 QUICK = textwrap.dedent("""
     import os, time

@@ -21,7 +21,7 @@ from sklearn.utils.estimator_checks import (
     check_parameters_default_constructible,
 )
 
-from optimizer.errors import ModelFileError
+from optimizer.foundation.errors import ModelFileError
 from phases import WARMUP, PhaseDetector, load_default_detector
 from phases.crbm import CRBM, stack_windows
 from phases.synthetic import make_synthetic_traces

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from optimizer.errors import ModelFileError
+from optimizer.foundation.errors import ModelFileError
 from phases import PhaseDetector, load_default_detector
 from phases.features import RATE_WINDOW, engineer_features, feature_groups, feature_names, is_causal
 from phases.smoothing import enforce_min_duration, smooth_phases

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from optimizer.errors import ModelFileError, TraceFormatError
+from optimizer.foundation.errors import ModelFileError, TraceFormatError
 from phases.traces import FeatureScaler, read_traces
 
 DATA = Path(__file__).resolve().parent / "data"

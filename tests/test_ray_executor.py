@@ -16,12 +16,12 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from optimizer.allocation import Allocation  # noqa: E402
-from optimizer.baseline import run_baseline  # noqa: E402
-from optimizer.config import load_config  # noqa: E402
-from optimizer.executors import LocalExecutor, make_executor  # noqa: E402
-from optimizer.records import TrialSummary  # noqa: E402
-from optimizer.training import TrainingModuleManager  # noqa: E402
+from optimizer.foundation.allocation import Allocation  # noqa: E402
+from optimizer.foundation.config import load_config  # noqa: E402
+from optimizer.search.baseline import run_baseline  # noqa: E402
+from optimizer.trials.executors import LocalExecutor, make_executor  # noqa: E402
+from optimizer.trials.records import TrialSummary  # noqa: E402
+from optimizer.trials.training import TrainingModuleManager  # noqa: E402
 
 TINY = Path(__file__).parent / "data" / "tiny_train.py"
 KILLER = """
@@ -132,7 +132,7 @@ def test_a_killed_worker_is_a_failed_trial_and_the_others_go_on(tmp_path, config
     run_baseline(TrainingModuleManager(TINY, "--samples 500"),
                  [Allocation(cpus=1, memory_gb=1.0, batch_size=64)], tmp_path / "after",
                  config, quiet=True, executor=make_executor("ray"))
-    from optimizer.executors.ray_executor import remove_orphaned_folders
+    from optimizer.trials.executors.ray_executor import remove_orphaned_folders
 
     assert remove_orphaned_folders() == []  # nothing left to remove
 

@@ -10,21 +10,21 @@ import math
 import numpy as np
 import pytest
 
-from optimizer.acquisition import (
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.config import load_config
+from optimizer.search.acquisition import (
     anchored,
     bootstrap_models,
     next_probe,
     objective_samples,
     predicted_figures,
 )
-from optimizer.allocation import Allocation
-from optimizer.config import load_config
-from optimizer.records import TrialSummary
-from optimizer.refine import dominating_trial
-from optimizer.script_scan import env_default, flag_default
-from optimizer.trial_batch import label_batch
-from optimizer.trial_choice import best_measured, objective_table, right_size_memory
-from optimizer.workload_fit import fit_workload_model, measurements_from_trials
+from optimizer.search.choice import best_measured, objective_table, right_size_memory
+from optimizer.search.refine import dominating_trial
+from optimizer.search.workload_fit import fit_workload_model, measurements_from_trials
+from optimizer.trials.batch import label_batch
+from optimizer.trials.records import TrialSummary
+from optimizer.trials.script_scan import env_default, flag_default
 
 
 @pytest.mark.parametrize(
@@ -51,7 +51,7 @@ def test_env_default_is_the_fallback_of_the_variable():
 
 
 def test_manager_knows_the_batch_of_an_argparse_script(repo_root):
-    from optimizer.training import TrainingModuleManager
+    from optimizer.trials.training import TrainingModuleManager
 
     script = repo_root / "tests" / "data" / "tiny_argparse_train.py"
     mgr = TrainingModuleManager(script, [], "--batch-size")
@@ -119,8 +119,8 @@ def _resnet_trials() -> list[TrialSummary]:
 
 
 def test_resnet50_records_give_a_fitted_model_and_no_one_thread_plan():
-    from optimizer.calibrate import env_config_from_trials
-    from optimizer.recommend import recommend
+    from optimizer.search.calibrate import env_config_from_trials
+    from optimizer.search.recommend import recommend
 
     cfg = load_config(overrides={"resources": {"gpu_count_min": 1, "gpu_count_max": 1,
                                                "cpu_count_min": 1, "cpu_count_max": 16,
@@ -225,8 +225,8 @@ def test_argparse_script_reaches_trained_agents_in_the_main_job(tmp_path, repo_r
 
 
 def test_repeats_of_a_setting_are_judged_by_their_mean():
-    from optimizer.config import OptimizerConfig, ResourceConfig
-    from optimizer.trial_choice import best_measured, objective_table
+    from optimizer.foundation.config import OptimizerConfig, ResourceConfig
+    from optimizer.search.choice import best_measured, objective_table
 
     cfg = OptimizerConfig(resources=ResourceConfig(gpu_count_max=0, cpu_count_max=2,
                                                    memory_max=8.0))
@@ -247,10 +247,10 @@ def test_repeats_of_a_setting_are_judged_by_their_mean():
 
 def test_batch_size_max_bounds_probes_plans_and_acquisition():
     from envs import CloudEnvironment
-    from optimizer.baseline import plan_baseline
-    from optimizer.calibrate import env_config_from_trials
-    from optimizer.errors import ConfigError
-    from optimizer.refine import _batches
+    from optimizer.foundation.errors import ConfigError
+    from optimizer.search.baseline import plan_baseline
+    from optimizer.search.calibrate import env_config_from_trials
+    from optimizer.search.refine import _batches
 
     cfg = load_config(overrides={"resources": {"gpu_count_min": 1, "gpu_count_max": 1,
                                                "cpu_count_min": 1, "cpu_count_max": 16,

@@ -125,7 +125,7 @@ def test_effective_cell_keeps_a_batch_cloudopt_cannot_reach():
     from regret_peers import effective_cell
     from regret_truth import load_workloads
 
-    from optimizer.allocation import Allocation
+    from optimizer.foundation.allocation import Allocation
 
     ws = {w.name: w for w in load_workloads()}
     a = Allocation(0, 1, 2.0, 1024)

@@ -9,8 +9,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from optimizer.allocation import Allocation
-from optimizer.k8s import (  # noqa: E402
+from optimizer.foundation.allocation import Allocation
+from optimizer.reports.k8s import (  # noqa: E402
     PLACEHOLDER_IMAGE,
     cpu_quantity,
     dns_label,
@@ -18,7 +18,7 @@ from optimizer.k8s import (  # noqa: E402
     k8s_resources_yaml,
     memory_quantity,
 )
-from optimizer.report import Report, dollars, format_value  # noqa: E402
+from optimizer.reports.render import Report, dollars, format_value  # noqa: E402
 
 yaml = pytest.importorskip("yaml")
 
@@ -130,8 +130,8 @@ def test_k8s_job_and_vpa_are_complete_objects(tmp_path, gpus):
 
 
 def test_human_headers_and_collapsed_decisions():
-    from optimizer.report import human_header
-    from optimizer.run_report import _collapse_repeats
+    from optimizer.reports.render import human_header
+    from optimizer.reports.run_report import _collapse_repeats
 
     assert human_header("job_time_s") == "job time (s)"
     assert human_header("memory_gb") == "memory (GB)" and human_header("cpus") == "CPUs"
@@ -153,7 +153,7 @@ def test_answer_block_comes_first(tmp_path):
 
 
 def _profile(cpu_scales, mem_peaks):
-    from optimizer.phase_profile import PhaseProfile
+    from optimizer.trials.phase_profile import PhaseProfile
 
     stats = pd.DataFrame({"phase": range(len(cpu_scales)), "samples": 10,
                           "share": [1 / len(cpu_scales)] * len(cpu_scales),
@@ -164,7 +164,7 @@ def _profile(cpu_scales, mem_peaks):
 
 
 def test_phase_needs_scale_the_recommended_run_and_only_when_phases_differ():
-    from optimizer.phase_profile import phase_needs
+    from optimizer.trials.phase_profile import phase_needs
 
     # data loading at 0.4x the mean CPU, training at 1.6x: the busiest phase comes first
     needs = phase_needs(_profile([0.4, 1.6], [1.0, 2.0]), cores_mean=1.0, mem_peak_gb=4.0)

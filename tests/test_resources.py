@@ -5,11 +5,11 @@ import types
 
 import pytest
 
-from optimizer import gpu
-from optimizer.allocation import Allocation
-from optimizer.config import ResourceConfig
-from optimizer.errors import ConfigError
-from optimizer.resources import THREAD_VARS, ResourceManager, as_allocation, cpu_affinity_set
+from optimizer.foundation import gpu
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.config import ResourceConfig
+from optimizer.foundation.errors import ConfigError
+from optimizer.trials.resources import THREAD_VARS, ResourceManager, as_allocation, cpu_affinity_set
 
 PRICES = ResourceConfig(gpu_count_max=4, cpu_count_max=8, memory_max=64.0,
                         cost_per_gpu_hour=2.5, cost_per_cpu_hour=0.04, cost_per_gb_hour=0.005)

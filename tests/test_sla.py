@@ -3,9 +3,9 @@
 import pandas as pd
 import pytest
 
-from optimizer.config import SLAConfig
-from optimizer.errors import ConfigError
-from optimizer.sla import calculate_sla_violations, row_meets_sla, sla_report
+from optimizer.foundation.config import SLAConfig
+from optimizer.foundation.errors import ConfigError
+from optimizer.trials.sla import calculate_sla_violations, row_meets_sla, sla_report
 
 
 def test_each_metric_judged_against_its_threshold():

@@ -6,11 +6,11 @@ import textwrap
 import pandas as pd
 import pytest
 
-from optimizer.allocation import Allocation
-from optimizer.config import ResourceConfig
-from optimizer.errors import TrainingScriptError
-from optimizer.records import TrialSummary
-from optimizer.training import (
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.config import ResourceConfig
+from optimizer.foundation.errors import TrainingScriptError
+from optimizer.trials.records import TrialSummary
+from optimizer.trials.training import (
     TrainingModuleManager,
     analyze_source,
     parse_rate,
@@ -210,7 +210,7 @@ def test_static_analysis_of_source():
 
 def test_gpu_allocation_without_a_gpu_uses_fake_nvml(tmp_path, monkeypatch):
     # No GPU here: NVML is faked so the GPU path (device choice, trace columns) still runs.
-    from optimizer import gpu
+    from optimizer.foundation import gpu
 
     monkeypatch.setattr(gpu, "gpu_utilization", lambda idx=None: [40.0 + i for i in idx])
     monkeypatch.setattr(gpu, "gpu_memory_used_gb", lambda idx=None: [1.5 for _ in idx])
@@ -235,7 +235,7 @@ def test_gpu_allocation_without_a_gpu_uses_fake_nvml(tmp_path, monkeypatch):
 def test_wall_time_is_when_the_script_ended_not_the_next_poll(tmp_path, monkeypatch):
     import time
 
-    import optimizer.trial_runner as trial_runner
+    import optimizer.trials.runner as trial_runner
 
     slow_poll = trial_runner.poll_outputs
 

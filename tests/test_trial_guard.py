@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from optimizer.trial_guard import OWNER_FILE, clean_stale_work
+from optimizer.trials.guard import OWNER_FILE, clean_stale_work
 
 # A script that would run for minutes and has a child of its own (like DataLoader workers).
 SLOW = """

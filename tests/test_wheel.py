@@ -42,7 +42,7 @@ def test_help_and_gymnasium_from_an_empty_directory(installed, tmp_path):
     if script.exists():
         proc = _run(installed, tmp_path, sys.executable, str(script), "--help")
         assert proc.returncode == 0 and "phases" in proc.stdout, proc.stderr
-    code = ("import gymnasium, envs, optimizer.config as c; "
+    code = ("import gymnasium, envs, optimizer.foundation.config as c; "
             "gymnasium.make('cloudopt/CloudEnv-v0'); gymnasium.make('cloudopt/CloudEnvMO-v0'); "
             "assert envs.list_presets(), 'no presets'; "
             f"assert str(c.CONFIG_DIR).startswith({str(installed)!r}), c.CONFIG_DIR; "

@@ -19,9 +19,10 @@ from typing import Any
 
 import pandas as pd
 
-from optimizer.config import load_config, parse_preference
-from optimizer.errors import CloudoptError
-from optimizer.offline import OfflineDataAnalyzer, ResourcePrediction
+from optimizer.foundation.config import load_config
+from optimizer.foundation.errors import CloudoptError
+from optimizer.foundation.preferences import parse_preference
+from optimizer.offline.analyzer import OfflineDataAnalyzer, ResourcePrediction
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -102,7 +103,7 @@ def _report_dropped(analyzer: OfflineDataAnalyzer) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from optimizer.offline_report import model_table, write_analysis
+    from optimizer.offline.report import model_table, write_analysis
 
     preference = parse_preference(args.preference)
     config = load_config(args.config)

@@ -1,7 +1,7 @@
 """``python -m optimizer autoscale evaluate``: replay autoscaling policies on held-out traces.
 
-Only parses arguments and calls :func:`phases.evaluate.evaluate_file` and
-:func:`phases.evaluate.write_outputs`; see :mod:`phases.evaluate` for the metrics and
+Only parses arguments and calls :func:`phases.evaluation.evaluate.evaluate_file` and
+:func:`phases.evaluation.evaluate.write_outputs`; see :mod:`phases.evaluation.evaluate` for the metrics and
 :mod:`phases.policies` for the policies.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import warnings
 
-from optimizer.errors import CloudoptError
+from optimizer.foundation.errors import CloudoptError
 
 
 def _columns(text: str) -> list[str]:
@@ -21,7 +21,7 @@ def _columns(text: str) -> list[str]:
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    from phases.evaluate import DEFAULT_POLICIES, PHASE_FEATURES
+    from phases.evaluation.evaluate import DEFAULT_POLICIES, PHASE_FEATURES
 
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -121,7 +121,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from phases.evaluate import evaluate_file, format_table, write_outputs
+    from phases.evaluation.evaluate import evaluate_file, format_table, write_outputs
 
     detector_params = {
         key: value

@@ -18,9 +18,6 @@ from typing import Any
 
 import pandas as pd
 
-from optimizer.allocation import Allocation
-from optimizer.atomic_files import atomic_write_json
-from optimizer.baseline import best_trial, format_trials_table, rank_trials
 from optimizer.cli import commands_epilog
 from optimizer.commands.resume import (
     fill_from_run,
@@ -28,11 +25,15 @@ from optimizer.commands.resume import (
     recorded_options,
     resume_command,
 )
-from optimizer.config import OptimizerConfig, load_config, parse_preference
-from optimizer.errors import CloudoptError, ConfigError
-from optimizer.executors import check_available
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.atomic_files import atomic_write_json
+from optimizer.foundation.config import OptimizerConfig, load_config
+from optimizer.foundation.errors import CloudoptError, ConfigError
+from optimizer.foundation.preferences import parse_preference
 from optimizer.pipeline import CloudResourceOptimizer, JobOptions
-from optimizer.training import TrainingModuleManager, describe_allocation
+from optimizer.search.baseline import best_trial, format_trials_table, rank_trials
+from optimizer.trials.executors import check_available
+from optimizer.trials.training import TrainingModuleManager, describe_allocation
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -196,7 +197,7 @@ def optimize_file(optimizer: CloudResourceOptimizer, manager: TrainingModuleMana
 
 def summary_table(result: Any) -> str:
     """Baseline (reference trial) against the optimized run, and where the report is."""
-    from optimizer.records import job_cost, job_time
+    from optimizer.trials.records import job_cost, job_time
 
     rec = result.recommendation
     rows = [("baseline", result.baseline[0]), ("optimized", result.optimized)]

@@ -21,7 +21,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from optimizer.errors import CloudoptError, TraceFormatError
+from optimizer.foundation.errors import CloudoptError, TraceFormatError
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -162,7 +162,7 @@ def _load(args: argparse.Namespace):
 
 
 def _predict(args: argparse.Namespace) -> int:
-    from optimizer.atomic_files import atomic_write_csv
+    from optimizer.foundation.atomic_files import atomic_write_csv
     from phases.report import predict_table
 
     model, traces, frame = _load(args)

@@ -13,8 +13,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from optimizer.atomic_files import read_json
-from optimizer.errors import CloudoptError
+from optimizer.foundation.atomic_files import read_json
+from optimizer.foundation.errors import CloudoptError
 
 RUN_FILE = "run.json"
 RECORDED = ("train_file", "preference", "config", "baseline_samples", "time_max", "cost_max",

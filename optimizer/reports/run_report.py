@@ -1,0 +1,444 @@
+"""Outputs of the main job: metric CSVs, ``recommendation.json``, ``k8s-resources.yaml``, plots
+and ``report.md``/``report.html``.
+
+Every figure in the report says whether it was measured or predicted: completed trials are
+measured whole; probes measure throughput and predict the job's time and cost from it; the
+plan's totals are the workload model's predictions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.atomic_files import atomic_write_json, atomic_write_text
+from optimizer.foundation.memory import right_size_memory
+from optimizer.reports.k8s import k8s_job_yaml, k8s_resources_yaml
+from optimizer.reports.plots import (
+    plot_allocation,
+    plot_comparison,
+    plot_curves,
+    plot_pareto,
+    plot_phases,
+)
+from optimizer.reports.render import Report, dollars, format_value
+from optimizer.trials.phase_profile import phase_needs
+from optimizer.trials.records import TrialSummary, iter_trials, job_cost, job_time
+from optimizer.trials.resources import ResourceManager
+from optimizer.trials.sla import calculate_sla_violations
+
+
+def _write_k8s_job(opt: Any, result: Any, rec: dict[str, Any], alloc: Allocation,
+                   env: dict[str, str], args: list[str] | None, run_dir: Path,
+                   opts: Any, profile: Any = None) -> Path:
+    """``k8s-job.yaml``: the Job to run and its VPA, bounded by the measured peaks, and by the
+    phases where they differ: a Job's pods keep their first request for the whole run, so the
+    CPU floor is what the busiest phase uses, not the run's mean."""
+
+    trials = [t for t in iter_trials(run_dir) if t.ok and t.mem_gb_peak > 0]
+    final = result.optimized
+    peak = final.mem_gb_peak if final is not None and final.mem_gb_peak > 0 else alloc.memory_gb
+    top = max([right_size_memory(t.mem_gb_peak) for t in trials] + [alloc.memory_gb])
+    used = final.cpu_cores_mean if final is not None and final.cpu_cores_mean > 0 else 0.1
+    needs = phase_needs(profile, used, peak, alloc.cpus) if profile is not None else None
+    comment = (f"cloudopt recommendation ({rec['agent']}, preference {result.preference}); "
+               "image: set --image (the default is a placeholder)")
+    if needs is not None and not needs.empty:
+        used = max(used, float(needs["cpu_cores"].max()))
+        comment += "\nphases differ; what each needs (VPA CPU floor: the busiest):" + "".join(
+            f"\n  phase {int(r.phase)} ({r.share:.0%} of the run): {r.cpu_cores:.2f} cores, "
+            f"{r.mem_gb:.2f} GB" for r in needs.itertuples())
+    mgr = opt.training_manager
+    script = Path(mgr.module_path).name if mgr is not None else "train.py"
+    job_args = args if args is not None else (list(mgr.train_args) if mgr is not None else [])
+    path = run_dir / "k8s-job.yaml"
+    atomic_write_text(path, k8s_job_yaml(
+        alloc, env, name=Path(result.run_dir).name, command=["python", script],
+        args=job_args or None, image=getattr(opts, "image", None),
+        memory_bounds_gb=(peak, top),
+        cpu_bounds=(round(used, 1), opt.config.resources.cpu_count_max), comment=comment))
+    return path
+
+
+def _short(a: Allocation) -> str:
+    """``g0 c2 b64`` (`` w0`` where the workers are set) for the closed loop's table."""
+    w = "" if a.workers is None else f" w{a.workers}"
+    return f"g{a.gpus} c{a.cpus} b{a.batch_size or 'default'}{w}"
+
+
+def _alloc(value: Any) -> Allocation:
+    return Allocation(**value) if isinstance(value, dict) else value
+
+
+def _row(role: str, t: TrialSummary) -> dict[str, Any]:
+    a = t.allocation
+    return {"run": role, "trial": t.trial_id, "status": t.status, "gpus": a.gpus, "cpus": a.cpus,
+            "memory_gb": a.memory_gb, "batch_size": a.batch_size,
+            "measured_wall_s": t.wall_time_s, "throughput": t.throughput,
+            "throughput_source": t.throughput_source, "job_time_s": job_time(t),
+            "job_cost": job_cost(t), "hourly_cost": t.hourly_cost,
+            "figures": "measured" if t.status == "completed" else "throughput measured, "
+            "job time/cost predicted", "cpu_util_pct": t.cpu_util_mean,
+            "mem_gb_peak": t.mem_gb_peak,
+            "ran_beside": ", ".join(t.concurrent_with) or "nothing (alone)"}
+
+
+def _sla(t: TrialSummary, sla: Any) -> dict[str, bool]:
+    frame = pd.DataFrame([{"predicted_total_time_s": job_time(t),
+                           "predicted_total_cost": job_cost(t), "throughput": t.throughput,
+                           "mem_gb_peak": t.mem_gb_peak, "gpus": t.allocation.gpus,
+                           "gpu_util_mean": t.gpu_util_mean, "cpu_util_mean": t.cpu_util_mean}])
+    return {k: bool(v) for k, v in calculate_sla_violations(frame, sla).items()}
+
+
+# ---------------------------------------------------------------------------------- plots
+def _read_rl(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, pd.DataFrame]]:
+    rl = run_dir / "rl"
+
+    def read(name: str) -> pd.DataFrame:
+        p = rl / name
+        return pd.read_csv(p) if p.exists() and p.stat().st_size > 1 else pd.DataFrame()
+
+    curves = {p.stem.removeprefix("curve_"): read(p.name) for p in sorted(rl.glob("curve_*.csv"))}
+    return read("decisions.csv"), read("pareto_sweep.csv"), curves
+
+
+def write_outputs(opt: Any, result: Any, reference: TrialSummary, profile: Any,
+                  analysis: dict[str, Any], gpu_check: dict[str, Any], opts: Any) -> dict[str, Path]:
+    """Write every output of one optimization into ``result.run_dir``; return their paths."""
+    run_dir: Path = result.run_dir
+    plots = run_dir / "plots"
+    plots.mkdir(parents=True, exist_ok=True)
+    rec, optimized, sla = result.recommendation, result.optimized, opt.config.sla
+    decisions, sweep, curves = _read_rl(run_dir)
+    tracker = opt.metrics_tracker
+    _track_decisions(tracker, decisions, rec)
+    if not sweep.empty:
+        _track_pareto(tracker, sweep, opt.config.resources)
+    for t in result.baseline:
+        tracker.add_performance_metrics(**_row("baseline", t))
+    if optimized is not None:
+        tracker.add_performance_metrics(**_row("optimized", optimized))
+    sla_rows = {"baseline": _sla(reference, sla)}
+    if optimized is not None and optimized.ok:
+        sla_rows["optimized"] = _sla(optimized, sla)
+    for source, status in sla_rows.items():
+        tracker.add_sla_status(source, status)
+    result.sla_status = sla_rows
+    csvs = tracker.save_all_metrics()
+    paths: dict[str, Path] = {f"metrics/{k}": v for k, v in csvs.items()}
+    paths["optimization_metrics"] = opt.save_optimization_metrics(result)
+
+    alloc = _alloc(rec["allocation"])
+    env = ResourceManager.apply_configuration(alloc, env={}, resource_config=opt.config.resources)
+    env = {k: v for k, v in env.items() if not k.startswith("COST_PER")}
+    mgr, args = opt.training_manager, None
+    if mgr is not None and (mgr.batch_control() != "env" or mgr.batch_size_env):
+        env.pop("OPTIMIZER_BATCH_SIZE", None)  # the script ignores it: no false promise
+        env.update(mgr.batch_environment(alloc.batch_size))
+    if mgr is not None:
+        flagged = mgr.run_args(alloc)
+        args = flagged if flagged != list(mgr.train_args) else None
+    atomic_write_text(run_dir / "k8s-resources.yaml", k8s_resources_yaml(
+        alloc, env, name=Path(result.run_dir).name, args=args,
+        comment=f"cloudopt recommendation ({rec['agent']}, preference {result.preference})"))
+    paths["k8s"] = run_dir / "k8s-resources.yaml"
+    paths["k8s_job"] = _write_k8s_job(opt, result, rec, alloc, env, args, run_dir, opts,
+                                      profile)
+    paths["recommendation"] = _write_recommendation(run_dir, result, reference, rec, sla_rows)
+
+    figs = _figures(plots, result, reference, profile, decisions, sweep, curves, rec, run_dir)
+    report = _build_report(opt, result, reference, rec, sla_rows, decisions, analysis,
+                           gpu_check, figs, profile)
+    md, page = report.write(run_dir)
+    paths["report_md"], paths["report_html"] = md, page
+    return paths
+
+
+def _track_decisions(tracker: Any, decisions: pd.DataFrame, rec: dict[str, Any]) -> None:
+    """Every step of the recommended plan, as the design's adjustment records."""
+    keys = ("gpus", "cpus", "memory_gb", "batch_size")
+    init = _alloc(rec.get("initial") or rec["allocation"])
+    old = tuple(getattr(init, k) for k in keys)
+    for d in decisions.to_dict("records"):
+        new = tuple(d[k] for k in keys)
+        tracker.add_adjustment_metrics(
+            d["step"], d["action"], old, new, d["reward"],
+            reward_components={"cost": d["r_cost"], "time": d["r_time"],
+                               "efficiency": d["r_efficiency"], "sla": d["r_sla"]},
+            sla_status={"all_met": d["r_sla"] >= 0, "oom": bool(d["oom"])},
+            description=d["description"], policy=rec["agent"],
+            uncertainty=None if pd.isna(d.get("uncertainty")) else d["uncertainty"],
+            extra={"phase": d["phase"], "effect": d.get("effect"),
+                   "confidence": d.get("confidence")})
+        old = new
+
+
+def _track_pareto(tracker: Any, sweep: pd.DataFrame, resources: Any) -> None:
+    """The DP optimum per cost/time weight as (cost, time, resource) outcomes, with their
+    front and hypervolume against 10% beyond the worst cost and time and a full machine."""
+    share = [sweep["cpus"] / max(resources.cpu_count_max, 1),
+             sweep["memory_gb"] / max(resources.memory_max, 1e-9)]
+    if resources.gpu_count_max:
+        share.append(sweep["gpus"] / resources.gpu_count_max)
+    outcomes = sweep.assign(time=sweep["time_s"], resource=sum(share) / len(share),
+                            label=[f"w_cost={w:.1f}" for w in sweep["w_cost"]])
+    reference = (1.1 * outcomes["cost"].max(), 1.1 * outcomes["time"].max(), 1.0)
+    tracker.add_pareto_front(outcomes, reference, label="dp-sweep")
+
+
+def _write_recommendation(run_dir: Path, result: Any, reference: TrialSummary,
+                          rec: dict[str, Any], sla_rows: dict[str, dict[str, bool]]) -> Path:
+    opt_t = result.optimized
+    optimum = next((o for o in rec.get("outcomes", []) if o["name"] == rec["agent"]), None)
+    body = {
+        "preference": result.preference,
+        "agent": rec["agent"],
+        "share_of_optimum": optimum["share_of_optimum"] if optimum else None,
+        "baseline": {**_row("baseline", reference), "sla": sla_rows.get("baseline")},
+        "optimized": None if opt_t is None else {**_row("optimized", opt_t),
+                                                 "sla": sla_rows.get("optimized")},
+        "predicted_vs_measured": {
+            "throughput": {"predicted": rec.get("predicted", {}).get("throughput"),
+                           "measured": None if opt_t is None else opt_t.throughput},
+            "job_time_s": {"predicted": rec.get("predicted", {}).get("time_s"),
+                           "measured": None if opt_t is None else job_time(opt_t),
+                           "measured_is": None if opt_t is None else
+                           ("measured" if opt_t.status == "completed" else
+                            "predicted from measured throughput")},
+            "job_cost": {"predicted": rec.get("predicted", {}).get("cost"),
+                         "measured": None if opt_t is None else job_cost(opt_t)},
+        },
+        "allocation": rec["allocation"],
+        "initial": rec.get("initial"),
+        "planned_adjustments": rec.get("planned_adjustments", []),
+        "policies": rec.get("outcomes", []),
+        "sla_feasible": rec.get("sla_feasible"),
+        "sla_source": rec.get("sla_source"),
+        "comparison": result.comparison,
+        "workload_fit": rec.get("fit"),
+        "choice": rec.get("choice"),
+        "final_trial": rec.get("final_trial"),
+        "runoff": rec.get("runoff", []),
+        "runoff_standings": rec.get("runoff_standings", []),
+        "memory": rec.get("memory"),
+        "planned_allocation": rec.get("planned_allocation"),
+        "rounds": rec.get("rounds", []),
+        "notes": rec.get("notes", []),
+    }
+    path = run_dir / "recommendation.json"
+    atomic_write_json(path, body)
+    return path
+
+
+def _figures(plots: Path, result: Any, reference: TrialSummary, profile: Any,
+             decisions: pd.DataFrame, sweep: pd.DataFrame, curves: dict[str, pd.DataFrame],
+             rec: dict[str, Any], run_dir: Path) -> dict[str, Path]:
+    figs: dict[str, Path] = {}
+    if result.optimized is not None and result.optimized.ok:
+        figs["comparison"] = plots / "baseline_vs_optimized.png"
+        plot_comparison(figs["comparison"], reference, result.optimized, rec.get("predicted", {}))
+    figs["pareto"] = plots / "pareto.png"
+    plot_pareto(figs["pareto"], sweep, result.baseline, rec.get("predicted", {}),
+                 result.optimized)
+    if not decisions.empty:
+        figs["allocation"] = plots / "allocation.png"
+        plot_allocation(figs["allocation"], decisions)
+    if curves:
+        optimum = next((o["return"] for o in rec.get("outcomes", []) if o["name"] == "optimal"),
+                       None)
+        figs["curves"] = plots / "learning_curves.png"
+        plot_curves(figs["curves"], curves, optimum)
+    trace_files = sorted((run_dir / "trials").glob("*/trace.csv"))
+    if profile is not None and trace_files:
+        trace = pd.read_csv(next(p for p in trace_files if p.parent.name.startswith("00")))
+        if len(trace) == len(profile.labels):
+            figs["phases"] = plots / "baseline_phases.png"
+            plot_phases(figs["phases"], trace, profile.labels)
+    return figs
+
+
+def _build_report(opt: Any, result: Any, reference: TrialSummary, rec: dict[str, Any],
+                  sla_rows: dict[str, dict[str, bool]], decisions: pd.DataFrame,
+                  analysis: dict[str, Any], gpu_check: dict[str, Any], figs: dict[str, Path],
+                  profile: Any) -> Report:
+    mgr = opt.training_manager
+    r = Report(f"cloudopt report: {Path(str(mgr.module_path)).name if mgr else 'run'}")
+    alloc = _alloc(rec["allocation"])
+    r.answer(_answer(result, reference, rec, alloc))
+    r.paragraph(f"Preference: {result.preference}. Recommended allocation: {alloc.gpus} GPU, "
+                f"{alloc.cpus} CPU threads, {alloc.memory_gb:g} GB memory, batch "
+                f"{alloc.batch_size or 'default'}"
+                + ("" if alloc.workers is None else f", {alloc.workers} data-loader workers")
+                + f" (policy: {rec['agent']}). Run folder: "
+                f"{result.run_dir}.")
+    for note in rec.get("notes", []):
+        r.note(note)
+    for w in result.comparison.get("monitor", {}).get("warnings", []):
+        r.note(f"cost/time monitor: {w}")
+    r.heading("Baseline vs optimized")
+    r.paragraph("Completed runs are measured whole; a probe measures throughput for the time "
+                "box and predicts the whole job's time and cost from it (column 'figures').")
+    rows = [_row("baseline (reference)", reference)]
+    if result.optimized is not None:
+        rows.append(_row("optimized", result.optimized))
+    r.table(rows)
+    comp = {k: v for k, v in result.comparison.items() if not isinstance(v, dict)}
+    if comp:
+        r.table([{"quantity": k, "value": v} for k, v in comp.items()])
+    if "comparison" in figs:
+        r.figure(figs["comparison"], "Baseline vs optimized: real runs; red mark: plan")
+    _rounds_section(r, rec)
+    r.heading("SLA")
+    sla = opt.config.sla
+    r.paragraph(f"Limits: time ≤ {sla.time_max:.4g} s, cost ≤ {dollars(sla.cost_max)}, throughput ≥ "
+                f"{sla.throughput_min:.4g} samples/s, memory ≤ {sla.memory_max:.4g} GB "
+                f"(source: {rec.get('sla_source', 'configuration')}).")
+    r.table([{"run": k, **{m: ("met" if ok else "VIOLATED") for m, ok in v.items()}}
+             for k, v in sla_rows.items()])
+    r.heading("Policies against the exact optimum")
+    if rec.get("outcomes"):
+        r.paragraph("The plan starts from the fitted model's best static allocation (exact "
+                    "enumeration, no restart cost since nothing has run yet); the agents, trained "
+                    "on the model with throughput noise, plan the adjustments from there, where "
+                    "each change costs a restart as long as the measured start-up. Each policy "
+                    "is replayed on the noise-free model; share of optimum = return / "
+                    "DP-optimal return.")
+        r.table(rec["outcomes"])
+    fit = rec.get("fit")
+    if fit:
+        r.table([{"workload fit": k, "value": v} for k, v in fit.items()
+                 if not isinstance(v, (dict, list))])
+    r.heading("Cost/time trade-off")
+    r.figure(figs["pareto"], "Pareto front of the fitted model with the chosen point")
+    if "allocation" in figs:
+        r.heading("Allocation over time")
+        r.figure(figs["allocation"], "The recommended plan, step by step")
+    if "curves" in figs:
+        r.heading("Learning curves")
+        r.figure(figs["curves"], "Agents' training returns")
+    r.heading("Phases")
+    if profile is not None:
+        r.table(profile.stats)
+        opt_trial = result.optimized
+        needs = phase_needs(profile, opt_trial.cpu_cores_mean, opt_trial.mem_gb_peak,
+                            opt_trial.allocation.cpus) \
+            if opt_trial is not None and opt_trial.cpu_cores_mean > 0 else None
+        if needs is not None and not needs.empty:
+            r.paragraph("The phases differ in what they use. At the recommended allocation "
+                        "each needs about this (the phases' shares of CPU and memory, measured "
+                        "on the baseline trace, applied to the recommended run); the "
+                        "Kubernetes VPA's CPU floor is the busiest phase's:")
+            r.table(needs)
+        if "phases" in figs:
+            r.figure(figs["phases"], "Baseline trace coloured by detected phase")
+    else:
+        r.paragraph("No phases were detected (see notes).")
+    r.heading("Every decision")
+    if not decisions.empty:
+        r.paragraph("Each step of the recommended plan on the noise-free model: the action the "
+                    "policy chose, what it changed (bounds applied), the reward and its "
+                    "components, the probability the policy gave the action (confidence) and "
+                    "its Monte Carlo dropout spread (uncertainty, multi-objective agent).")
+        cols = ["step", "phase", "description", "effect", "cpus", "memory_gb", "batch_size",
+                "reward", "r_cost", "r_time", "r_efficiency", "r_sla", "confidence",
+                "uncertainty"]
+        r.table(_collapse_repeats(decisions[[c for c in cols if c in decisions]]))
+    else:
+        r.paragraph("No RL decisions (see notes).")
+    r.heading("Baseline trials")
+    r.table([_row("baseline", t) for t in result.baseline])
+    r.heading("Environment")
+    r.table([{"check": k, "value": format_value(v)} for k, v in {**gpu_check, **{
+        f"script: {k}": v for k, v in analysis.items() if not isinstance(v, (dict, list))}}.items()])
+    return r
+
+
+def _collapse_repeats(frame: pd.DataFrame) -> pd.DataFrame:
+    """Consecutive steps that repeat the same action with the same effect become one row whose
+    ``step`` reads ``first–last``: ten identical blocked actions say nothing ten times."""
+    keys = [c for c in ("phase", "description", "effect", "cpus", "memory_gb", "batch_size")
+            if c in frame]
+    if frame.empty or not keys or "step" not in frame:
+        return frame
+    same = frame[keys].astype(str).eq(frame[keys].astype(str).shift()).all(axis=1)
+    group = (~same).cumsum()
+    rows = []
+    for _, g in frame.groupby(group, sort=False):
+        row = g.iloc[0].to_dict()
+        if len(g) > 1:
+            row["step"] = f"{g['step'].iloc[0]}–{g['step'].iloc[-1]}"
+        rows.append(row)
+    return pd.DataFrame(rows, columns=frame.columns)
+
+
+def _change(new: float | None, old: float | None, less: str, more: str) -> str:
+    if not new or not old:
+        return "not comparable"
+    ratio = new / old - 1
+    return f"{abs(ratio):.0%} {less if ratio < 0 else more}" if abs(ratio) >= 0.005 else "same"
+
+
+def _answer(result: Any, reference: TrialSummary, rec: dict[str, Any],
+            alloc: Allocation) -> str:
+    """What to run, what it saves against the default allocation, and how it was verified."""
+    batch = alloc.batch_size or "the script's default"
+    lines = [f"Run it with {alloc.gpus} GPU, {alloc.cpus} CPU threads, "
+             f"{alloc.memory_gb:g} GB memory, batch {batch}."]
+    m, t0, c0 = rec.get("measured") or {}, job_time(reference), job_cost(reference)
+    if m and t0 and c0:
+        lines.append(
+            f"Measured: {m['job_time_s']:.1f} s and {dollars(m['job_cost'])} per job, "
+            f"{_change(m['job_cost'], c0, 'cheaper', 'dearer')} and "
+            f"{_change(m['job_time_s'], t0, 'faster', 'slower')} than the default allocation "
+            f"({reference.allocation.cpus} CPU threads, {reference.allocation.memory_gb:g} GB: "
+            f"{t0:.1f} s, {dollars(c0)}).")
+    rounds = rec.get("rounds") or []
+    fit = rec.get("fit") or {}
+    how = (f"Verified on trial {m['trial']} ({m['time_is']})" if m else "Verified")
+    loop = sum(1 for row in rounds if row.get("trial"))
+    lines.append(f"{how}: the best measured of the run's trials for '{result.preference}', "
+                 f"{loop} of them chosen by the closed loop"
+                 + (f"; workload-model error up to {fit['max_rel_error']:.0%} over "
+                    f"{fit.get('n_trials')} trials" if fit.get("max_rel_error") is not None
+                    else "; no workload model could be fitted") + ".")
+    lines.append("Deploy: k8s-job.yaml (a Job with these requests and a VerticalPodAutoscaler "
+                 "bounded by the measured peaks).")
+    return "\n".join(lines)
+
+
+def _rounds_section(r: Report, rec: dict[str, Any]) -> None:
+    """Each closed-loop round: what was planned, predicted and measured, and the final choice."""
+    r.heading("Closed loop: planned, predicted, measured")
+    fit = rec.get("fit") or {}
+    if fit:
+        r2 = fit.get("r2_throughput", float("nan"))
+        r.paragraph(f"Workload fit (latest round): R² throughput {r2:.3f}, "
+                    f"{100 * fit.get('max_rel_error', 0):.1f}% over {fit.get('n_trials')} trials.")
+    rows = []
+    for row in rec.get("rounds", []):
+        a = _alloc(row.get("measured_allocation") or row["planned"])
+        p = _alloc(row["planned"])
+        outside = row.get("plan_outside_measured_range") or []
+        rows.append({"round": row["round"], "proposed by": row.get("proposed_by"),
+                     "planned": _short(p)
+                     + (f" (beyond the measured range: {', '.join(outside)})" if outside else ""),
+                     "measured": _short(a),
+                     "why": row.get("why", ""),
+                     "spread of the plan's objective": row.get("plan_spread"),
+                     "predicted samples/s": row.get("predicted_throughput"),
+                     "measured samples/s": row.get("measured_throughput"),
+                     "error": row.get("rel_error")})
+    if rows:
+        r.table(rows)
+    mem = rec.get("memory") or {}
+    if mem:
+        r.paragraph(f"Memory: peak {mem['peak_gb']:.2f} GB measured on the chosen allocation, "
+                    f"request {mem['request_gb']:g} GB (peak + 15%, rounded to 256 MiB; "
+                    f"slack {100 * mem['slack']:.0f}%).")
+    if rec.get("choice"):
+        r.paragraph(f"Final choice: {rec['choice']}.")
+

@@ -1,0 +1,196 @@
+"""What was measured decides: each trial's objective under the preference, the best measured
+trial, and the memory to request for it.
+
+The agents plan on a fitted model, which can be wrong; a trial is a fact. So the final
+recommendation is the trial with the best *measured* objective (:func:`best_measured`), the
+agents' plan included once it has been run, and never a plan worse than something already
+measured. Memory is sized from what the chosen allocation really used
+(:func:`right_size_memory`), the way Kubernetes' VPA recommender sizes it: a percentile-free
+single peak here (a trial is short), plus a safety margin, rounded, and bumped after an
+out-of-memory kill.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.config import OptimizerConfig
+from optimizer.foundation.memory import right_size_memory
+from optimizer.trials.cost import ResourceCostCalculator
+from optimizer.trials.records import TrialSummary, job_time
+
+
+def same_setting(a: Allocation, b: Allocation) -> bool:
+    """Same GPUs, CPUs, batch size and data-loader workers (memory is a limit, not a setting
+    of the run)."""
+    return (a.gpus, a.cpus, a.batch_size, a.workers) == (b.gpus, b.cpus, b.batch_size, b.workers)
+
+
+def _ooms(trials: Sequence[TrialSummary], alloc: Allocation) -> tuple[int, float | None]:
+    hit = [t for t in trials if t.status == "failed" and t.reason == "oom"
+           and same_setting(t.allocation, alloc)]
+    return len(hit), max((t.allocation.memory_gb for t in hit), default=None)
+
+
+def hourly_cost(config: OptimizerConfig, gpus: float, cpus: float, memory_gb: float) -> float:
+    """The configured price of an allocation per hour (:class:`ResourceCostCalculator`)."""
+    return ResourceCostCalculator.from_config(config.resources).calculate_hourly_cost(
+        Allocation(gpus, cpus, memory_gb))
+
+
+def resource_share(config: OptimizerConfig, gpus: Any, cpus: Any, memory_gb: Any) -> Any:
+    """Mean share of the allowed GPUs, CPUs and memory held (scalars or columns alike; bounds
+    of 0, such as no GPU, are left out)."""
+    r = config.resources
+    parts = [v / float(b) for v, b in ((gpus, r.gpu_count_max), (cpus, r.cpu_count_max),
+                                       (memory_gb, r.memory_max)) if b]
+    return sum(parts) / len(parts)
+
+
+def objective_table(trials: Sequence[TrialSummary], config: OptimizerConfig,
+                    preference: str | Sequence[float]) -> pd.DataFrame:
+    """One row per usable trial: its whole-job time (measured, or predicted from a probe's
+    throughput), the memory it would be given (:func:`right_size_memory` of its peak), the job
+    cost at that memory, its resource share and ``objective`` (lower is better).
+
+    ``cost`` and ``time`` are the job's dollars and seconds; other preferences are the weighted
+    sum of the three objectives, each over its best value among the trials (1.0 is ideal).
+    """
+    rows = []
+    for t in trials:
+        seconds = job_time(t) if t.ok else None
+        if seconds is None or not np.isfinite(seconds) or seconds <= 0:
+            continue
+        a = t.allocation
+        memory = right_size_memory(t.mem_gb_peak, **_oom_kwargs(trials, a))
+        rows.append({"trial_id": t.trial_id, "started_at": t.started_at or "",
+                     "alone": not t.concurrent_with,
+                     "gpus": a.gpus, "cpus": a.cpus,
+                     "batch_size": a.batch_size, "workers": a.workers, "status": t.status,
+                     "job_time_s": seconds,
+                     "memory_gb": memory, "mem_gb_peak": t.mem_gb_peak,
+                     "job_cost": seconds * hourly_cost(config, a.gpus, a.cpus, memory) / 3600,
+                     "resource_share": resource_share(config, a.gpus, a.cpus, memory)})
+    frame = _pool_replicates(pd.DataFrame(rows), config)
+    if frame.empty:
+        return frame
+    frame["objective"] = score(frame, config, preference)
+    return frame
+
+
+def _pool_replicates(frame: pd.DataFrame, config: OptimizerConfig) -> pd.DataFrame:
+    """One row per setting: repeated trials of a setting (the loop's confirmations) count by
+    their mean time and their largest peak, under the id of the latest one. A single run on a
+    shared machine can be 20% off; the best of several noisy single runs is biased low.
+
+    A setting measured both alone and beside other trials (``concurrent_with``) counts by its
+    runs alone: they measure what the job gets when it runs by itself. ``alone`` says whether
+    a row's figures come from such runs."""
+    if frame.empty:
+        return frame
+    keys = ["gpus", "cpus", "batch_size", "workers"]
+    alone_somewhere = frame.groupby(keys, dropna=False)["alone"].transform("any")
+    frame = frame[frame["alone"] | ~alone_somewhere]
+    frame = frame.assign(_order=range(len(frame)))
+    grouped = frame.groupby(keys, dropna=False, sort=False)
+    if grouped.ngroups == len(frame):
+        return frame.drop(columns=["_order", "started_at"]).assign(replicates=1,
+                                                                   time_rel_sd=float("nan"))
+    rows = []
+    for _, g in grouped:
+        # the latest run names the setting, whatever order the trials came in
+        last = g.sort_values(["started_at", "_order"]).iloc[-1].to_dict()
+        memory = g["memory_gb"].max()
+        seconds = float(g["job_time_s"].mean())
+        spread = float(g["job_time_s"].std(ddof=1) / seconds) if len(g) > 1 else float("nan")
+        last.update(job_time_s=seconds, memory_gb=memory, mem_gb_peak=g["mem_gb_peak"].max(),
+                    job_cost=seconds * hourly_cost(config, last["gpus"], last["cpus"],
+                                                   memory) / 3600,
+                    resource_share=resource_share(config, last["gpus"], last["cpus"], memory),
+                    replicates=len(g), time_rel_sd=spread)
+        rows.append(last)
+    return (pd.DataFrame(rows).sort_values("_order").drop(columns=["_order", "started_at"])
+            .reset_index(drop=True))
+
+
+def _oom_kwargs(trials: Sequence[TrialSummary], alloc: Allocation) -> dict[str, Any]:
+    n, limit = _ooms(trials, alloc)
+    return {"ooms": n, "limit_gb": limit}
+
+
+def score(frame: pd.DataFrame, config: OptimizerConfig, preference: str | Sequence[float],
+          best: Sequence[float] | None = None) -> np.ndarray:
+    """The preference's objective of rows with ``job_cost``, ``job_time_s``, ``resource_share``;
+    ``best`` are the normalisers of a weighted preference (default: the rows' own minima)."""
+    if preference == "cost":
+        return frame["job_cost"].to_numpy(dtype=float)
+    if preference == "time":
+        return frame["job_time_s"].to_numpy(dtype=float)
+    w = config.multi_objective.vector(preference)
+    objs = frame[["job_cost", "job_time_s", "resource_share"]].to_numpy(dtype=float)
+    norm = np.asarray(best if best is not None else objs.min(axis=0), dtype=float)
+    return (objs / np.where(norm > 0, norm, 1.0)) @ w
+
+
+NOISE_FLOOR = 0.05
+"""The least relative spread assumed of one run (its job time here, its log-throughput in
+:mod:`optimizer.search.acquisition`): a single run shows no spread of its own and two runs
+under-estimate it (on a shared 2-core machine single runs of one setting differ by 5-20%)."""
+
+
+def _variance(row: Any) -> float:
+    rel = row.get("time_rel_sd")
+    rel = NOISE_FLOOR if rel is None or not np.isfinite(rel) else max(float(rel), NOISE_FLOOR)
+    return (rel * float(row["objective"])) ** 2 / max(int(row.get("replicates", 1)), 1)
+
+
+def separated(a: Any, b: Any) -> bool:
+    """Whether two rows of :func:`objective_table` differ by more than twice the standard
+    error of the difference of their objectives (each run's spread at least
+    :data:`NOISE_FLOOR`); the closed loop races two settings that are not."""
+    gap = abs(float(a["objective"]) - float(b["objective"]))
+    return gap > 2.0 * math.sqrt(_variance(a) + _variance(b))
+
+
+def best_measured(trials: Sequence[TrialSummary], config: OptimizerConfig,
+                  preference: str | Sequence[float],
+                  runoff: Sequence[str] = ()) -> tuple[TrialSummary, dict[str, Any]]:
+    """The trial with the lowest measured objective and its row of :func:`objective_table`
+    (ties: the earlier trial): never a setting measured worse than another. ``runoff``: the ids
+    of a run-off's trials (:mod:`optimizer.search.runoff`); when any of them is usable, the choice is
+    made by those runs alone, all taken in the same hour. Raises ValueError when no trial is
+    usable."""
+    table = pd.DataFrame()
+    if runoff:
+        ids = set(runoff)
+        table = objective_table([t for t in trials if t.trial_id in ids], config, preference)
+    if table.empty:
+        table = objective_table(trials, config, preference)
+    if table.empty:
+        raise ValueError("no usable trial")
+    row = table.iloc[int(np.argmin(table["objective"].to_numpy()))].to_dict()
+    trial = next(t for t in trials if t.trial_id == row["trial_id"])
+    return trial, row
+
+
+def recommended_allocation(trial: TrialSummary, trials: Sequence[TrialSummary],
+                           batch_settable: bool) -> Allocation:
+    """The chosen trial's setting with right-sized memory; a batch size the script cannot be
+    told is left to the script (None)."""
+    a = trial.allocation
+    return Allocation(a.gpus, a.cpus,
+                      right_size_memory(setting_peak(trial, trials), **_oom_kwargs(trials, a)),
+                      a.batch_size if batch_settable else None, a.workers)
+
+
+def setting_peak(trial: TrialSummary, trials: Sequence[TrialSummary]) -> float:
+    """The largest memory peak of ``trial`` and every usable run of its setting."""
+    return max([t.mem_gb_peak for t in trials if t.ok and same_setting(t.allocation,
+                                                                       trial.allocation)]
+               + [trial.mem_gb_peak])

@@ -1,0 +1,72 @@
+"""Data-loader workers: measured at the end of the closed loop, never modelled.
+
+The workload model and the agents plan over GPUs, CPU threads, memory and batch size. How many
+data-loader processes a script should start is a different kind of knob: it depends on how
+much of a step is Python-side data work and on how many cores the training threads leave
+idle, and worker processes compete with those threads for the same cores and hold memory of
+their own. On the 2-core machine the regret benchmark's CNN
+(``benchmarks/workloads/cnn_dataloader.py``) at 1 CPU thread and batch 32 ran 5% faster with
+no workers than with its default 2 (median of five full runs each) and peaked at 0.34 GB
+against 0.83 GB, so it was 13.5% cheaper; Optuna, which could set the workers, found it and
+cloudopt could not.
+
+So with ``--workers-arg FLAG`` the closed loop ends, before its run-off, by measuring the best
+setting so far at other worker counts (:func:`worker_levels`: none, half the CPU threads and
+all of them). Those trials (``trials/workers-<key>``) compete for the final choice like any
+other trial: one that measures within the run-off's band of the best goes to the run-off,
+where the settings are measured back to back. They never feed the workload model, whose
+trials all run at the script's default (:func:`optimizer.search.workload_fit.measurements_from_trials`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from optimizer.search.choice import objective_table
+from optimizer.trials.records import TrialSummary
+
+PREFIX = "workers"
+PROPOSER = "workers-sweep"
+
+
+def worker_levels(cpus: int, current: int | None) -> list[int]:
+    """The worker counts to try beside ``current`` (the count the best setting ran with; None
+    when the script's default is not known, so every level is tried): none, half the CPU
+    threads and all of them, each at least one where not none."""
+    levels = sorted({0, max(1, int(cpus) // 2), max(1, int(cpus))})
+    return [n for n in levels if n != current]
+
+
+def sweep_workers(opt: Any, manager: Any, trials: list[TrialSummary], total: float | None,
+                  run_dir: Path, opts: Any, batch_settable: bool,
+                  rounds: list[dict[str, Any]]) -> list[TrialSummary]:
+    """Measure the best measured setting so far at :func:`worker_levels`; the new trials are
+    appended to ``trials`` and described in ``rounds``, and returned. Nothing is measured
+    without the manager's ``workers_arg``."""
+    if not getattr(manager, "workers_arg", None):
+        return []
+    table = objective_table([t for t in trials if t.ok], opt.config, opt.user_preference)
+    if table.empty:
+        return []
+    top = table.iloc[int(table["objective"].to_numpy().argmin())]
+    best = next(t.allocation for t in trials if t.trial_id == top["trial_id"])
+    current = best.workers if best.workers is not None else manager.default_workers()
+    said = "not known" if current is None else str(current)
+    new: list[TrialSummary] = []
+    for n in worker_levels(best.cpus, current):
+        alloc = dataclasses.replace(best, workers=n)
+        trial = opt._measure(manager, alloc, PREFIX, run_dir, opts, total)
+        trial = opt._label_batch(trial, run_dir / "trials" / trial.trial_id, batch_settable)
+        trials.append(trial)
+        new.append(trial)
+        rounds.append({"round": len(rounds), "proposed_by": PROPOSER, "planned": alloc,
+                       "measured_allocation": alloc, "trial": trial.trial_id,
+                       "status": trial.status, "measured_throughput": trial.throughput,
+                       "why": f"data-loader workers of the best setting so far ({best.key()}, "
+                              f"workers {said}): {n} ({manager.workers_arg})"})
+    return new
+
+
+__all__ = ["PREFIX", "PROPOSER", "sweep_workers", "worker_levels"]

@@ -1,0 +1,140 @@
+"""Stage 4 of the main job, one round of it: fit the workload model, let the agents plan on it.
+
+:func:`plan_round` is called by the closed loop (:mod:`optimizer.search.refine`) once per round; its
+plan is recorded in ``rl/[round-K/]`` with what it was made from (:mod:`optimizer.search.plan_cache`),
+so ``--resume`` reuses it while those inputs hold.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.atomic_files import atomic_write_json, read_json
+from optimizer.foundation.errors import CloudoptError
+from optimizer.search.baseline import rank_trials
+from optimizer.search.plan_cache import plan_inputs, reusable_plan
+from optimizer.trials.records import TrialSummary
+
+ENV_STEPS = 10
+"""Adjustment intervals of the simulated job (one tenth of its work each)."""
+
+
+def plan_round(opt: Any, usable: list[TrialSummary], reference: TrialSummary,
+               total: float | None, profile: Any, run_dir: Path, agent_seconds: float,
+               round_k: int = 0) -> tuple[dict[str, Any], Any]:
+    """Stage 4 for one round: the model fitted to ``usable`` and the agents' plan on it
+    (the agents get half the budget after the first round). Returns the plan (cached in
+    ``rl/`` for resume) and the environment config, None when the model cannot be
+    fitted and the best measured trial stands in for the plan."""
+    from optimizer.search.recommend import recommend, share_text
+
+    out = run_dir / "rl" / (f"round-{round_k}" if round_k else "")
+    cache = out / "recommendation.json"
+    try:
+        env_cfg = fit_env_config(opt, usable, reference, total, profile)
+    except CloudoptError as exc:
+        env_cfg, reason = None, str(exc)
+    budget = agent_seconds if round_k == 0 else agent_seconds / 2
+    inputs = plan_inputs(opt.user_preference, [t.trial_id for t in usable], budget,
+                         opt.config)
+    recorded, why = reusable_plan(cache, inputs)
+    if recorded is not None:
+        opt._say(f"agents (round {round_k}): reusing the recorded plan")
+        return recorded, env_cfg
+    if why:
+        opt._say(f"agents (round {round_k}): planning again, {why}", always=True)
+    if env_cfg is None:
+        rec = _fallback(opt, usable, reason)
+    else:
+        executor = opt.trial_executor()
+        together = "side by side, " if executor.name != "local" else ""
+        opt._say(f"round {round_k}: training agents ({together}{budget:g} s each) on the "
+                 f"workload model fitted to {len(usable)} trials")
+        r = recommend(env_cfg, opt.config, time_budget_s=budget, quiet=opt.quiet,
+                      map_fn=executor.map)
+        opt._say("agents trained: " + ", ".join(
+            f"{o.name} {share_text(o.share_of_optimum)} of the model's optimum"
+            for o in r.outcomes if o.name in ("reinforce", "morl"))
+            + f"; plan of {r.agent}: {r.allocation.key()}")
+        rec = _rec_dict(r, env_cfg.workload)
+        _save_rl(out, r)
+    atomic_write_json(cache, {**rec, "inputs": inputs})
+    return read_json(cache), env_cfg
+
+
+def fit_env_config(opt: Any, usable: list[TrialSummary], reference: TrialSummary,
+                   total: float | None, profile: Any) -> Any:
+    """A CloudEnvironment over the workload model fitted to the trials (raises
+    CloudoptError when they cannot identify it), started from the reference allocation."""
+    from optimizer.search.calibrate import env_config_from_trials
+
+    trials = [t for t in usable if t.allocation.batch_size is not None]
+    batches = sorted({int(t.allocation.batch_size) for t in trials})
+    phases: dict[str, Any] = {}
+    if len(batches) == 1:  # the batch was not varied: the model and the agents keep it
+        phases.update(batch_sizes=batches, batch_actions=False)
+    if profile is not None:
+        phases.update(phase_sequence=profile.sequence, phase_scales=profile.scales,
+                      max_phases=max(4, len(profile.scales)))
+    config = env_config_from_trials(
+        trials, resources=opt.config.resources, sla=opt.config.sla,
+        preference=opt.user_preference, n_steps=ENV_STEPS,
+        preferences=opt.config.multi_objective, noise=0.05, total_samples=total, **phases)
+    if total:
+        config = config.replace(total_samples=float(total))
+    return config.replace(initial=initial_allocation(config, reference))
+
+
+def initial_allocation(config: Any, reference: TrialSummary) -> Allocation:
+    """Where the plan starts: the model's best static allocation, found by exact
+    enumeration with no restart cost (nothing has run yet); the agents then plan the
+    adjustments the phases call for. The reference trial's allocation if that fails."""
+    from envs.oracle import best_static
+
+    try:
+        target = best_static(config.replace(initial=reference.allocation, restart_s=0.0))
+    except CloudoptError:
+        return reference.allocation
+    return target.allocation or reference.allocation
+
+
+def _fallback(opt: Any, usable: list[TrialSummary], reason: str) -> dict[str, Any]:
+    ranked = rank_trials(usable, opt.config, opt.user_preference)
+    best = ranked.iloc[0]
+    alloc = Allocation(int(best["gpus"]), int(best["cpus"]), float(best["memory_gb"]),
+                       None if pd.isna(best["batch_size"]) else int(best["batch_size"]))
+    opt._say(f"workload model not fitted ({reason}); recommending the best measured trial")
+    return {"agent": "best-measured-trial", "allocation": alloc, "initial": alloc,
+            "outcomes": [], "predicted": {}, "sla_feasible": None,
+            "notes": [f"the workload model could not be fitted: {reason}; the best measured "
+                      "baseline trial is recommended and no agent was trained"],
+            "fit": None}
+
+
+def _rec_dict(r: Any, fitted: Any) -> dict[str, Any]:
+    pred = fitted.predict_trial(r.allocation)
+    fit = fitted.fit_report_.to_dict() if fitted.fit_report_ is not None else None
+    return {"agent": r.agent, "allocation": r.allocation, "initial": r.initial,
+            "outcomes": [o.summary() for o in r.outcomes],
+            "predicted": {**r.predicted, "throughput": pred["throughput"],
+                          "mem_gb": pred["mem_gb"]},
+            "sla_feasible": r.sla_feasible, "notes": list(r.notes), "fit": fit,
+            "planned_adjustments": r.decisions.loc[r.decisions["changed"], [
+                "step", "description", "gpus", "cpus", "memory_gb", "batch_size"]
+            ].to_dict("records")}
+
+
+def _save_rl(out: Path, r: Any) -> None:
+    from optimizer.foundation.atomic_files import atomic_write_csv
+
+    atomic_write_csv(out / "decisions.csv", r.decisions)
+    atomic_write_csv(out / "pareto_sweep.csv", r.pareto)
+    for name, curve in r.curves.items():
+        atomic_write_csv(out / f"curve_{name}.csv", curve)
+
+
+__all__ = ["fit_env_config", "initial_allocation", "plan_round"]

@@ -1,0 +1,279 @@
+"""The closed loop: measure what the model proposes, refit, re-plan, and keep the best measured.
+
+Round ``k`` (``[run].refine_rounds`` of them) of :func:`refine`:
+
+1. the workload model is fitted to every trial so far and the agents plan on it
+   (:meth:`CloudResourceOptimizer._recommend`, cached per round for ``--resume``);
+2. the allocation to measure is the agents' plan, unless it has been measured already or the
+   fit is too poor to drive agents (largest throughput error over ``FIT_TOLERANCE``): then it
+   is the unmeasured allocation with the largest expected improvement under the bootstrapped
+   model (:mod:`optimizer.search.acquisition`); when the model cannot be fitted at all, the next
+   baseline probe;
+3. it is run like any trial (``trials/refine-K-<key>``) and its prediction is set against the
+   measurement;
+4. the loop ends early when the plan was measured already (or a measured trial beats its
+   prediction) and no allocation is expected to beat the best trial by 1% under the refitted
+   model. Agreement between prediction and measurement at the plan alone does not end it: the
+   model can be right there and wrong elsewhere.
+
+With ``--workers-arg`` the best setting so far is then measured at other data-loader worker
+counts (:mod:`optimizer.search.loader_workers`). The settings that measured within 15% of the best are
+then decided in a run-off of
+back-to-back runs (:mod:`optimizer.search.runoff`), and the recommendation is the best *measured*
+trial (:func:`optimizer.search.choice.best_measured`), by the run-off's runs where there was one,
+with its memory right-sized, so it is never worse than a trial already run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from optimizer.foundation.allocation import Allocation
+from optimizer.search.acquisition import (
+    anchored,
+    bootstrap_models,
+    candidate_grid,
+    next_probe,
+    objective_samples,
+    predicted_figures,
+    relative_spread,
+)
+from optimizer.search.choice import (
+    best_measured,
+    objective_table,
+    recommended_allocation,
+    same_setting,
+    setting_peak,
+)
+from optimizer.search.loader_workers import PROPOSER, sweep_workers
+from optimizer.search.runoff import runoff, standings, tie_note
+from optimizer.search.workload_fit import measurements_from_trials
+from optimizer.trials.records import TrialSummary
+
+FIT_TOLERANCE = 0.25
+"""Largest throughput error of the fit (over the trials) at which the agents' plan is trusted
+enough to be the next measurement; beyond it, the next probe is chosen for information."""
+
+
+def _alloc(value: Any) -> Allocation:
+    return Allocation(**value) if isinstance(value, dict) else value
+
+
+def _batches(trials: Sequence[TrialSummary], most: int | None = None) -> list[int]:
+    """The batch sizes a probe may try: powers of two over the measured range and one step
+    beyond it on each side (where the model extrapolates, so its spread is wide), and the
+    measured sizes themselves; none above ``most`` (``[resources].batch_size_max``) that was
+    not measured. A single measured size is the script's own: kept as is."""
+    measured = sorted({int(t.allocation.batch_size) for t in trials
+                       if t.ok and t.allocation.batch_size})
+    if len(measured) < 2:
+        return measured
+    lo, hi = max(1, measured[0] // 2), measured[-1] * 2
+    if most is not None:
+        hi = min(hi, most)
+    grid = {1 << k for k in range(31) if lo <= (1 << k) <= hi}
+    return sorted(grid | set(measured))
+
+
+def _probe_by_improvement(opt: Any, env_config: Any, trials: list[TrialSummary],
+                          total: float | None, preference: Any):
+    """The unmeasured allocation with the largest expected improvement, with the bootstrap
+    spread of its objective (None when nothing is expected to improve on the best trial)."""
+    model = env_config.workload
+    table = measurements_from_trials(trials)
+    kwargs = {"noise_scale": model.params.noise_scale, "ref_batch": model.params.ref_batch,
+              "fixed": {k: getattr(model.params, k) for k, why in
+                        (model.fit_report_.fixed if model.fit_report_ else {}).items()
+                        if why == "given"}}
+    try:
+        models = bootstrap_models(table, model, **kwargs)
+    except Exception:  # noqa: BLE001 - an acquisition failure must not stop the job
+        return None
+    measured = objective_table(trials, opt.config, preference)
+    if measured.empty:
+        return None
+    top = measured.loc[measured["objective"].idxmin()]
+    best = top["objective"]
+    incumbent = next(t.allocation for t in trials if t.trial_id == top["trial_id"])
+    norm = measured[["job_cost", "job_time_s", "resource_share"]].min().to_numpy()
+    gpu_range = model.meta.get("fitted_gpu_range")
+    candidates = candidate_grid(opt.config, _batches(trials, opt.config.resources.batch_size_max),
+                                gpu_range)
+    if not candidates:
+        return None
+    samples = objective_samples(
+        predicted_figures(models, candidates, opt.config,
+                          total_samples=float(total or env_config.total_samples),
+                          startup_s=float(model.meta.get("job", {}).get("restart_s", 0.0))),
+        opt.config, preference, norm)
+    j = next((i for i, c in enumerate(candidates) if same_setting(c, incumbent)), None)
+    judged = samples if j is None else anchored(samples, j, best)
+    return next_probe(judged, candidates, best, [t.allocation for t in trials]), samples, \
+        candidates
+
+
+def dominating_trial(env_config: Any, plan: Allocation, trials: Sequence[TrialSummary],
+                     config: Any, total: float | None) -> TrialSummary | None:
+    """A measured trial that is both faster and cheaper than the plan is predicted to be
+    (cost at right-sized memory on both sides), or None. Such a plan is not worth a trial."""
+    if plan.batch_size is None:
+        return None
+    model = env_config.workload
+    total = float(total or env_config.total_samples)
+    startup = float(model.meta.get("job", {}).get("restart_s", 0.0))
+    figs = predicted_figures([model], [plan], config, total_samples=total, startup_s=startup)
+    plan_time, plan_cost = figs["job_time_s"][0, 0], figs["job_cost"][0, 0]
+    table = objective_table(trials, config, "cost")
+    if table.empty:
+        return None
+    better = table[(table["job_time_s"] < plan_time) & (table["job_cost"] < plan_cost)]
+    if better.empty:
+        return None
+    tid = better.sort_values("job_cost").iloc[0]["trial_id"]
+    return next(t for t in trials if t.trial_id == tid)
+
+
+def _spread_of(samples: Any, candidates: Sequence[Allocation], alloc: Allocation) -> float | None:
+    for j, c in enumerate(candidates):
+        if same_setting(c, alloc):
+            return float(relative_spread(samples[:, [j]])[0])
+    return None
+
+
+def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialSummary,
+           total: float | None, profile: Any, run_dir: Path, opts: Any,
+           more_probes: Sequence[Allocation], batch_settable: bool,
+           earlier: Sequence[TrialSummary] = ()
+           ) -> tuple[dict[str, Any], TrialSummary, list[TrialSummary]]:
+    """Run the loop; returns the recommendation dict (``allocation`` is the final, measured
+    choice; ``rounds`` says what each round planned, predicted and measured), the trial it
+    comes from and every trial. ``earlier``: trials a previous run of the folder measured
+    (under another preference, say); they compete for the final choice."""
+    cfg = opt.config
+    trials = list(trials)
+    rounds: list[dict[str, Any]] = []
+    rec: dict[str, Any] = {}
+    proposer: dict[str, str] = {}
+    for k in range(cfg.run.refine_rounds + 1):
+        usable = [t for t in trials if t.ok and t.throughput]
+        rec, env_config = opt._recommend(usable, reference, total, profile, run_dir, opts, k)
+        planned = _alloc(rec["allocation"])
+        fit = rec.get("fit") or {}
+        poor = env_config is not None and fit.get("max_rel_error", 0.0) > FIT_TOLERANCE
+        choice, why, spread = planned, f"the plan of {rec['agent']}", None
+        probe = None
+        if env_config is not None:
+            probe = _probe_by_improvement(opt, env_config, usable, total, opt.user_preference)
+            if probe is not None:
+                spread = _spread_of(probe[1], probe[2], planned)
+        measured_before = any(same_setting(t.allocation, planned) for t in trials)
+        dominated = None if env_config is None or measured_before else dominating_trial(
+            env_config, planned, usable, cfg, total)
+        if env_config is None:
+            left = [a for a in more_probes
+                    if not any(same_setting(t.allocation, a) for t in trials)]
+            if not left:
+                break
+            choice, why = left[0], "the model could not be fitted: one more probe first"
+        elif measured_before or poor or dominated is not None:
+            pick = probe[0] if probe else None
+            if pick is not None:
+                reason = (f"the fit is poor (largest error {fit['max_rel_error']:.0%})" if poor
+                          else f"measured trial {dominated.trial_id} is faster and cheaper than "
+                          "the plan's prediction" if dominated is not None
+                          else "the plan was measured already")
+                choice = pick.allocation
+                why = f"{reason}; largest expected improvement ({pick.expected_improvement:.1%})"
+            elif measured_before or dominated is not None:
+                rounds.append({"round": k, "planned": planned, "proposed_by": rec["agent"],
+                               "action": "stop", "why": "the plan was measured already or a "
+                               "measured trial beats its prediction, and no allocation is "
+                               "expected to beat the best trial"})
+                break
+        trial = opt._measure(manager, choice, f"refine-{k}", run_dir, opts, total)
+        trial = opt._label_batch(trial, run_dir / "trials" / trial.trial_id, batch_settable)
+        trials.append(trial)
+        proposer[trial.trial_id] = rec["agent"] if choice is planned else (
+            "expected-improvement" if env_config is not None else "baseline-probe")
+        row = _round_row(k, rec, planned, choice, why, trial, spread, env_config,
+                         cfg.run.refine_tolerance)
+        rounds.append(row)
+    ids = {t.trial_id for t in trials}
+    for t in earlier:
+        if t.trial_id not in ids:
+            trials.append(t)
+            twin = _twin(t, trials)  # a repeat of a setting this run measured is credited alike
+            proposer[t.trial_id] = (proposer.get(twin, "") if twin != t.trial_id
+                                    else "an-earlier-run")
+    for trial in sweep_workers(opt, manager, trials, total, run_dir, opts, batch_settable,
+                               rounds):
+        proposer[trial.trial_id] = PROPOSER
+    n_before = len(trials)
+    block = runoff(opt, manager, trials, total, run_dir, opts, batch_settable, rounds)
+    for trial in trials[n_before:]:
+        proposer[trial.trial_id] = proposer.get(_twin(trial, trials), "")
+    final, best_row = best_measured(trials, cfg, opt.user_preference, runoff=block)
+    table = standings(trials, block, cfg, opt.user_preference)
+    from_plan = proposer.get(final.trial_id) or None
+    rec = dict(rec)
+    rec["planned_allocation"] = rec.get("allocation")
+    rec["allocation"] = recommended_allocation(final, trials, batch_settable)
+    rec["agent"] = from_plan or "baseline-trial"
+    rec["final_trial"] = final.trial_id
+    rec["rounds"] = rounds
+    peak = setting_peak(final, trials)
+    rec["memory"] = {"peak_gb": peak, "request_gb": rec["allocation"].memory_gb,
+                     "slack": 1 - peak / rec["allocation"].memory_gb}
+    # What the recommendation costs as requested: the final trial's measured time, priced at the
+    # right-sized memory rather than at the limit the trial happened to run under.
+    rec["measured"] = {"trial": final.trial_id, "job_time_s": float(best_row["job_time_s"]),
+                       "job_cost": float(best_row["job_cost"]), "throughput": final.throughput,
+                       "time_is": "measured" if final.status == "completed" else
+                       "predicted from a probe"}
+    rec["choice"] = (
+        f"the best measured trial for the preference is {final.trial_id} "
+        f"({'proposed by ' + from_plan if from_plan else 'a baseline trial'}); "
+        + (f"it won the run-off of {len(block)} back-to-back runs ("
+           + ", ".join(f"{r['setting']} {r['objective']:.4g} over {r['runs']} runs"
+                       for r in table) + f") among {len(trials)} trials" + tie_note(table)
+           if block else
+           f"objective {best_row['objective']:.4g} over {len(trials)} trials"))
+    rec["runoff"] = block
+    rec["runoff_standings"] = table
+    rec.setdefault("notes", []).append(rec["choice"])
+    return rec, final, trials
+
+
+def _twin(trial: TrialSummary, trials: Sequence[TrialSummary]) -> str:
+    """The first trial of the same setting (whose proposer a repeat inherits)."""
+    return next(t.trial_id for t in trials if same_setting(t.allocation, trial.allocation))
+
+
+def _round_row(k: int, rec: dict[str, Any], planned: Allocation, choice: Allocation, why: str,
+               trial: TrialSummary, spread: float | None, env_config: Any,
+               tolerance: float) -> dict[str, Any]:
+    row: dict[str, Any] = {"round": k, "proposed_by": rec["agent"], "planned": planned,
+                           "measured_allocation": choice, "why": why, "trial": trial.trial_id,
+                           "status": trial.status, "measured_throughput": trial.throughput,
+                           "plan_spread": spread}
+    if env_config is not None:
+        ranges = env_config.workload.meta.get("measured_range", {})
+        outside = [f"{k} {getattr(planned, k)}" for k, (lo, hi) in ranges.items()
+                   if getattr(planned, k) is not None and not lo <= getattr(planned, k) <= hi]
+        row["plan_outside_measured_range"] = outside
+    if env_config is not None and choice.batch_size is not None:
+        # an acquisition candidate carries no memory yet: predict it unconstrained
+        unbounded = Allocation(choice.gpus, choice.cpus, choice.memory_gb or float("inf"),
+                               choice.batch_size)
+        pred = env_config.workload.predict_trial(unbounded)
+        row["predicted_throughput"] = pred["throughput"]
+        if trial.ok and trial.throughput:
+            err = pred["throughput"] / trial.throughput - 1
+            row["rel_error"] = err
+            row["agree"] = abs(err) <= tolerance
+    return row
+
+
+__all__ = ["FIT_TOLERANCE", "dominating_trial", "refine"]

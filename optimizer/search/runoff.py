@@ -1,0 +1,162 @@
+"""The run-off: settings that measured close are decided in one block of back-to-back runs.
+
+A shared machine's speed drifts by the hour. On the 2-core machine the example CNN at 2 CPUs
+and batch 128 took 11.5-13.1 s in one cloudopt run and 10.4-10.8 s in the ground truth taken
+hours later, while batch 256 took 10.3-12.1 s in that run, its faster runs the latest ones: the
+runs of two settings taken at different times compare the hours as much as the settings, and
+a race that re-measures whichever setting leads ends up crediting the one measured in the
+fastest hour. So the closed loop ends with a run-off (:func:`runoff`):
+
+1. the *contenders* are the settings whose measured objective is within :data:`CONFIRM_BAND`
+   of the best (at most ``[run].runoff_size``; a setting measured only beside other trials
+   counts as :data:`SHARED_SLOWDOWN` faster, so that one the sharing hid still competes);
+2. each round runs every contender once, back to back, alone, the order rotating from round
+   to round so that a steady drift favours none;
+3. after two rounds, a contender whose mean is worse than the leader's beyond the noise
+   (:func:`optimizer.search.choice.separated`) leaves; the run-off ends when one is left or
+   after ``[run].runoff_rounds`` rounds (0: no run-off);
+4. the winner is the best contender *by the run-off's runs alone*
+   (:func:`optimizer.search.choice.best_measured` with ``runoff``), so every setting in the
+   final comparison was measured in the same hour.
+
+A single contender measured only beside other trials is measured once alone instead, and the
+final choice is left to all trials. The run-off's trials are ``trials/runoff-<R>-<tag>-<key>``
+(``tag``: the preference), reloaded as recorded on ``--resume``; the contenders are chosen from
+the other trials only, so a resumed run-off has the same contenders.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from optimizer.search.choice import objective_table, same_setting, separated
+from optimizer.trials.records import TrialSummary
+
+CONFIRM_BAND = 0.15
+"""Settings whose measured objective is within this share of the best one go to the run-off:
+one run on a shared machine can be 20% off, and picking the best of several single runs
+favours the luckiest one."""
+SHARED_SLOWDOWN = 0.15
+"""How much slower a trial may have run beside others than alone. Two 1-CPU trials of the
+example side by side on a 2-core machine measured -3% to +4% against alone over repeats, and
+-15% in a single pair (``benchmarks/parallel_trials.py``): interference and one run's noise
+together."""
+PREFIX = "runoff-"
+
+
+def contenders(table: pd.DataFrame, size: int = 3) -> pd.DataFrame:
+    """The rows of :func:`objective_table` that go to the run-off (at most ``size``), best
+    first (``_hopeful``: the objective with a shared trial's slowdown allowed for)."""
+    if table.empty:
+        return table
+    hopeful = table["objective"] / np.where(table["alone"], 1.0, 1.0 + SHARED_SLOWDOWN)
+    table = table.assign(_hopeful=hopeful).sort_values("_hopeful").reset_index(drop=True)
+    near = table[table["_hopeful"] <= table["_hopeful"].iloc[0] * (1 + CONFIRM_BAND)]
+    return near.head(size)
+
+
+def still_in(block: pd.DataFrame) -> pd.DataFrame:
+    """The run-off's rows (its own runs pooled per setting) not separated from its leader."""
+    leader = block.iloc[int(np.argmin(block["objective"].to_numpy()))]
+    keep = [i for i, row in block.iterrows()
+            if row["trial_id"] == leader["trial_id"] or not separated(leader, row)]
+    return block.loc[keep]
+
+
+def _tag(preference: Any) -> str:
+    return preference if isinstance(preference, str) and preference.isidentifier() else "custom"
+
+
+def runoff(opt: Any, manager: Any, trials: list[TrialSummary], total: float | None,
+           run_dir: Path, opts: Any, batch_settable: bool,
+           rounds: list[dict[str, Any]]) -> list[str]:
+    """Run the run-off (module doc); the new trials are appended to ``trials`` and described in
+    ``rounds``. Returns the ids of the run-off's trials (empty when there was none: the final
+    choice is then made over all trials)."""
+    config, preference = opt.config, opt.user_preference
+    n_rounds = config.run.runoff_rounds
+    before = [t for t in trials if not t.trial_id.startswith(PREFIX)]
+    field = contenders(objective_table(before, config, preference), config.run.runoff_size)
+    if field.empty or n_rounds == 0:
+        return []
+    allocs = [next(t.allocation for t in before if t.trial_id == tid)
+              for tid in field["trial_id"]]
+
+    def measure(alloc: Any, name: str, why: str) -> TrialSummary:
+        trial = opt._measure(manager, alloc, name, run_dir, opts, total)
+        trial = opt._label_batch(trial, run_dir / "trials" / trial.trial_id, batch_settable)
+        trials.append(trial)
+        rounds.append({"round": len(rounds), "proposed_by": "run-off", "planned": alloc,
+                       "measured_allocation": alloc, "trial": trial.trial_id,
+                       "status": trial.status, "measured_throughput": trial.throughput,
+                       "why": why})
+        return trial
+
+    if len(allocs) == 1:
+        if not bool(field["alone"].iloc[0]):
+            measure(allocs[0], f"{PREFIX}alone-{_tag(preference)}",
+                    f"{field['trial_id'].iloc[0]} ran beside other trials: measured again "
+                    "alone")
+        return []
+    names = ", ".join(a.key() for a in allocs)
+    done: list[TrialSummary] = []
+    left = list(allocs)
+    for r in range(n_rounds):
+        order = left[r % len(left):] + left[:r % len(left)]
+        for alloc in order:
+            done.append(measure(alloc, f"{PREFIX}{r}-{_tag(preference)}",
+                                f"run-off round {r + 1}: {names} measured back to back "
+                                f"(within {CONFIRM_BAND:.0%} of each other)"))
+        if r == 0:
+            continue
+        block = objective_table(done, config, preference)
+        if block.empty:
+            break
+        kept = still_in(block)
+        left = [a for a in left if any(
+            same_setting(a, next(t.allocation for t in done if t.trial_id == tid))
+            for tid in kept["trial_id"])]
+        if len(left) <= 1:
+            break
+    return [t.trial_id for t in done]
+
+
+def standings(trials: list[TrialSummary], block: list[str], config: Any,
+              preference: Any) -> list[dict[str, Any]]:
+    """The run-off's settings, best first: each one's objective, job seconds and runs there,
+    its ``margin`` behind the winner (a share of the winner's objective) and whether the runs'
+    noise leaves it ``tied`` with the winner (not :func:`separated`; the winner: False). A tie
+    is the honest reading of most short run-offs: the winner is the better bet, not a proven
+    better setting."""
+    ids = set(block)
+    table = objective_table([t for t in trials if t.trial_id in ids], config, preference)
+    if table.empty:
+        return []
+    table = table.sort_values("objective")
+    best = table.iloc[0]
+    return [{"setting": next(t.allocation for t in trials if t.trial_id == row["trial_id"]).key(),
+             "objective": float(row["objective"]), "job_time_s": float(row["job_time_s"]),
+             "runs": int(row.get("replicates", 1)),
+             "margin": float(row["objective"]) / float(best["objective"]) - 1.0,
+             "tied": bool(i > 0 and not separated(best, row))}
+            for i, (_, row) in enumerate(table.iterrows())]
+
+
+def tie_note(table: list[dict[str, Any]]) -> str:
+    """What the choice text says of the settings the run-off could not separate from its
+    winner ('' when none)."""
+    tied = [r for r in table if r.get("tied")]
+    if not tied:
+        return ""
+    return ("; within the runs' noise of it: "
+            + ", ".join(f"{r['setting']} ({r['margin']:+.1%})" for r in tied)
+            + (", so either serves" if len(tied) == 1 else ", so any of them serves")
+            + ": the winner is the better bet, not a proven better setting")
+
+
+__all__ = ["CONFIRM_BAND", "SHARED_SLOWDOWN", "contenders",
+           "runoff", "standings", "still_in", "tie_note"]

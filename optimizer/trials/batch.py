@@ -1,0 +1,52 @@
+"""The batch size a trial ran with, so that every trial can feed the workload model.
+
+A trial's batch is the one its allocation set; else the one the script reported (its metrics,
+or a ``batch_size=N`` line of its output); else the script's own default, read from its source
+(:meth:`optimizer.trials.training.TrainingModuleManager.default_batch_size`). A script whose batch is
+neither known nor settable is labelled with a nominal 1: its throughput is samples per second
+all the same, and the workload model then keeps the batch fixed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from optimizer.trials.output import BATCH_SIZE_PATTERN
+from optimizer.trials.records import TrialSummary
+
+
+def _effective_batch(t: TrialSummary, trial_dir: Path | None = None) -> int | None:
+    """The batch size a trial ran with: the allocation's, or what the script reported (its
+    metrics/model info, else a ``batch_size=N`` line of its output)."""
+    if t.allocation.batch_size is not None:
+        return int(t.allocation.batch_size)
+    value = (t.model_info or {}).get("batch_size")
+    if value is None and trial_dir is not None and (trial_dir / "stdout.log").exists():
+        with open(trial_dir / "stdout.log", encoding="utf-8", errors="replace") as fh:
+            m = BATCH_SIZE_PATTERN.search(fh.read(20_000))
+        value = m.group(1) if m else None
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _with_batch(t: TrialSummary, trial_dir: Path | None = None) -> TrialSummary:
+    b = _effective_batch(t, trial_dir)
+    if b is None or t.allocation.batch_size == b:
+        return t
+    copy = TrialSummary.from_dict(t.to_dict())
+    copy.allocation.batch_size = b
+    return copy
+
+
+def label_batch(t: TrialSummary, trial_dir: Path | None, default_batch: int | None,
+                settable: bool) -> TrialSummary:
+    """``t`` with the batch size it ran with (see the module docstring)."""
+    t = _with_batch(t, trial_dir)
+    if t.allocation.batch_size is None:
+        label = default_batch or (None if settable else 1)
+        if label is not None:
+            t = TrialSummary.from_dict(t.to_dict())
+            t.allocation.batch_size = int(label)
+    return t

@@ -1,0 +1,41 @@
+"""Where trials run: ``local`` (the default, one subprocess after another) or ``ray``.
+
+:func:`make_executor` builds one from ``[run].executor`` and ``[run].ray_address``. Ray is an
+optional extra, imported only when chosen. To add an executor, copy ``local.py`` and add the
+class here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from optimizer.foundation.errors import ConfigError
+from optimizer.trials.executors.base import TrialExecutor, TrialRequest, record_concurrency
+from optimizer.trials.executors.local import LocalExecutor
+
+EXECUTORS = ("local", "ray")
+
+
+def check_available(name: str) -> None:
+    """Fail now, before any trial or run folder, when the chosen executor cannot be used."""
+    if name == "ray":
+        from optimizer.trials.executors.ray_executor import _ray
+
+        _ray()
+    elif name != "local":
+        raise ConfigError(f"unknown executor {name!r}: choose one of {', '.join(EXECUTORS)}")
+
+
+def make_executor(name: str = "local", address: str | None = None, **options: Any) -> TrialExecutor:
+    """The executor called ``name`` (``address``: a Ray cluster to join)."""
+    if name == "local":
+        return LocalExecutor()
+    if name == "ray":
+        from optimizer.trials.executors.ray_executor import RayExecutor
+
+        return RayExecutor(address, **options)
+    raise ConfigError(f"unknown executor {name!r}: choose one of {', '.join(EXECUTORS)}")
+
+
+__all__ = ["EXECUTORS", "LocalExecutor", "TrialExecutor", "TrialRequest", "check_available",
+           "make_executor", "record_concurrency"]

@@ -1,0 +1,214 @@
+"""Run records: the trial summary schema and a run's trial folders.
+
+A run lives in ``runs/<run>/``; each measured configuration is a trial in
+``runs/<run>/trials/<trial>/`` with ``config.json`` (the allocation), ``trace.csv`` (the
+monitor's samples), ``metrics.csv`` (what the script reported, if anything), ``stdout.log``,
+``stderr.log`` and ``summary.json`` (a :class:`TrialSummary`). Every file is written to a
+temporary name in the same directory and renamed into place, so a crash never leaves a
+half-written record (:mod:`optimizer.foundation.atomic_files`): a trial folder with a ``summary.json`` is
+complete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.atomic_files import atomic_write_csv, atomic_write_json, read_json
+from optimizer.foundation.errors import CloudoptError
+
+SUMMARY_FILE = "summary.json"
+
+
+@dataclass
+class TrialSummary:
+    """What one trial measured. Figures are measured unless named ``predicted_*``."""
+
+    trial_id: str
+    status: str
+    """``completed`` (the script ended by itself), ``probe`` (stopped at the time box after a
+    steady measurement) or ``failed``."""
+    allocation: Allocation = field(default_factory=Allocation)
+    reason: str = ""
+    """Why a trial failed: ``crash``, ``oom``, ``timeout``, ``no-progress``..."""
+    exit_code: int | None = None
+    wall_time_s: float = 0.0
+    samples: float | None = None
+    """Training samples processed during the trial."""
+    throughput: float | None = None
+    """Samples per second."""
+    throughput_source: str = "none"
+    """``metrics_csv``, ``stdout`` or ``wall_time``."""
+    hourly_cost: float = 0.0
+    cost: float = 0.0
+    """Cost of the trial itself (hourly cost × wall time)."""
+    total_samples: float | None = None
+    """Work of the whole job, when known (argument, metrics or --total-samples)."""
+    predicted_total_time_s: float | None = None
+    predicted_total_cost: float | None = None
+    cpu_cores_mean: float = 0.0
+    cpu_cores_peak: float = 0.0
+    cpu_util_mean: float = 0.0
+    """Mean CPU use as a percentage of the allocated cores."""
+    mem_gb_mean: float = 0.0
+    mem_gb_peak: float = 0.0
+    gpu_util_mean: float | None = None
+    gpu_mem_gb_peak: float | None = None
+    n_samples_trace: int = 0
+    train_file: str = ""
+    train_args: list[str] = field(default_factory=list)
+    model_info: dict[str, Any] = field(default_factory=dict)
+    """What the script's source or metrics reveal: model family, parameters, dataset..."""
+    stderr_tail: str = ""
+    started_at: str = ""
+    finished_at: str = ""
+    executor: str = "local"
+    """Where the trial ran: ``local`` (a subprocess of the optimizer) or ``ray``."""
+    node: str = ""
+    """The machine it ran on (host name), for telling which trials shared one."""
+    concurrent_with: list[str] = field(default_factory=list)
+    """Trials that ran on the same machine at the same time (they share caches and memory
+    bandwidth, so their throughputs may be lower than alone)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("completed", "probe")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "<dict>") -> TrialSummary:
+        """A summary from its JSON form; every field's type is checked (CloudoptError naming
+        ``source`` and the field), so a bad record fails here and not deep in a fit."""
+        if not isinstance(data, dict):
+            raise CloudoptError(f"{source}: not a trial summary (a JSON object is expected, "
+                                f"got {type(data).__name__})")
+        data = dict(data)
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        extra = sorted(set(data) - set(fields))
+        if extra:
+            warnings.warn(f"{source}: ignoring unknown summary keys {extra}", stacklevel=2)
+        alloc = data.pop("allocation", {}) or {}
+        if not isinstance(alloc, dict):
+            raise CloudoptError(f"{source}: 'allocation' must be an object, got {alloc!r}")
+        for name, value in alloc.items():
+            kind = {"gpus": "int", "cpus": "int", "memory_gb": "float",
+                    "batch_size": "int | None", "workers": "int | None"}.get(name)
+            if kind is not None:
+                _check_type(value, kind, f"allocation.{name}", source)
+        kwargs = {k: v for k, v in data.items() if k in fields}
+        for name, value in kwargs.items():
+            _check_type(value, str(fields[name].type), name, source)
+        try:
+            return cls(allocation=Allocation(**alloc), **kwargs)
+        except TypeError as exc:
+            raise CloudoptError(f"{source}: not a trial summary ({exc})") from None
+
+    def save(self, trial_dir: str | os.PathLike) -> None:
+        atomic_write_json(Path(trial_dir) / SUMMARY_FILE, self.to_dict())
+
+    @classmethod
+    def load(cls, trial_dir: str | os.PathLike) -> TrialSummary:
+        path = Path(trial_dir) / SUMMARY_FILE
+        return cls.from_dict(read_json(path), source=str(path))
+
+
+def _check_type(value: Any, annotation: str, name: str, source: str) -> None:
+    """Raise CloudoptError unless ``value`` fits the field's (string) annotation."""
+    if value is None and "None" in annotation:
+        return
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    base = annotation.split("|")[0].strip()
+    ok = {"str": isinstance(value, str), "int": number and float(value).is_integer(),
+          "float": number}.get(base)
+    if ok is None:
+        ok = isinstance(value, list) if base.startswith("list") else (
+            isinstance(value, dict) if base.startswith("dict") else True)
+    if not ok:
+        raise CloudoptError(f"{source}: field {name!r} must be {annotation}, got {value!r}")
+
+
+def iter_trials(run_dir: str | os.PathLike) -> Iterator[TrialSummary]:
+    """Complete trials of a run, in trial-folder order (folders without a summary are skipped)."""
+    trials = Path(run_dir) / "trials"
+    if not trials.is_dir():
+        return
+    for d in sorted(p for p in trials.iterdir() if p.is_dir()):
+        if (d / SUMMARY_FILE).exists():
+            yield TrialSummary.load(d)
+
+
+def job_time(t: TrialSummary) -> float | None:
+    """Whole-job time of a trial: measured when it completed, predicted for a probe."""
+    if t.status == "completed":
+        return t.wall_time_s
+    return t.predicted_total_time_s
+
+
+def job_cost(t: TrialSummary) -> float | None:
+    if t.status == "completed":
+        return t.cost
+    return t.predicted_total_cost
+
+
+def job_size(trials: Sequence[TrialSummary]) -> float | None:
+    """Samples of the whole job: the largest ``total_samples`` a trial reported, else the
+    samples of a trial that ran to its end; None when neither is known."""
+    reported = max((t.total_samples or 0) for t in trials) if trials else 0
+    if reported:
+        return float(reported)
+    whole = [t.samples for t in trials if t.status == "completed" and t.samples]
+    return float(max(whole)) if whole else None
+
+
+MODEL_INFO_COLUMNS = ("model_name", "model_family", "params", "layers", "dataset")
+TRIALS_CSV = "trials.csv"
+
+
+def summaries_to_frame(summaries: Iterable[TrialSummary | dict[str, Any]]) -> Any:
+    """One row per trial: the summary's scalar fields, the allocation as ``gpus, cpus,
+    memory_gb, batch_size`` and ``model_info`` as ``model_name, model_family, params, layers,
+    dataset``; ``train_args`` is joined into one string and ``stderr_tail`` left out.
+
+    Returns a pandas DataFrame of shape (n_trials, n_columns), columns in a fixed order.
+    """
+    import pandas as pd
+
+    fields = [f.name for f in dataclasses.fields(TrialSummary)]
+    alloc_fields = [f.name for f in dataclasses.fields(Allocation)]
+    rows = []
+    for s in summaries:
+        d = s.to_dict() if isinstance(s, TrialSummary) else TrialSummary.from_dict(s).to_dict()
+        alloc = d.pop("allocation") or {}
+        info = d.pop("model_info") or {}
+        d.pop("stderr_tail", None)
+        d["train_args"] = " ".join(str(a) for a in d.get("train_args") or [])
+        d["concurrent_with"] = " ".join(d.get("concurrent_with") or [])
+        row = {"trial_id": d.pop("trial_id"), "status": d.pop("status")}
+        row.update({k: alloc.get(k) for k in alloc_fields})
+        row.update(d)
+        row.update({k: info.get(k) for k in MODEL_INFO_COLUMNS})
+        rows.append(row)
+    columns = ["trial_id", "status", *alloc_fields,
+               *[f for f in fields if f not in ("trial_id", "status", "allocation",
+                                                "model_info", "stderr_tail")],
+               *MODEL_INFO_COLUMNS]
+    frame = pd.DataFrame(rows, columns=columns)
+    # Integer columns with gaps stay integers (batch size 64, not 64.0).
+    for col in ("gpus", "cpus", "batch_size", "exit_code", "n_samples_trace", "params", "layers"):
+        frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("Int64")
+    return frame
+
+
+def write_trials_csv(run_dir: str | os.PathLike) -> Path:
+    """Rewrite ``runs/<run>/trials.csv`` (atomically) from the run's complete trials."""
+    path = Path(run_dir) / TRIALS_CSV
+    atomic_write_csv(path, summaries_to_frame(iter_trials(run_dir)))
+    return path

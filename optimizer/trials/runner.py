@@ -1,0 +1,399 @@
+"""One monitored trial of a training script: launch, time box, outcome, files.
+
+The steps :meth:`optimizer.trials.training.TrainingModuleManager.run_training` strings together:
+
+1. :func:`prepare_trial_dir` and :func:`trial_environment`: a clean work folder and the
+   script's environment (the allocation from :class:`~optimizer.trials.resources.ResourceManager`,
+   plus where to write metrics).
+2. :func:`start_trial` launches :func:`build_command` in its own session, pinned to the
+   allocation's cores (so that 2 CPUs means two cores), under a
+   :class:`~optimizer.trials.monitor.ProcessMonitor` that samples it and enforces the memory limit.
+3. :func:`wait_trial` polls its metrics rows and output lines into rate trackers
+   (:mod:`optimizer.trials.output`) until it ends, the probe's rate is steady or its time box
+   ends (``probe``), or the hard limit passes (``timeout``).
+4. :func:`classify`, :func:`measured_throughput` and :func:`predict_time` turn the finished
+   run into status, throughput and whole-job time; a probe's prediction is
+   ``startup + total_samples / steady_throughput``.
+5. :func:`finalize_trial` moves its files into the trial folder (see :mod:`optimizer.trials.records`);
+   :func:`load_trial_files` reads them back.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.config import ResourceConfig
+from optimizer.trials.guard import Watchdog, die_with_parent, record_owner
+from optimizer.trials.monitor import CSVMonitor, ProcessMonitor, kill_tree
+from optimizer.trials.output import BATCH_SIZE_PATTERN, RateTracker, parse_rate, to_number
+from optimizer.trials.records import SUMMARY_FILE, TrialSummary, write_trials_csv
+from optimizer.trials.resources import ResourceManager
+from optimizer.trials.script_scan import ScriptInfo
+
+STDERR_TAIL_CHARS = 2000
+TRIAL_FILES = ("trace.csv", "metrics.csv", "stdout.log", "stderr.log")
+RECORDED_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                        "NUMEXPR_NUM_THREADS")
+
+# The runner that calls an entry function of a script without a __main__ block.
+_BOOT = (
+    "import os, runpy, sys\n"
+    "path, entry = sys.argv[1], sys.argv[2]\n"
+    "sys.argv = [path] + sys.argv[3:]\n"
+    "sys.path.insert(0, os.path.dirname(os.path.abspath(path)))\n"
+    "result = runpy.run_path(path, run_name='__cloudopt__')[entry]()\n"
+    "sys.exit(result if isinstance(result, int) else 0)\n"
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Before the run
+# --------------------------------------------------------------------------------------------
+
+
+def build_command(info: ScriptInfo, args: Sequence[str]) -> list[str]:
+    """The command line of a run: the interpreter, the script (or its entry function) and
+    ``args``, the run's arguments with the allocation's flags already set."""
+    script = str(info.path)
+    if info.entry in (None, "__main__"):
+        return [sys.executable, script, *args]
+    return [sys.executable, "-c", _BOOT, script, info.entry, *args]
+
+
+def with_flag(args: list[str], flag: str, value: int) -> list[str]:
+    """``args`` with ``flag`` set to ``value``, replacing a value already there. ``flag`` is
+    ``--batch-size`` (``--batch-size 128``) or a template (``--bs={}`` gives ``--bs=128``)."""
+    if "{" in flag:
+        token = flag.replace("{batch_size}", str(value)).replace("{}", str(value))
+        prefix = token.split("=", 1)[0] + "="
+        return [a for a in args if not a.startswith(prefix)] + [token]
+    out, skip = [], False
+    for i, a in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if a == flag:
+            skip = i + 1 < len(args)
+            continue
+        if a.startswith(flag + "="):
+            continue
+        out.append(a)
+    return [*out, flag, str(value)]
+
+
+def prepare_trial_dir(trial_dir: Path) -> Path:
+    """An empty work folder inside ``trial_dir`` for the run's files; returns it."""
+    work = trial_dir / ".work"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    # A summary left by an earlier attempt would mark this folder complete while it runs.
+    (trial_dir / SUMMARY_FILE).unlink(missing_ok=True)
+    return work
+
+
+def trial_environment(allocation: Allocation, resource_config: ResourceConfig,
+                      visible_devices: Sequence[int] | None, metrics_path: Path,
+                      trial_id: str) -> dict[str, str]:
+    """The script's environment: the allocation's variables, the metrics file, the trial id."""
+    env = ResourceManager.apply_configuration(allocation, resource_config=resource_config,
+                                              visible_devices=visible_devices)
+    # Unbuffered output: rates printed by the script reach the poller while it runs.
+    env.update(OPTIMIZER_METRICS_CSV=str(metrics_path.resolve()), PYTHONUNBUFFERED="1",
+               OPTIMIZER_TRIAL_ID=trial_id)
+    return env
+
+
+def recorded_env(env: dict[str, str], batch_var: str | None = None) -> dict[str, str]:
+    """The variables of ``env`` worth keeping in ``config.json`` (ours, prices, GPUs, threads,
+    and ``batch_var``, the script's own batch-size variable)."""
+    return {k: env[k] for k in sorted(env)
+            if k.startswith(("OPTIMIZER_", "COST_PER_", "CUDA_VISIBLE"))
+            or k in RECORDED_THREAD_VARS or k == batch_var}
+
+
+# --------------------------------------------------------------------------------------------
+# The run
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TrialRun:
+    """State of one running trial."""
+
+    proc: subprocess.Popen
+    t0: float
+    monitor: ProcessMonitor
+    csv_monitor: CSVMonitor
+    stdout_path: Path
+    batch_size: int | None
+    rates_csv: RateTracker = field(default_factory=RateTracker)
+    rates_stdout: RateTracker = field(default_factory=RateTracker)
+    stdout_pos: int = 0
+    stdout_buf: str = ""
+    stdout_text: list[str] = field(default_factory=list)
+    first_output_s: float | None = None
+    last_samples: tuple[float, float] | None = None
+    """(t_s, cumulative samples) of the last metrics row."""
+    csv_total: float | None = None
+    stop_reason: str | None = None
+    watchdog: Watchdog | None = None
+    exited: threading.Event = field(default_factory=threading.Event)
+    """Set by :func:`_note_exit` once the script's process has ended."""
+    ended_at: float | None = None
+    """``time.monotonic()`` when it ended."""
+
+
+def start_trial(cmd: list[str], env: dict[str, str], cpus: list[int], work: Path,
+                trial_id: str, allocation: Allocation, interval: float,
+                metrics_path: Path) -> TrialRun:
+    """Launch ``cmd`` pinned to ``cpus``, output into ``work``, and start monitoring it."""
+    gpu_indices = ([int(i) for i in env["CUDA_VISIBLE_DEVICES"].split(",")]
+                   if allocation.gpus else [])
+    stdout_path, stderr_path = work / "stdout.log", work / "stderr.log"
+    with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+        # Own session: kill_tree can then take the script's children with it; the guards of
+        # optimizer.trials.guard end it when this process dies without doing so.
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
+            start_new_session=True, preexec_fn=_child_setup(cpus, os.getpid()),
+        )
+    watchdog = Watchdog(proc.pid)
+    record_owner(work, proc.pid)
+    t0 = time.monotonic()
+    if not hasattr(os, "sched_setaffinity"):  # pragma: no cover - macOS/Windows
+        _set_affinity_psutil(proc.pid, cpus)
+    monitor = ProcessMonitor(proc.pid, work / "trace.csv", exec_id=trial_id,
+                             interval=interval, memory_limit_gb=allocation.memory_gb,
+                             gpu_indices=gpu_indices, start_time=t0)
+    monitor.start()
+    run = TrialRun(proc, t0, monitor, CSVMonitor(metrics_path), stdout_path,
+                   allocation.batch_size, watchdog=watchdog)
+    threading.Thread(target=_note_exit, args=(run,), name=f"exit-{proc.pid}", daemon=True).start()
+    return run
+
+
+def _note_exit(run: TrialRun) -> None:
+    # A thread blocked in wait() sees the exit within a millisecond. The poll loop alone
+    # rounded the wall time up to its next pass, about 0.2 s on a busy 2-core machine: 6% of
+    # a 3 s job, which is the gap between neighbouring settings.
+    run.proc.wait()
+    run.ended_at = time.monotonic()
+    run.exited.set()
+
+
+def _child_setup(cpus: list[int], parent_pid: int):
+    affinity = hasattr(os, "sched_setaffinity")
+
+    def setup() -> None:  # runs in the child between fork and exec: two syscalls
+        die_with_parent(parent_pid)
+        if affinity:
+            os.sched_setaffinity(0, cpus)
+
+    return setup
+
+
+def _set_affinity_psutil(pid: int, cpus: list[int]) -> None:  # pragma: no cover
+    import psutil
+
+    try:
+        psutil.Process(pid).cpu_affinity(cpus)
+    except (AttributeError, psutil.Error):
+        pass  # the platform has no affinity (macOS): the thread variables are all we have
+
+
+def wait_trial(run: TrialRun, probe_seconds: float | None, timeout_s: float,
+               interval: float, quiet: bool, k: int, tol: float) -> float:
+    """Poll until the script ends, is stopped (probe, timeout) or killed (OOM).
+
+    Returns the wall time in seconds, from launch to the moment the process ended.
+    """
+    poll = min(0.1, interval)
+    while True:
+        elapsed = time.monotonic() - run.t0
+        if run.exited.is_set() or run.monitor.oom:
+            kill_tree(run.proc.pid, popen=run.proc)  # orphans left by the script
+            break
+        poll_outputs(run, elapsed, quiet)
+        if elapsed >= timeout_s:
+            run.stop_reason = "timeout"
+        elif probe_seconds is not None:
+            tracker = run.rates_csv if run.rates_csv.windows else run.rates_stdout
+            if elapsed >= probe_seconds or tracker.is_steady(k, tol):
+                run.stop_reason = "probe"
+        if run.stop_reason:
+            kill_tree(run.proc.pid, popen=run.proc)
+            break
+        run.exited.wait(poll)
+    run.proc.wait()
+    run.exited.wait(5.0)
+    return (run.ended_at or time.monotonic()) - run.t0
+
+
+def stop_trial(run: TrialRun) -> None:
+    """Make sure the script's process tree is gone and stop monitoring it."""
+    if run.proc.poll() is None:  # e.g. KeyboardInterrupt: never leave a tree behind
+        kill_tree(run.proc.pid, popen=run.proc)
+        run.proc.wait()
+    if run.watchdog is not None:
+        run.watchdog.release()
+    run.monitor.stop()
+
+
+def poll_outputs(run: TrialRun, elapsed: float, quiet: bool) -> None:
+    """Read new metrics rows and new output lines into the rate trackers."""
+    if run.csv_monitor.check_for_updates():
+        try:
+            rows = run.csv_monitor.get_new_rows()
+        except Exception:  # a half-written or odd file: try again at the next poll
+            rows = pd.DataFrame()
+        _add_metric_rows(run, rows, elapsed)
+    try:
+        with open(run.stdout_path, "rb") as fh:
+            fh.seek(run.stdout_pos)
+            chunk = fh.read()
+    except FileNotFoundError:
+        return
+    if not chunk:
+        return
+    run.stdout_pos += len(chunk)
+    text = run.stdout_buf + chunk.decode("utf-8", errors="replace")
+    # Progress bars redraw with \r: each redraw is a line with its own rate.
+    lines = text.replace("\r", "\n").split("\n")
+    run.stdout_buf = lines.pop()
+    for line in lines:
+        if not line.strip():
+            continue
+        if run.first_output_s is None:
+            run.first_output_s = elapsed
+        run.stdout_text.append(line)
+        if run.batch_size is None and (m := BATCH_SIZE_PATTERN.search(line)):
+            run.batch_size = int(m.group(1))
+        rate = parse_rate(line, run.batch_size)
+        if rate is not None:
+            run.rates_stdout.add(elapsed, rate)
+        if not quiet:
+            print(f"  | {line}", flush=True)
+
+
+def _add_metric_rows(run: TrialRun, rows: pd.DataFrame, elapsed: float) -> None:
+    if rows.empty:
+        return
+    if "samples" not in rows:
+        if "step" not in rows or not run.batch_size:
+            return
+        # Steps without a sample count: samples = steps × the batch size in use.
+        rows = rows.assign(samples=pd.to_numeric(rows["step"], errors="coerce")
+                           * run.batch_size)
+    for _, row in rows.iterrows():
+        samples = to_number(row.get("samples"))
+        if samples is None:
+            continue
+        if "total_samples" in row and to_number(row["total_samples"]):
+            run.csv_total = float(to_number(row["total_samples"]))
+        rate = to_number(row.get("samples_per_s"))
+        if rate is None and run.last_samples is not None:
+            dt = elapsed - run.last_samples[0]
+            rate = (samples - run.last_samples[1]) / dt if dt > 0 else None
+        if rate is not None:
+            run.rates_csv.add(elapsed, float(rate), float(samples))
+        run.last_samples = (elapsed, float(samples))
+
+
+# --------------------------------------------------------------------------------------------
+# What a finished run amounts to
+# --------------------------------------------------------------------------------------------
+
+
+def classify(run: TrialRun, code: int | None) -> tuple[str, str]:
+    """(status, reason): ``completed``, ``probe`` or ``failed`` (oom, timeout, crash)."""
+    if run.monitor.oom:
+        return "failed", "oom"
+    if run.stop_reason == "timeout":
+        return "failed", "timeout"
+    if run.stop_reason == "probe" and code != 0:
+        return "probe", ""
+    if code == 0:
+        return "completed", ""
+    if code is not None and code < 0:
+        return "failed", f"crash (killed by signal {-code})"
+    return "failed", "crash"
+
+
+def measured_throughput(run: TrialRun) -> tuple[float | None, float | None, str, float | None]:
+    """(samples done, samples/s, source, startup seconds) from the best source available.
+
+    Startup is the time not explained by the steady rate: for metrics, the time of the last
+    row minus its cumulative samples over the rate; for stdout, the first output line.
+    """
+    if run.rates_csv.windows:
+        thr = run.rates_csv.throughput()
+        t_last, samples = run.last_samples  # type: ignore[misc]
+        startup = max(t_last - samples / thr, 0.0)
+        return samples, thr, "metrics_csv", startup
+    if run.rates_stdout.windows:
+        thr = run.rates_stdout.throughput()
+        return None, thr, "stdout", run.first_output_s or 0.0
+    return None, None, "wall_time", None
+
+
+def predict_time(status: str, wall: float, samples: float | None, total: float | None,
+                 thr: float | None, startup: float | None) -> float | None:
+    """Whole-job time: measured when the script ran to its end, else predicted."""
+    if status == "completed":
+        if total is None or samples is None or samples >= total or not thr:
+            return round(wall, 3)
+        return round(wall + (total - samples) / thr, 3)
+    if status == "probe" and thr and total is not None:
+        return round((startup or 0.0) + total / thr, 3)
+    return None
+
+
+def tail(path: Path, chars: int = STDERR_TAIL_CHARS) -> str:
+    """The last ``chars`` characters of a file ("" when it does not exist)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(size - chars, 0))
+            return fh.read().decode("utf-8", errors="replace").strip()
+    except FileNotFoundError:
+        return ""
+
+
+# --------------------------------------------------------------------------------------------
+# The trial folder
+# --------------------------------------------------------------------------------------------
+
+
+def finalize_trial(trial_dir: Path, work: Path, summary: TrialSummary) -> None:
+    """Move the run's files into place (renames are atomic), then write the summary."""
+    for name in TRIAL_FILES:
+        src = work / name
+        if src.exists():
+            os.replace(src, trial_dir / name)
+    shutil.rmtree(work, ignore_errors=True)
+    summary.save(trial_dir)
+    if trial_dir.parent.name == "trials":
+        write_trials_csv(trial_dir.parent.parent)
+
+
+def load_trial_files(trial_dir: str | os.PathLike) -> dict[str, Any]:
+    """The files of a recorded trial: ``summary`` (dict), ``trace`` and ``metrics`` frames."""
+    d = Path(trial_dir)
+    out: dict[str, Any] = {"summary": TrialSummary.load(d).to_dict()}
+    for name in ("trace", "metrics"):
+        p = d / f"{name}.csv"
+        out[name] = pd.read_csv(p) if p.exists() and p.stat().st_size else pd.DataFrame()
+    return out

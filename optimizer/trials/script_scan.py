@@ -1,0 +1,254 @@
+"""Static analysis of a user's training script: what its source says, without running it.
+
+- :func:`load_script` reads and compiles the script (a missing file or a syntax error is a
+  :class:`~optimizer.foundation.errors.TrainingScriptError` naming the file and line) and finds its entry:
+  a ``__main__`` block, else a function ``train``, ``train_model`` or ``main``, else its
+  top-level code.
+- :func:`analyze_source` scans the syntax tree for GPU use, the model family, dataset hints,
+  the layers and, when layer sizes are literals, the parameter count, and whether the script
+  reads ``OPTIMIZER_BATCH_SIZE`` or writes ``OPTIMIZER_METRICS_CSV``.
+- :func:`flag_default` and :func:`env_default` read the batch size a script uses when it is
+  not told one: an argparse or click default, or the fallback of an environment variable.
+- :func:`batch_knobs` lists the flags and environment variables through which a script seems
+  to take its batch size, so that a user who gave neither is told which one to give.
+
+Everything here works on the source alone; running the script is :mod:`optimizer.trials.runner`.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from optimizer.foundation.errors import TrainingScriptError
+
+ENTRY_NAMES = ("train", "train_model", "main")
+
+
+@dataclass
+class ScriptInfo:
+    """A training script read and compiled, not executed."""
+
+    path: Path
+    source: str
+    tree: ast.Module
+    has_main_guard: bool
+    entry: str | None
+    """``__main__`` (run as a script), a function name, or None (top-level code)."""
+
+
+def load_script(path: Path) -> ScriptInfo:
+    """Read and compile the script at ``path`` without running it, and find its entry point.
+
+    Raises
+    ------
+    TrainingScriptError
+        Missing or unreadable file, or a syntax error (message names file and line).
+    """
+    if not path.is_file():
+        raise TrainingScriptError(f"{path}: training script not found")
+    try:
+        source = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TrainingScriptError(f"{path}: cannot read training script ({exc})") from None
+    try:
+        tree = ast.parse(source, filename=str(path))
+        # ast.parse accepts some code that only the compiler rejects (e.g. `return` at top level).
+        compile(tree, str(path), "exec")
+    except SyntaxError as exc:
+        raise TrainingScriptError(
+            f"{path}:{exc.lineno}: syntax error in training script: {exc.msg}") from None
+    guard = any(_is_main_guard(n) for n in tree.body)
+    funcs = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    entry = "__main__" if guard else next((e for e in ENTRY_NAMES if e in funcs), None)
+    return ScriptInfo(path, source, tree, guard, entry)
+
+
+def _is_main_guard(node: ast.stmt) -> bool:
+    if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare):
+        return False
+    parts = [node.test.left, *node.test.comparators]
+    return (any(isinstance(p, ast.Name) and p.id == "__name__" for p in parts)
+            and any(isinstance(p, ast.Constant) and p.value == "__main__" for p in parts))
+
+
+_FAMILIES = (  # first match wins: specific families before generic ones
+    ("ResNet", ("resnet", "wide_resnet", "resnext")),
+    ("VGG", ("vgg",)),
+    ("EfficientNet", ("efficientnet",)),
+    ("MobileNet", ("mobilenet",)),
+    ("transformer", ("transformer", "multiheadattention", "bert", "gpt", "vit_", "attention")),
+    ("RNN", ("lstm", "gru", "rnn")),
+    ("autoencoder", ("autoencoder", "decoder")),
+    ("CNN", ("conv1d", "conv2d", "conv3d")),
+    ("MLP", ("linear",)),
+)
+_DATASETS = (
+    ("CIFAR-100", ("cifar100",)), ("CIFAR-10", ("cifar10", "cifar")),
+    ("ImageNet", ("imagenet",)), ("Fashion-MNIST", ("fashionmnist", "fashion_mnist")),
+    ("MNIST", ("mnist",)), ("IMDB", ("imdb",)), ("COCO", ("coco",)),
+    ("WikiText", ("wikitext",)), ("SQuAD", ("squad",)),
+)
+_SYNTHETIC_MARKERS = ("randn", "rand", "randint", "make_classification")
+_GPU_MARKERS = ("cuda", "dataparallel", "distributeddataparallel", "nccl")
+
+
+def _identifiers(tree: ast.AST) -> list[str]:
+    """Lower-cased names, attribute names and string constants of a syntax tree."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            out.append(node.id.lower())
+        elif isinstance(node, ast.Attribute):
+            out.append(node.attr.lower())
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            out.append(node.name.lower())
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            out.append(node.value.lower())
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.extend(a.name.lower() for a in node.names)
+    return out
+
+
+def _layer_params(node: ast.Call) -> tuple[str, int | None] | None:
+    """(layer kind, parameter count or None when its sizes are not literals)."""
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    if name not in ("Linear", "Conv1d", "Conv2d", "Conv3d", "Embedding"):
+        return None
+    ints = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, int)]
+    kernel: Any = None
+    if name.startswith("Conv"):
+        kw = {k.arg: k.value for k in node.keywords}
+        knode = node.args[2] if len(node.args) > 2 else kw.get("kernel_size")
+        if isinstance(knode, ast.Constant) and isinstance(knode.value, int):
+            kernel = knode.value ** int(name[-2])
+        elif isinstance(knode, ast.Tuple) and all(isinstance(e, ast.Constant) for e in knode.elts):
+            kernel = int(np.prod([e.value for e in knode.elts]))
+        if len(ints) < 2 or kernel is None:
+            return name, None
+        return name, ints[0] * ints[1] * kernel + ints[1]
+    if len(ints) < 2:
+        return name, None
+    if name == "Embedding":
+        return name, ints[0] * ints[1]
+    return name, ints[0] * ints[1] + ints[1]
+
+
+def analyze_source(tree: ast.Module) -> dict[str, Any]:
+    """GPU use, model family, dataset hint, layers and literal parameter count of a script."""
+    ids = _identifiers(tree)
+    text = " ".join(ids)
+    family = next((fam for fam, keys in _FAMILIES if any(k in text for k in keys)), None)
+    dataset = next((ds for ds, keys in _DATASETS if any(k in text for k in keys)), None)
+    if dataset is None and any(k in ids for k in _SYNTHETIC_MARKERS):
+        dataset = "synthetic"
+    layers = [p for p in (_layer_params(n) for n in ast.walk(tree) if isinstance(n, ast.Call)) if p]
+    counts = [c for _, c in layers]
+    return {
+        "uses_gpu": any(m in ids for m in _GPU_MARKERS) or any("cuda" in i for i in ids),
+        "model_family": family,
+        "dataset": dataset,
+        "layers": len(layers) or None,
+        "params": sum(counts) if counts and all(c is not None for c in counts) else None,
+        "reads_batch_size_env": "optimizer_batch_size" in ids,
+        "writes_metrics_csv": "optimizer_metrics_csv" in ids,
+        "framework": next((f for f in ("torch", "tensorflow", "jax", "sklearn") if f in ids), None),
+    }
+
+
+def _literal_int(node: ast.AST | None, minimum: int = 1) -> int | None:
+    try:
+        value = ast.literal_eval(node) if node is not None else None
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    return (value if isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+            else None)
+
+
+def flag_default(tree: ast.Module, flag: str, minimum: int = 1) -> int | None:
+    """The literal default of a command-line flag, read from the source and never run.
+
+    Finds argparse's ``add_argument("--batch-size", ..., default=64)``, click's
+    ``@click.option("--batch-size", default=64)`` (any call naming the flag among its string
+    arguments with a ``default=`` keyword) and argparse's ``set_defaults(batch_size=64)``.
+    ``flag`` may carry a value template (``--bs={}``); only its name counts. None when the
+    default is not an integer literal of at least ``minimum`` (``None``, computed, or absent;
+    ``minimum=0`` for a count of data-loader workers).
+    """
+    name = flag.split("=", 1)[0].strip()
+    if not name:
+        return None
+    dest = name.lstrip("-").replace("-", "_")
+    found: int | None = None
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        method = _name(node.func)
+        kw = {k.arg: k.value for k in node.keywords if k.arg}
+        names = [a.value for a in node.args if isinstance(a, ast.Constant)
+                 and isinstance(a.value, str)]
+        if name in names and "default" in kw:
+            found = _literal_int(kw["default"], minimum)
+            explicit_dest = kw.get("dest")
+            if isinstance(explicit_dest, ast.Constant) and isinstance(explicit_dest.value, str):
+                dest = explicit_dest.value
+        elif method == "set_defaults" and dest in kw:
+            return _literal_int(kw[dest], minimum)  # set_defaults overrides add_argument's default
+    return found
+
+
+def env_default(tree: ast.Module, variable: str) -> int | None:
+    """The literal fallback of ``os.environ.get(VARIABLE, "64")`` / ``os.getenv(VARIABLE, 64)``
+    (the value a script uses when the variable is unset), or None."""
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and len(node.args) >= 2
+                and isinstance(node.args[0], ast.Constant) and node.args[0].value == variable):
+            value = _literal_int(node.args[1])
+            if value is not None:
+                return value
+    return None
+
+
+def _name(node: ast.AST | None) -> str:
+    """``x`` of ``x`` or ``a.b.x`` (a called function, an attribute's owner), else ``""``."""
+    return node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+
+
+def _env_read(node: ast.AST) -> str | None:
+    """The variable a node reads from the environment: ``os.environ.get("X")``,
+    ``os.getenv("X")``, ``environ.get("X")`` or ``os.environ["X"]``."""
+    if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+        name, owner = _name(node.func), _name(getattr(node.func, "value", None))
+        if name == "getenv" or (name == "get" and owner == "environ"):
+            value = node.args[0].value
+            return value if isinstance(value, str) else None
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+        if _name(node.value) == "environ" and isinstance(node.slice.value, str):
+            return node.slice.value
+    return None
+
+
+def batch_knobs(tree: ast.Module) -> dict[str, list[str]]:
+    """Flags (``add_argument``/``click.option`` names) and environment variables whose name
+    mentions a batch size, in source order: ``{"flags": [...], "env": [...]}``.
+    ``OPTIMIZER_BATCH_SIZE`` is left out: cloudopt sets it anyway."""
+    flags: list[str] = []
+    env: list[str] = []
+    for node in ast.walk(tree):
+        var = _env_read(node)
+        if var and "batch" in var.lower() and var != "OPTIMIZER_BATCH_SIZE" and var not in env:
+            env.append(var)
+        if isinstance(node, ast.Call) and _name(node.func) in ("add_argument", "option"):
+            for a in node.args:
+                if (isinstance(a, ast.Constant) and isinstance(a.value, str)
+                        and a.value.startswith("-") and "batch" in a.value.lower()
+                        and a.value not in flags):
+                    flags.append(a.value)
+    return {"flags": flags, "env": env}
