@@ -213,6 +213,7 @@ class CloudResourceOptimizer:
         recorded = {d.name for d in (run_dir / "trials").glob("*") if (d / "summary.json").exists()}
         manager = TrainingModuleManager(train_file, opts.train_args, opts.batch_size_arg,
                                         opts.batch_size_env, opts.workers_arg)
+        manager.in_process_probe = self.config.run.in_process_probe
         self.training_manager = manager
         manager.load_module()
         analysis = manager.analyze_module()

@@ -314,6 +314,9 @@ class RunConfig:
     """Configurations measured for real before the agents are trained."""
     probe_seconds: float = 20.0
     """Time box of one trial; a script still running then is stopped and recorded as a probe."""
+    in_process_probe: bool = True
+    """Load cloudopt's probe into each trial's Python process (``optimizer.trials.probe``):
+    optimizer steps, samples, epochs, loss and stages of an unmodified PyTorch script."""
     trial_timeout_s: float = 600.0
     """Hard limit of one trial: a script past it is a failed trial (timeout)."""
     monitor_interval: float = 0.5

@@ -26,6 +26,7 @@ from optimizer.reports.plots import (
 )
 from optimizer.reports.render import Report, dollars, format_value
 from optimizer.trials.phase_profile import phase_needs
+from optimizer.trials.probe.summary import disagreement
 from optimizer.trials.records import TrialSummary, iter_trials, job_cost, job_time
 from optimizer.trials.resources import ResourceManager
 from optimizer.trials.sla import calculate_sla_violations
@@ -291,6 +292,7 @@ def _build_report(opt: Any, result: Any, reference: TrialSummary, rec: dict[str,
         r.table([{"quantity": k, "value": v} for k, v in comp.items()])
     if "comparison" in figs:
         r.figure(figs["comparison"], "Baseline vs optimized: real runs; red mark: plan")
+    _sources_section(r, reference)
     _rounds_section(r, rec)
     r.heading("SLA")
     sla = opt.config.sla
@@ -442,3 +444,39 @@ def _rounds_section(r: Report, rec: dict[str, Any]) -> None:
     if rec.get("choice"):
         r.paragraph(f"Final choice: {rec['choice']}.")
 
+
+_SOURCE_WORDS = {
+    "probe": "the optimizer steps the in-process probe counted",
+    "metrics_csv": "the rows the script wrote to OPTIMIZER_METRICS_CSV",
+    "stdout": "the rates the script printed",
+    "wall_time": "the run's wall time",
+}
+
+
+def _sources_section(r: Report, t: TrialSummary) -> None:
+    """Where the reference trial's figures came from, and what the probe saw of the script."""
+    r.heading("Where the figures come from")
+    lines = [f"Throughput: {_SOURCE_WORDS.get(t.throughput_source, t.throughput_source)}."]
+    lines.append(f"The job's size ({t.total_samples:.6g} samples): {t.job_size_source}."
+                 if t.total_samples and t.job_size_source else "The job's size: unknown.")
+    p = t.probe
+    if not p:
+        lines.append("The in-process probe was off.")
+    elif not p.get("steps"):
+        lines.append("The probe saw no optimizer step (a script that does not train with "
+                     "torch.optim): its figures come from what the script printed or its "
+                     "wall time.")
+    else:
+        seen = f"The probe saw {p['steps']} optimizer steps of {p.get('samples_per_step')} samples"
+        if p.get("dataset_len"):
+            seen += (f", a training set of {p['dataset_len']} samples over "
+                     f"{p.get('train_epochs', 0)} completed epochs")
+        if p.get("epochs"):
+            seen += f" ({p['epochs']} epochs in the job: {p.get('epochs_source')})"
+        if p.get("loss_first") is not None:
+            seen += f"; loss {p['loss_first']:.4g} → {p['loss_last']:.4g}"
+        lines.append(seen + ".")
+        gap = disagreement(p)
+        if gap:
+            lines.append(f"The script {gap}.")
+    r.paragraph(" ".join(lines))

@@ -52,6 +52,9 @@ from optimizer.search.runoff import runoff, standings, tie_note
 from optimizer.search.workload_fit import measurements_from_trials
 from optimizer.trials.records import TrialSummary
 
+MAX_MEASUREMENTS = 4
+"""The closed loop never measures a setting a fifth time: when that is all it could do, it stops
+and says why (a repeat teaches the model nothing the earlier runs did not)."""
 FIT_TOLERANCE = 0.25
 """Largest throughput error of the fit (over the trials) at which the agents' plan is trusted
 enough to be the next measurement; beyond it, the next probe is chosen for information."""
@@ -59,6 +62,14 @@ enough to be the next measurement; beyond it, the next probe is chosen for infor
 
 def _alloc(value: Any) -> Allocation:
     return Allocation(**value) if isinstance(value, dict) else value
+
+
+def _with_default_batch(a: Allocation, default_batch: int | None) -> Allocation:
+    """``a`` with the script's default batch where it leaves the batch to the script: trials are
+    labelled with the batch they ran with, so "default" and that batch are one setting."""
+    if a.batch_size is not None or default_batch is None:
+        return a
+    return Allocation(a.gpus, a.cpus, a.memory_gb, default_batch, a.workers)
 
 
 def _batches(trials: Sequence[TrialSummary], most: int | None = None) -> list[int]:
@@ -156,6 +167,7 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
     rounds: list[dict[str, Any]] = []
     rec: dict[str, Any] = {}
     proposer: dict[str, str] = {}
+    default_batch = getattr(manager, "default_batch_size", lambda: None)()
     for k in range(cfg.run.refine_rounds + 1):
         usable = [t for t in trials if t.ok and t.throughput]
         rec, env_config = opt._recommend(usable, reference, total, profile, run_dir, opts, k)
@@ -168,12 +180,14 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
             probe = _probe_by_improvement(opt, env_config, usable, total, opt.user_preference)
             if probe is not None:
                 spread = _spread_of(probe[1], probe[2], planned)
-        measured_before = any(same_setting(t.allocation, planned) for t in trials)
+        measured_before = any(
+            same_setting(t.allocation, _with_default_batch(planned, default_batch))
+            for t in trials)
         dominated = None if env_config is None or measured_before else dominating_trial(
             env_config, planned, usable, cfg, total)
         if env_config is None:
-            left = [a for a in more_probes
-                    if not any(same_setting(t.allocation, a) for t in trials)]
+            left = [a for a in more_probes if not any(
+                same_setting(t.allocation, _with_default_batch(a, default_batch)) for t in trials)]
             if not left:
                 break
             choice, why = left[0], "the model could not be fitted: one more probe first"
@@ -192,6 +206,15 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
                                "measured trial beats its prediction, and no allocation is "
                                "expected to beat the best trial"})
                 break
+        times = sum(same_setting(t.allocation, _with_default_batch(choice, default_batch))
+                    for t in trials)
+        if times >= MAX_MEASUREMENTS:
+            stop = (f"nothing else can be proposed: {why}, but that setting was measured "
+                    f"{times} times already")
+            opt._say(f"closed loop stops: {stop}")
+            rounds.append({"round": k, "planned": planned, "proposed_by": rec["agent"],
+                           "action": "stop", "why": stop})
+            break
         trial = opt._measure(manager, choice, f"refine-{k}", run_dir, opts, total)
         trial = opt._label_batch(trial, run_dir / "trials" / trial.trial_id, batch_settable)
         trials.append(trial)

@@ -44,7 +44,8 @@ class TrialSummary:
     throughput: float | None = None
     """Samples per second."""
     throughput_source: str = "none"
-    """``metrics_csv``, ``stdout`` or ``wall_time``."""
+    """The first of: ``metrics_csv`` (rows the script wrote for cloudopt), ``probe`` (the
+    in-process probe's optimizer steps), ``stdout`` (printed rates) and ``wall_time``."""
     hourly_cost: float = 0.0
     cost: float = 0.0
     """Cost of the trial itself (hourly cost × wall time)."""
@@ -75,6 +76,15 @@ class TrialSummary:
     concurrent_with: list[str] = field(default_factory=list)
     """Trials that ran on the same machine at the same time (they share caches and memory
     bandwidth, so their throughputs may be lower than alone)."""
+    job_size_source: str = ""
+    """Where ``total_samples`` came from: ``given``, ``metrics``, ``printed``, ``arguments``,
+    ``probe: dataset x epochs`` or ``probe: completed run``; empty when unknown."""
+    probe: dict[str, Any] = field(default_factory=dict)
+    """What the in-process probe saw (:mod:`optimizer.trials.probe`; empty for a script that
+    never imported torch, or with the probe off): ``steps``, ``samples_per_step``,
+    ``dataset_len``, ``train_epochs``, ``epochs`` (and ``epochs_source``), ``loss_first``,
+    ``loss_last``, ``printed_throughput`` (a rate the script printed, and ``printed_gap``, its
+    relative difference), ``errors``."""
 
     @property
     def ok(self) -> bool:
@@ -188,6 +198,7 @@ def summaries_to_frame(summaries: Iterable[TrialSummary | dict[str, Any]]) -> An
         d = s.to_dict() if isinstance(s, TrialSummary) else TrialSummary.from_dict(s).to_dict()
         alloc = d.pop("allocation") or {}
         info = d.pop("model_info") or {}
+        d.pop("probe", None)
         d.pop("stderr_tail", None)
         d["train_args"] = " ".join(str(a) for a in d.get("train_args") or [])
         d["concurrent_with"] = " ".join(d.get("concurrent_with") or [])

@@ -20,6 +20,7 @@ The steps :meth:`optimizer.trials.training.TrainingModuleManager.run_training` s
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -38,12 +39,14 @@ from optimizer.foundation.config import ResourceConfig
 from optimizer.trials.guard import Watchdog, die_with_parent, record_owner
 from optimizer.trials.monitor import CSVMonitor, ProcessMonitor, kill_tree
 from optimizer.trials.output import BATCH_SIZE_PATTERN, RateTracker, parse_rate, to_number
+from optimizer.trials.probe import probe_environment
 from optimizer.trials.records import SUMMARY_FILE, TrialSummary, write_trials_csv
 from optimizer.trials.resources import ResourceManager
 from optimizer.trials.script_scan import ScriptInfo
 
 STDERR_TAIL_CHARS = 2000
-TRIAL_FILES = ("trace.csv", "metrics.csv", "stdout.log", "stderr.log")
+TRIAL_FILES = ("trace.csv", "metrics.csv", "stdout.log", "stderr.log", "probe.jsonl",
+               "stages.csv")
 RECORDED_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                         "NUMEXPR_NUM_THREADS")
 
@@ -105,13 +108,16 @@ def prepare_trial_dir(trial_dir: Path) -> Path:
 
 def trial_environment(allocation: Allocation, resource_config: ResourceConfig,
                       visible_devices: Sequence[int] | None, metrics_path: Path,
-                      trial_id: str) -> dict[str, str]:
-    """The script's environment: the allocation's variables, the metrics file, the trial id."""
+                      trial_id: str, probe_events: Path | None = None) -> dict[str, str]:
+    """The script's environment: the allocation's variables, the metrics file, the trial id,
+    and the in-process probe when ``probe_events`` names its event file."""
     env = ResourceManager.apply_configuration(allocation, resource_config=resource_config,
                                               visible_devices=visible_devices)
     # Unbuffered output: rates printed by the script reach the poller while it runs.
     env.update(OPTIMIZER_METRICS_CSV=str(metrics_path.resolve()), PYTHONUNBUFFERED="1",
                OPTIMIZER_TRIAL_ID=trial_id)
+    if probe_events is not None:
+        env = probe_environment(env, probe_events, probe_events.with_name("probe-control.json"))
     return env
 
 
@@ -153,6 +159,11 @@ class TrialRun:
     """Set by :func:`_note_exit` once the script's process has ended."""
     ended_at: float | None = None
     """``time.monotonic()`` when it ended."""
+    probe_path: Path | None = None
+    probe_pos: int = 0
+    probe_last: tuple[float, float] | None = None
+    """(probe t, cumulative samples) at the end of the last probe rate window."""
+    rates_probe: RateTracker = field(default_factory=RateTracker)
 
 
 def start_trial(cmd: list[str], env: dict[str, str], cpus: list[int], work: Path,
@@ -229,7 +240,8 @@ def wait_trial(run: TrialRun, probe_seconds: float | None, timeout_s: float,
         if elapsed >= timeout_s:
             run.stop_reason = "timeout"
         elif probe_seconds is not None:
-            tracker = run.rates_csv if run.rates_csv.windows else run.rates_stdout
+            tracker = next((r for r in (run.rates_csv, run.rates_probe) if r.windows),
+                           run.rates_stdout)
             if elapsed >= probe_seconds or tracker.is_steady(k, tol):
                 run.stop_reason = "probe"
         if run.stop_reason:
@@ -251,8 +263,41 @@ def stop_trial(run: TrialRun) -> None:
     run.monitor.stop()
 
 
+PROBE_WINDOW_S = 1.0
+"""Probe rate windows: the samples of the optimizer steps of each second (the probe writes a
+cumulative count ten times a second)."""
+
+
+def _poll_probe(run: TrialRun) -> None:
+    """New aggregated step events of the probe, as rate windows of ``PROBE_WINDOW_S``."""
+    try:
+        with open(run.probe_path, "rb") as fh:  # type: ignore[arg-type]
+            fh.seek(run.probe_pos)
+            chunk = fh.read()
+    except (FileNotFoundError, TypeError):
+        return
+    end = chunk.rfind(b"\n") + 1  # a line still being written waits for the next poll
+    run.probe_pos += end
+    for line in chunk[:end].splitlines():
+        if b'"e":"steps"' not in line:
+            continue
+        try:
+            ev = json.loads(line)
+            t, samples = float(ev["t"]), float(ev["samples"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if run.probe_last is None:
+            run.probe_last = (t, samples)
+        elif t - run.probe_last[0] >= PROBE_WINDOW_S:
+            rate = (samples - run.probe_last[1]) / (t - run.probe_last[0])
+            run.rates_probe.add(time.monotonic() - run.t0, rate, samples)
+            run.probe_last = (t, samples)
+
+
 def poll_outputs(run: TrialRun, elapsed: float, quiet: bool) -> None:
-    """Read new metrics rows and new output lines into the rate trackers."""
+    """Read new probe events, metrics rows and output lines into the rate trackers."""
+    if run.probe_path is not None:
+        _poll_probe(run)
     if run.csv_monitor.check_for_updates():
         try:
             rows = run.csv_monitor.get_new_rows()

@@ -252,3 +252,27 @@ def batch_knobs(tree: ast.Module) -> dict[str, list[str]]:
                         and a.value not in flags):
                     flags.append(a.value)
     return {"flags": flags, "env": env}
+
+
+EPOCH_FLAGS = ("--epochs", "--num-epochs", "--num_epochs", "--n-epochs", "--n_epochs",
+               "--max-epochs", "--max_epochs", "--epoch", "--nepochs")
+
+
+def epochs_of(tree: ast.Module, args: list[str] | tuple[str, ...] = ()) -> tuple[int, str] | None:
+    """How many epochs a run makes, and where that came from: an epoch flag given in ``args``
+    (``"--epochs 3"``), else that flag's literal default in the source (argparse or click,
+    read by :func:`flag_default`). None when neither says, e.g. a loop over ``range(10)``: a
+    completed run then counts its epochs itself."""
+    given = list(args)
+    for i, a in enumerate(given):
+        name, _, value = a.partition("=")
+        if name in EPOCH_FLAGS:
+            if not value and i + 1 < len(given):
+                value = given[i + 1]
+            if value.strip().isdigit() and int(value) >= 1:
+                return int(value), f"{name} in the script's arguments"
+    for flag in EPOCH_FLAGS:
+        default = flag_default(tree, flag)
+        if default is not None:
+            return default, f"the default of {flag} in the script's source"
+    return None

@@ -54,12 +54,13 @@ from optimizer.trials.output import (
     BATCH_SIZE_PATTERN,
     INFO_KEYS,
     RateTracker,
-    first_number,
     parse_key_values,
     parse_rate,
     to_number,
     total_samples_from_args,
 )
+from optimizer.trials.probe import EVENTS_FILE, read_probe, write_stage_marks
+from optimizer.trials.probe.summary import probe_figures
 from optimizer.trials.records import SUMMARY_FILE, TrialSummary
 from optimizer.trials.resources import cpu_affinity_set
 from optimizer.trials.runner import (
@@ -151,6 +152,9 @@ class TrainingModuleManager:
         self.batch_size_arg = batch_size_arg
         self.batch_size_env = batch_size_env or None
         self.workers_arg = workers_arg or None
+        self.in_process_probe = True
+        """Load the in-process probe into each trial (:mod:`optimizer.trials.probe`);
+        ``[run].in_process_probe``."""
         self.module: ScriptInfo | None = None
         self.training_process: subprocess.Popen | None = None
         self.replaced: list[str] = []
@@ -370,8 +374,9 @@ class TrainingModuleManager:
         self.resource_config = resource_config
         work = prepare_trial_dir(trial_dir)
         metrics_part = work / "metrics.csv"
+        probe_events = work / EVENTS_FILE if self.in_process_probe else None
         env = trial_environment(allocation, resource_config, visible_devices, metrics_part,
-                                trial_id)
+                                trial_id, probe_events)
         env.update(self.batch_environment(allocation.batch_size))
         cpus = sorted(cpu_ids) if cpu_ids is not None else cpu_affinity_set(allocation.cpus)
         cmd = self.command(allocation)
@@ -387,6 +392,7 @@ class TrainingModuleManager:
         })
         run = start_trial(cmd, env, cpus, work, trial_id, allocation, monitor_interval,
                           metrics_part)
+        run.probe_path = probe_events
         self.training_process = run.proc
         self.csv_monitor = run.csv_monitor
         self.output_csv_path = metrics_part
@@ -434,9 +440,22 @@ class TrainingModuleManager:
         status, reason = classify(run, code)
         stdout_text = "\n".join(run.stdout_text)
         samples, thr, source, startup = measured_throughput(run)
-        total = first_number(total_samples, run.csv_total,
-                             parse_key_values(stdout_text).get("total_samples"),
-                             total_samples_from_args(self.train_args))
+        record = read_probe(run.probe_path) if run.probe_path is not None else None
+        if record is not None:
+            write_stage_marks(record, work / "stages.csv")
+        info = self.module
+        fig = probe_figures(record, info.tree if info is not None else None, self.train_args,
+                            status, thr if source != "wall_time" else None, source,
+                            run.batch_size or self.default_batch_size())
+        # Rows the script wrote for cloudopt (OPTIMIZER_METRICS_CSV) are its own exact account;
+        # otherwise the probe's steps come before rates the script printed.
+        if fig.throughput and source != "metrics_csv":
+            samples, thr, source, startup = fig.samples, fig.throughput, "probe", fig.startup_s
+        sizes = [("given", total_samples), ("metrics", run.csv_total),
+                 ("printed", to_number(parse_key_values(stdout_text).get("total_samples"))),
+                 ("arguments", total_samples_from_args(self.train_args)),
+                 (fig.total_source, fig.total_samples)]
+        size_source, total = next(((k, float(v)) for k, v in sizes if v), ("", None))
         if source == "wall_time" and total is not None and status == "completed":
             samples, thr = total, total / wall if wall > 0 else None
         hourly = ResourceCostCalculator.from_config(resource_config).calculate_hourly_cost(
@@ -460,7 +479,7 @@ class TrainingModuleManager:
             model_info=model_info,
             stderr_tail=stderr if status == "failed" else "", started_at=started_at,
             finished_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
-            node=socket.gethostname(),
+            node=socket.gethostname(), job_size_source=size_source, probe=fig.info,
         )
 
 

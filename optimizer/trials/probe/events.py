@@ -1,0 +1,212 @@
+"""Reading the probe's event file into what a trial measured: steps, samples, throughput, the
+training loader's size and epochs, the loss, gradient norms and the stages of the run."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+WARMUP_SHARE = 0.1
+"""Share of the training time (from the first step) left out of the steady rate: the first
+steps pay for allocator warm-up, lazy initialisation and the first batches' loading."""
+
+
+@dataclass
+class ProbeRecord:
+    """What the probe saw of one run. Times ``t`` are seconds since the probe started, which is
+    the interpreter's start-up (before the script's first line)."""
+
+    header: dict[str, Any]
+    steps: int = 0
+    samples: float = 0.0
+    step_points: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))
+    """``(t, cumulative steps, cumulative samples)`` of each aggregated steps event (also where
+    a training pass ends and resumes, and at exit)."""
+    first_step_t: float | None = None
+    batch_sizes: Counter = field(default_factory=Counter)
+    loaders: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """Per data loader: ``dataset_len``, ``batches``, ``epochs_started``, ``epochs_completed``,
+    ``train_epochs`` (completed passes with optimizer steps in them: a loader also used to
+    evaluate is not counted twice) and ``steps`` (optimizer steps taken while it was
+    iterated)."""
+    losses: list[tuple[int, float, float]] = field(default_factory=list)
+    """``(step, t, value)``."""
+    grads: list[tuple[int, float | None, float]] = field(default_factory=list)
+    """``(step, samples, squared gradient norm)`` of single steps."""
+    windows: list[dict[str, Any]] = field(default_factory=list)
+    """Windows of ``k`` consecutive steps: ``samples`` (per step), ``small`` (each step's
+    squared norm) and ``big`` (squared norm of their mean gradient)."""
+    modes: list[tuple[float, bool]] = field(default_factory=list)
+    controls: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    breaks: list[float] = field(default_factory=list)
+    """Times a training pass paused: a switch to eval mode, a loader's pass ending."""
+    exit_t: float | None = None
+    last_t: float = 0.0
+    torch_version: str | None = None
+
+    @property
+    def samples_per_step(self) -> int | None:
+        return self.batch_sizes.most_common(1)[0][0] if self.batch_sizes else None
+
+    @property
+    def train_loader(self) -> dict[str, Any] | None:
+        """The loader during whose iteration the optimizer stepped (most steps)."""
+        used = [v for v in self.loaders.values() if v["steps"] > 0]
+        return max(used, key=lambda v: v["steps"]) if used else None
+
+    def steady_throughput(self) -> float | None:
+        """Training samples per second: the samples of the steps after the warm-up share of the
+        training time over the time they took, leaving out the intervals in which training
+        paused (evaluation, the turn of an epoch), as a script's own rate does; None with fewer
+        than 3 points."""
+        p = self.step_points
+        if len(p) < 3 or p[-1, 2] <= 0:
+            return None
+        t0, t1 = p[0, 0], p[-1, 0]
+        start = np.searchsorted(p[:, 0], t0 + WARMUP_SHARE * (t1 - t0))
+        keep = p[min(start, len(p) - 3):]
+        dt, ds = np.diff(keep[:, 0]), np.diff(keep[:, 2])
+        breaks = np.asarray(self.breaks, dtype=float)
+        # An interval without steps (a pause, or up to the exit) or across a pause is not
+        # training; the probe writes a point where each pass ends and where training resumes.
+        paused = ds <= 0
+        if len(breaks):
+            paused |= np.array([((breaks > a) & (breaks < b)).any()
+                                for a, b in zip(keep[:-1, 0], keep[1:, 0], strict=True)])
+        if (~paused).any():
+            dt, ds = dt[~paused], ds[~paused]
+        return float(ds.sum() / dt.sum()) if dt.sum() > 0 and ds.sum() > 0 else None
+
+    def overall_throughput(self) -> float | None:
+        """Samples per second from the first step to the last, pauses included."""
+        p = self.step_points
+        if len(p) < 2 or p[-1, 0] <= p[0, 0]:
+            return None
+        return float((p[-1, 2] - p[0, 2]) / (p[-1, 0] - p[0, 0]))
+
+    def job_samples(self, epochs: int) -> float | None:
+        """The samples of a whole job of ``epochs`` epochs over the training loader."""
+        loader = self.train_loader
+        if loader is None or not loader.get("dataset_len"):
+            return None
+        return float(loader["dataset_len"]) * epochs
+
+    def stages(self) -> list[tuple[float, float, str]]:
+        """``(start_t, end_t, stage)``: ``startup`` before the first step, then ``train`` and
+        ``eval`` (a module switched to eval mode) in turn, ``teardown`` after the last step."""
+        end = self.exit_t if self.exit_t is not None else self.last_t
+        if self.first_step_t is None:
+            return [(0.0, end, "startup")] if end > 0 else []
+        p = self.step_points
+        # The first point at the final count: later ones mark pauses and the exit.
+        last_step = float(p[np.argmax(p[:, 1] == p[-1, 1]), 0]) if len(p) else self.first_step_t
+        out = [(0.0, self.first_step_t, "startup")]
+        cursor, stage = self.first_step_t, "train"
+        for t, train in self.modes:
+            if t <= cursor or t >= last_step:
+                continue
+            new = "train" if train else "eval"
+            if new != stage:
+                out.append((cursor, t, stage))
+                cursor, stage = t, new
+        out.append((cursor, last_step, stage))
+        if end > last_step:
+            out.append((last_step, end, "teardown"))
+        return [(round(a, 3), round(b, 3), s) for a, b, s in out if b > a]
+
+
+def _apply(rec: ProbeRecord, ev: dict[str, Any], points: list) -> None:
+    kind, t = ev.get("e"), float(ev.get("t", 0.0))
+    rec.last_t = max(rec.last_t, t)
+    if kind == "steps":
+        rec.steps, rec.samples = int(ev["step"]), float(ev["samples"])
+        points.append((t, rec.steps, rec.samples))
+    elif kind == "first_step":
+        rec.first_step_t = t
+        if ev.get("samples"):
+            rec.batch_sizes[int(ev["samples"])] += 1
+    elif kind in ("epoch_start", "epoch_end"):
+        lo = rec.loaders.setdefault(int(ev["loader"]), {
+            "dataset_len": ev.get("dataset_len"), "batches": ev.get("batches"),
+            "batch_size": ev.get("batch_size"), "workers": ev.get("workers"),
+            "epochs_started": 0, "epochs_completed": 0, "train_epochs": 0, "steps": 0,
+            "start_step": 0})
+        lo["epochs_started" if kind == "epoch_start" else "epochs_completed"] += 1
+        if kind == "epoch_end":
+            rec.breaks.append(t)
+        if kind == "epoch_start":
+            lo["start_step"] = int(ev.get("step") or 0)
+        elif int(ev.get("step") or 0) > lo["start_step"]:
+            lo["train_epochs"] += 1  # a pass with optimizer steps; the others evaluated
+        lo["steps"] = max(lo["steps"], int(ev.get("steps_in_loader") or 0))
+        if ev.get("batch_size"):
+            rec.batch_sizes[int(ev["batch_size"])] += 1
+    elif kind == "loss":
+        rec.losses.append((int(ev["step"]), t, float(ev["value"])))
+    elif kind == "grad":
+        rec.grads.append((int(ev["step"]), ev.get("samples"), float(ev["value"])))
+    elif kind == "gradwin":
+        rec.windows.append(ev)
+        rec.grads.extend((int(ev["step"]) + i, b, float(v)) for i, (b, v)
+                         in enumerate(zip(ev["samples"], ev["small"], strict=False)))
+    elif kind == "mode":
+        rec.modes.append((t, bool(ev["train"])))
+        if not ev["train"]:
+            rec.breaks.append(t)
+    elif kind == "control":
+        rec.controls.append(ev)
+    elif kind == "probe_error":
+        rec.errors.append(ev)
+    elif kind == "torch":
+        rec.torch_version = ev.get("version")
+    elif kind == "exit":
+        rec.exit_t = t
+        rec.steps, rec.samples = int(ev["step"]), float(ev["samples"])
+        points.append((t, rec.steps, rec.samples))
+
+
+def read_probe(path: str | os.PathLike) -> ProbeRecord | None:
+    """The record of a probe's event file; None when it is missing or has no header. A last
+    line cut short (the process was killed mid-write) is ignored."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    rec: ProbeRecord | None = None
+    points: list[tuple[float, float, float]] = []
+    for line in lines:
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(ev, dict):
+            continue
+        if ev.get("e") == "header":
+            rec = ProbeRecord(header=ev)
+        elif rec is not None:
+            try:
+                _apply(rec, ev, points)
+            except (KeyError, TypeError, ValueError):
+                continue
+    if rec is None:
+        return None
+    if points:
+        rec.step_points = np.array(points, dtype=float)
+    return rec
+
+
+def write_stage_marks(record: ProbeRecord, path: str | os.PathLike) -> Path:
+    """The stage intervals as CSV (``start_s,end_s,stage``), written atomically."""
+    from optimizer.foundation.atomic_files import atomic_write_text
+
+    rows = ["start_s,end_s,stage"] + [f"{a},{b},{s}" for a, b, s in record.stages()]
+    path = Path(path)
+    atomic_write_text(path, "\n".join(rows) + "\n")
+    return path

@@ -1,0 +1,368 @@
+"""The probe's hooks inside a training script's process: optimizer steps, samples, data-loader
+epochs, the loss, train/eval switches and gradient norms, as JSON lines in the file named by
+``CLOUDOPT_PROBE_EVENTS``.
+
+Only the standard library is imported here. Nothing happens until the script imports ``torch``
+itself: a post-import hook on the ``torch`` module installs the torch hooks right after torch
+has loaded. Every hook is guarded: an error disables that hook and is recorded once, and the
+script goes on as without the probe. Values on a device (the loss, gradient norms) are read at
+least two optimizer steps after they were made, so the probe never waits for a GPU stream.
+"""
+
+import atexit
+import importlib.abc
+import importlib.util
+import json
+import os
+import sys
+import time
+
+VERSION = 1
+STEP_EVENT_S = 0.1  # at most one aggregated "steps" event per 0.1 s: small files on fast loops
+SAMPLE_EVERY_S = 0.1  # the loss at most 10 times a second (the first steps always)
+GRAD_EVERY_S = 2.0  # a gradient-noise window at most every 2 s
+FLUSH_S = 0.5
+CONTROL_EVERY_S = 0.5
+MAX_WINDOW_ELEMENTS = 50_000_000
+FIRST_STEPS = 5
+
+
+class _State:
+    def __init__(self, path: str) -> None:
+        self.pid = os.getpid()
+        self.t0 = time.perf_counter()
+        self.file = open(path, "a", encoding="utf-8", buffering=1 << 16)  # noqa: SIM115
+        self.last_flush = self.t0
+        self.steps = 0
+        self.samples = 0
+        self.last_step_event = -1.0
+        self.pending_steps = 0
+        self.batch = None
+        env_batch = os.environ.get("OPTIMIZER_BATCH_SIZE", "")
+        self.env_batch = int(env_batch) if env_batch.isdigit() else None
+        self.last_loss_t = -1.0
+        self.pending = []  # (ready_step, kind, payload, tensor or list of tensors)
+        self.disabled = set()
+        self.depth = 0
+        self.grad_window = int(os.environ.get("CLOUDOPT_PROBE_GRAD_WINDOW", "4") or 4)
+        self.window = None  # {"acc": [...], "small": [...], "samples": [...], "step": first}
+        self.last_window_t = -GRAD_EVERY_S
+        self.control = os.environ.get("CLOUDOPT_PROBE_CONTROL") or None
+        self.control_mtime = None
+        self.last_control_check = -CONTROL_EVERY_S
+        self.loader_steps = {}
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def emit(self, event: dict) -> None:
+        if os.getpid() != self.pid or self.file.closed:
+            return  # a forked child (a data-loader worker) never writes
+        event.setdefault("t", round(self.now(), 6))
+        self.file.write(json.dumps(event, separators=(",", ":")) + "\n")
+        if event["t"] - (self.last_flush - self.t0) >= FLUSH_S:
+            self.file.flush()
+            self.last_flush = time.perf_counter()
+
+
+_STATE = None
+
+
+def _guard(name):
+    """Run a hook body; on error record it once and switch that hook off."""
+    def wrap(fn):
+        def run(*args, **kwargs):
+            s = _STATE
+            if s is None or name in s.disabled:
+                return None
+            try:
+                return fn(s, *args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - never break the user's script
+                s.disabled.add(name)
+                s.emit({"e": "probe_error", "hook": name, "error": repr(exc)[:300]})
+                return None
+        return run
+    return wrap
+
+
+def _batch_size(batch, depth=0):
+    """dim 0 of the first tensor-like found in a batch (tuples, lists, dicts)."""
+    shape = getattr(batch, "shape", None)
+    if shape is not None and len(shape) > 0:
+        return int(shape[0])
+    if depth > 3:
+        return None
+    if isinstance(batch, dict):
+        batch = list(batch.values())
+    if isinstance(batch, (list, tuple)):
+        for item in batch:
+            n = _batch_size(item, depth + 1)
+            if n is not None:
+                return n
+    return None
+
+
+def _resolve(s, final=False):
+    """Read deferred device values made at least two steps ago (all of them at exit)."""
+    keep = []
+    for ready, event, tensors in s.pending:
+        if final or s.steps >= ready:
+            if isinstance(tensors, list):
+                values = [float(x) for x in tensors]
+                event["small"] = values[:-1]
+                event["big"] = values[-1]
+            else:
+                event["value"] = float(tensors)
+            s.emit(event)
+        else:
+            keep.append((ready, event, tensors))
+    s.pending = keep
+
+
+def _steps_event(s, force=False):
+    if s.pending_steps and (force or s.now() - s.last_step_event >= STEP_EVENT_S):
+        s.emit({"e": "steps", "step": s.steps, "samples": s.samples, "n": s.pending_steps})
+        s.pending_steps = 0
+        s.last_step_event = s.now()
+
+
+def _anchor(s):
+    """The counts as training resumes, so the pause before it is not taken for training."""
+    if s.steps:
+        s.emit({"e": "steps", "step": s.steps, "samples": s.samples, "n": 0})
+        s.last_step_event = s.now()
+
+
+@_guard("control")
+def _check_control(s, torch):
+    t = s.now()
+    if s.control is None or t - s.last_control_check < CONTROL_EVERY_S:
+        return
+    s.last_control_check = t
+    try:
+        mtime = os.stat(s.control).st_mtime_ns
+    except OSError:
+        return
+    if mtime == s.control_mtime:
+        return
+    s.control_mtime = mtime
+    with open(s.control, encoding="utf-8") as fh:
+        order = json.load(fh)
+    n = order.get("num_threads")
+    if isinstance(n, int) and n >= 1:
+        # Called from the training thread: OpenMP's thread count is per calling thread.
+        torch.set_num_threads(n)
+    s.emit({"e": "control", "seq": order.get("seq"), "num_threads": torch.get_num_threads()})
+
+
+def _install(torch):
+    s = _STATE
+    s.emit({"e": "torch", "version": str(getattr(torch, "__version__", "?")),
+            "num_threads": torch.get_num_threads()})
+    from torch.optim.optimizer import (
+        register_optimizer_step_post_hook,
+        register_optimizer_step_pre_hook,
+    )
+
+    @_guard("grad")
+    def pre_step(s, optimizer, args, kwargs):
+        if s.window is None and s.now() - s.last_window_t < GRAD_EVERY_S and s.steps >= 1:
+            return
+        grads = [p.grad for g in optimizer.param_groups for p in g["params"]
+                 if p.grad is not None and not p.grad.is_sparse]
+        if not grads:
+            return
+        samples = s.batch if s.batch is not None else s.env_batch
+        with torch.no_grad():
+            sq = torch.stack([n.float() for n in torch._foreach_norm(grads)]).pow(2).sum()
+            w = s.window
+            if w is None:
+                if sum(g.numel() for g in grads) > MAX_WINDOW_ELEMENTS or s.grad_window < 2:
+                    s.pending.append((s.steps + 2, {"e": "grad", "step": s.steps + 1,
+                                                    "samples": samples}, sq))
+                    s.last_window_t = s.now()
+                    return
+                s.window = {"acc": [g.detach().float().clone() for g in grads],
+                            "small": [sq], "samples": [samples], "step": s.steps + 1}
+                return
+            if len(w["acc"]) != len(grads):
+                s.window = None
+                return
+            torch._foreach_add_(w["acc"], [g.detach().float() for g in grads])
+            w["small"].append(sq)
+            w["samples"].append(samples)
+            if len(w["small"]) >= s.grad_window:
+                k = len(w["small"])
+                big = torch.stack(torch._foreach_norm(w["acc"])).pow(2).sum() / (k * k)
+                event = {"e": "gradwin", "step": w["step"], "k": k, "samples": w["samples"]}
+                s.pending.append((s.steps + 2, event, [*w["small"], big]))
+                s.window = None
+                s.last_window_t = s.now()
+
+    @_guard("steps")
+    def post_step(s, optimizer, args, kwargs):
+        s.steps += 1
+        b = s.batch if s.batch is not None else s.env_batch
+        s.samples += b or 0
+        s.pending_steps += 1
+        if s.steps == 1:
+            s.emit({"e": "first_step", "samples": b})
+        if s.loader_current is not None:
+            s.loader_steps[s.loader_current] = s.loader_steps.get(s.loader_current, 0) + 1
+        _steps_event(s)
+        if s.pending:
+            _resolve(s)
+        _check_control(torch)
+
+    s.loader_current = None
+    register_optimizer_step_pre_hook(pre_step)
+    register_optimizer_step_post_hook(post_step)
+
+    original_backward = torch.Tensor.backward
+
+    def backward(self, *args, **kwargs):
+        _note_loss(self)
+        return original_backward(self, *args, **kwargs)
+
+    @_guard("loss")
+    def _note_loss(s, tensor):
+        t = s.now()
+        if s.steps >= FIRST_STEPS and t - s.last_loss_t < SAMPLE_EVERY_S:
+            return
+        if tensor.numel() != 1:
+            return
+        s.last_loss_t = t
+        s.pending.append((s.steps + 2, {"e": "loss", "step": s.steps + 1, "t": round(t, 6)},
+                          tensor.detach()))
+
+    torch.Tensor.backward = backward
+
+    from torch.utils.data import dataloader
+
+    base = dataloader._BaseDataLoaderIter
+    original_next = base.__next__
+
+    def __next__(self):
+        starting = getattr(self, "_num_yielded", 1) == 0
+        if starting:
+            _loader_event(self, "epoch_start")
+        try:
+            batch = original_next(self)
+        except StopIteration:
+            _loader_event(self, "epoch_end")
+            raise
+        _note_batch(self, batch)
+        return batch
+
+    @_guard("loader")
+    def _loader_event(s, it, kind):
+        dataset = getattr(it, "_dataset", None)
+        try:
+            size = len(dataset)
+        except Exception:  # noqa: BLE001 - an iterable dataset has no length
+            size = None
+        try:
+            batches = len(it)
+        except Exception:  # noqa: BLE001
+            batches = None
+        key = id(dataset)
+        if kind == "epoch_start":
+            s.loader_current = key
+        elif s.loader_current == key:
+            s.loader_current = None
+        _steps_event(s, force=True)
+        if kind == "epoch_start":
+            _anchor(s)
+        s.emit({"e": kind, "loader": key, "dataset_len": size, "batches": batches,
+                "batch_size": getattr(it, "_index_sampler", None) and getattr(
+                    getattr(it, "_index_sampler", None), "batch_size", None),
+                "workers": getattr(it, "_num_workers", None), "step": s.steps,
+                "steps_in_loader": s.loader_steps.get(key, 0)})
+        _check_control(torch)
+
+    @_guard("batch")
+    def _note_batch(s, it, batch):
+        n = _batch_size(batch)
+        if n is not None:
+            s.batch = n
+        s.loader_current = id(getattr(it, "_dataset", None))
+
+    base.__next__ = __next__
+
+    module_cls = torch.nn.Module
+    original_train = module_cls.train
+
+    def train(self, mode=True):
+        _note_mode(self, mode)
+        if _STATE is not None:
+            _STATE.depth += 1
+        try:
+            return original_train(self, mode)
+        finally:
+            if _STATE is not None:
+                _STATE.depth -= 1
+
+    @_guard("mode")
+    def _note_mode(s, module, mode):
+        if s.depth == 0 and bool(getattr(module, "training", mode)) != bool(mode):
+            _steps_event(s, force=True)
+            s.emit({"e": "mode", "train": bool(mode), "module": type(module).__name__,
+                    "step": s.steps})
+            if mode:
+                _anchor(s)
+
+    module_cls.train = train
+
+
+class _TorchFinder(importlib.abc.MetaPathFinder):
+    """Installs the hooks right after ``torch`` itself has been imported by the script."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        original = spec.loader.exec_module
+
+        def exec_module(module):
+            original(module)
+            try:
+                _install(module)
+            except Exception as exc:  # noqa: BLE001
+                if _STATE is not None:
+                    _STATE.emit({"e": "probe_error", "hook": "install", "error": repr(exc)[:300]})
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def _at_exit():
+    s = _STATE
+    if s is None or os.getpid() != s.pid:
+        return
+    try:
+        _steps_event(s, force=True)
+        _resolve(s, final=True)
+    except Exception:  # noqa: BLE001
+        pass
+    s.emit({"e": "exit", "step": s.steps, "samples": s.samples})
+    s.file.close()
+
+
+def start():
+    """Start recording (once, and only in the process that first loaded the probe)."""
+    global _STATE
+    owner = os.environ.get("CLOUDOPT_PROBE_PID")
+    if owner and owner != str(os.getpid()):
+        return  # a child process (spawned data-loader worker, a subprocess): stay out
+    os.environ["CLOUDOPT_PROBE_PID"] = str(os.getpid())
+    _STATE = _State(os.environ["CLOUDOPT_PROBE_EVENTS"])
+    _STATE.emit({"e": "header", "version": VERSION, "pid": os.getpid(), "wall": time.time(),
+                 "python": sys.executable, "argv": list(sys.argv)})
+    atexit.register(_at_exit)
+    if "torch" in sys.modules:
+        _install(sys.modules["torch"])
+    else:
+        sys.meta_path.insert(0, _TorchFinder())

@@ -1,0 +1,208 @@
+"""The in-process probe (optimizer.trials.probe): it sees an unmodified PyTorch script's steps,
+samples, epochs, loss, gradients and stages, and changes nothing the script can observe."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from optimizer.trials.probe import probe_environment, read_probe, write_stage_marks
+
+LOOP = """
+import os, sys, time
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+def main():
+    torch.manual_seed(0)
+    X = torch.randn(4096, 256); y = (X[:, :4].sum(1) > 0).long()
+    model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    loader = DataLoader(TensorDataset(X, y), batch_size=64, shuffle=True,
+                        num_workers=int(os.environ.get("WORKERS", "0")))
+    time.sleep(0.3)  # start-up: data preparation
+    train_s, n = 0.0, 0
+    for epoch in range(int(os.environ.get("EPOCHS", "3"))):
+        model.train()
+        t0 = time.perf_counter()
+        for xb, yb in loader:
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(xb), yb)
+            loss.backward()
+            opt.step()
+            n += len(xb) if epoch else 0
+        train_s += time.perf_counter() - t0 if epoch else 0.0  # the first epoch warms up
+        model.eval()
+        with torch.no_grad():
+            for xb, _ in loader:
+                model(xb)
+    print(f"rate={n / max(train_s, 1e-9):.1f}")
+    print(f"argv={sys.argv} name={__name__} file={__file__}")
+    print(f"threads={torch.get_num_threads()}")
+    sys.exit(int(os.environ.get("CODE", "0")))
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def _run(tmp_path, source, probe=True, extra_env=None, args=(), name="train.py"):
+    script = tmp_path / name
+    script.write_text(textwrap.dedent(source))
+    events = tmp_path / f"events-{probe}.jsonl"
+    env = dict(os.environ, **(extra_env or {}))
+    if probe:
+        env = probe_environment(env, events)
+    done = subprocess.run([sys.executable, str(script), *args], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    return done, events
+
+
+def _value(stdout, key):
+    return next(line.split("=", 1)[1] for line in stdout.splitlines()
+                if line.startswith(key + "="))
+
+
+def test_a_training_loop_seen_from_inside(tmp_path):
+    done, events = _run(tmp_path, LOOP, extra_env={"EPOCHS": "6"})
+    assert done.returncode == 0, done.stderr
+    rec = read_probe(events)
+    assert rec.steps == 6 * 64 and rec.samples == 6 * 4096 and rec.samples_per_step == 64
+    loader = rec.train_loader
+    assert loader["dataset_len"] == 4096 and loader["batches"] == 64
+    assert loader["train_epochs"] == 6 and loader["epochs_started"] == 12  # 6 train, 6 eval
+    assert rec.job_samples(6) == 6 * 4096
+    assert len(rec.losses) >= 5 and rec.losses[-1][2] < rec.losses[0][2]
+    assert rec.grads and all(sq > 0 for _, _, sq in rec.grads)
+    window = rec.windows[0]
+    assert window["k"] == 4 and window["big"] < max(window["small"])
+    stages = [s for _, _, s in rec.stages()]
+    assert stages[0] == "startup" and stages[-1] == "teardown"
+    assert "eval" in stages and "train" in stages
+    assert rec.stages()[0][1] > 0.3  # the sleep before the first step is start-up
+    printed = float(_value(done.stdout, "rate"))
+    assert rec.steady_throughput() == pytest.approx(printed, rel=0.05)
+    assert not rec.errors
+    path = write_stage_marks(rec, tmp_path / "stages.csv")
+    assert path.read_text().splitlines()[0] == "start_s,end_s,stage"
+
+
+def test_data_loader_workers_do_not_write_events(tmp_path):
+    done, events = _run(tmp_path, LOOP, extra_env={"WORKERS": "2", "EPOCHS": "1"})
+    assert done.returncode == 0, done.stderr
+    rec = read_probe(events)
+    assert rec.steps == 64 and rec.train_loader["workers"] == 2
+    headers = [ln for ln in events.read_text().splitlines() if '"e":"header"' in ln]
+    assert len(headers) == 1
+
+
+def test_argv_name_file_exit_code_and_output_as_without_the_probe(tmp_path):
+    env = {"EPOCHS": "1", "CODE": "3"}
+    with_probe, _ = _run(tmp_path, LOOP, extra_env=env, args=("--x", "1"))
+    without, _ = _run(tmp_path, LOOP, probe=False, extra_env=env, args=("--x", "1"))
+    assert with_probe.returncode == without.returncode == 3
+    assert _value(with_probe.stdout, "argv") == _value(without.stdout, "argv")
+    assert "name=__main__" in _value(with_probe.stdout, "argv")
+    assert with_probe.stderr == without.stderr == ""
+
+
+def test_the_users_own_sitecustomize_still_runs(tmp_path):
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "sitecustomize.py").write_text("import os\nos.environ['USER_SITE_RAN'] = 'yes'\n")
+    source = LOOP.replace('print(f"threads=', 'print("user_site=" + os.environ.get("USER_SITE_RAN", "no"))\n    print(f"threads=')
+    done, events = _run(tmp_path, source, extra_env={"PYTHONPATH": str(own), "EPOCHS": "1"})
+    assert done.returncode == 0, done.stderr
+    assert _value(done.stdout, "user_site") == "yes"
+    assert read_probe(events).steps == 64
+
+
+def test_a_script_without_torch_runs_unchanged_and_torch_stays_unloaded(tmp_path):
+    done, events = _run(tmp_path, "import sys\nprint('torch' in sys.modules)\n")
+    assert done.returncode == 0 and done.stdout.strip() == "False"
+    rec = read_probe(events)
+    assert rec is not None and rec.steps == 0 and rec.stages()[0][2] == "startup"
+
+
+def test_the_control_channel_changes_the_running_jobs_threads(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(LOOP))
+    events, control = tmp_path / "ev.jsonl", tmp_path / "control.json"
+    env = probe_environment(dict(os.environ, EPOCHS="40"), events, control)
+    proc = subprocess.Popen([sys.executable, str(script)], env=env, cwd=tmp_path,
+                            stdout=subprocess.PIPE, text=True)
+    time.sleep(2.0)
+    control.write_text(json.dumps({"seq": 1, "num_threads": 1}))
+    out, _ = proc.communicate(timeout=120)
+    assert _value(out, "threads") == "1"
+    assert read_probe(events).controls[0]["num_threads"] == 1
+
+
+def test_a_cut_last_line_is_ignored(tmp_path):
+    path = tmp_path / "ev.jsonl"
+    path.write_text('{"e":"header","t":0}\n{"e":"steps","t":1.0,"step":5,"samples":50,"n":5}\n'
+                    '{"e":"steps","t":2.0,"st')
+    rec = read_probe(path)
+    assert rec.steps == 5 and rec.samples == 50
+    assert read_probe(tmp_path / "missing.jsonl") is None
+
+
+QUIET_LOOP = """
+import argparse, time
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+p = argparse.ArgumentParser()
+p.add_argument("--epochs", type=int, default=5000)
+p.add_argument("--bs", type=int, default=32)
+a = p.parse_args()
+X = torch.randn(2048, 128); y = (X[:, 0] > 0).long()
+model = torch.nn.Sequential(torch.nn.Linear(128, 512), torch.nn.ReLU(), torch.nn.Linear(512, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+for epoch in range(a.epochs):
+    for xb, yb in DataLoader(TensorDataset(X, y), batch_size=a.bs, shuffle=True):
+        opt.zero_grad(); torch.nn.functional.cross_entropy(model(xb), yb).backward(); opt.step()
+"""
+
+
+def test_a_trial_of_a_silent_script_knows_its_rate_and_its_jobs_size(tmp_path):
+    """The script prints nothing and is stopped at the time box: samples/s from its steps and
+    the job's size from its loader (2048 samples) times the --epochs default in its source."""
+    from optimizer.foundation.allocation import Allocation
+    from optimizer.foundation.config import ResourceConfig
+    from optimizer.trials.training import TrainingModuleManager
+
+    path = tmp_path / "silent.py"
+    path.write_text(textwrap.dedent(QUIET_LOOP))
+    mgr = TrainingModuleManager(path, [], batch_size_arg="--bs")
+    trial = tmp_path / "run" / "trials" / "00-t"
+    s = mgr.run_training(Allocation(cpus=1, memory_gb=2.0, batch_size=64), trial,
+                         resource_config=ResourceConfig(cpu_count_max=2, memory_max=8.0,
+                                                        gpu_count_max=0),
+                         probe_seconds=4.0, timeout_s=60)
+    assert s.status == "probe" and s.throughput_source == "probe" and s.throughput > 0
+    assert s.total_samples == 2048 * 5000 and s.job_size_source == "probe: dataset x epochs"
+    assert s.probe["epochs_source"] == "the default of --epochs in the script's source"
+    assert s.probe["samples_per_step"] == 64 and s.predicted_total_time_s > s.wall_time_s
+    assert (trial / "probe.jsonl").exists() and (trial / "stages.csv").exists()
+
+
+def test_a_script_without_torch_falls_back_to_what_it_prints(tmp_path):
+    from optimizer.foundation.allocation import Allocation
+    from optimizer.foundation.config import ResourceConfig
+    from optimizer.trials.training import TrainingModuleManager
+
+    path = tmp_path / "plain.py"
+    path.write_text("import time\nfor i in range(3):\n    time.sleep(0.2)\n"
+                    "    print('100.0 samples/s', flush=True)\n")
+    s = TrainingModuleManager(path, []).run_training(
+        Allocation(cpus=1, memory_gb=1.0), tmp_path / "t",
+        resource_config=ResourceConfig(cpu_count_max=2, memory_max=8.0, gpu_count_max=0))
+    assert s.status == "completed" and s.throughput_source == "stdout"
+    assert s.probe == {"steps": 0, "samples_per_step": None}
