@@ -253,9 +253,14 @@ def _figures(plots: Path, result: Any, reference: TrialSummary, profile: Any,
                        None)
         figs["curves"] = plots / "learning_curves.png"
         plot_curves(figs["curves"], curves, optimum)
-    trace_files = sorted((run_dir / "trials").glob("*/trace.csv"))
-    if profile is not None and trace_files:
-        trace = pd.read_csv(next(p for p in trace_files if p.parent.name.startswith("00")))
+    # The phases belong to the reference trial's trace; a reference that never started (an
+    # allocation no Ray node could hold, say) has none, and the report goes on without them.
+    reference_trace = next((d / "trace.csv" for d in sorted((run_dir / "trials").glob("*"))
+                            if (d / "summary.json").is_file()
+                            and TrialSummary.load(d).trial_id == reference.trial_id),
+                           run_dir / "trials" / reference.trial_id / "trace.csv")
+    if profile is not None and reference_trace.is_file():
+        trace = pd.read_csv(reference_trace)
         if len(trace) == len(profile.labels):
             figs["phases"] = plots / "baseline_phases.png"
             plot_phases(figs["phases"], trace, profile.labels)
