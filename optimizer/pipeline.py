@@ -354,7 +354,7 @@ class CloudResourceOptimizer:
         return f"baseline forecast + 25% (explicit: {given})"
 
     def _phases(self, reference: TrialSummary, run_dir: Path, opts: JobOptions):
-        from optimizer.trials.phase_profile import load_detector, profile_trace
+        from optimizer.trials.phase_profile import load_detector, profile_trace, stage_agreement
 
         trace_path = run_dir / "trials" / self._trial_folder(run_dir, reference) / "trace.csv"
         try:
@@ -366,6 +366,13 @@ class CloudResourceOptimizer:
             return None, f"phases not used: {exc}"
         self._say("phases of the baseline trace: " + ", ".join(
             f"{p} ({f:.0%})" for p, f in profile.sequence))
+        agreement = stage_agreement(pd.read_csv(trace_path), profile.labels,
+                                    trace_path.with_name("stages.csv"))
+        if agreement is not None:  # the probe's stage marks are this trace's ground truth
+            profile.stage_agreement = agreement
+            self._say(f"phases against the stages the probe marked ({', '.join(agreement['stages'])}):"
+                      f" adjusted Rand index {agreement['adjusted_rand']:.2f} over "
+                      f"{agreement['samples']} samples")
         return profile, None
 
     @staticmethod

@@ -22,3 +22,14 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip("../shared/data is not present beside the repository")
     return SHARED_DATA
+
+
+@pytest.fixture
+def config():
+    """The default configuration with trials short enough for tests (the executors' tests)."""
+    from optimizer.foundation.config import load_config
+
+    cfg = load_config()
+    cfg.run.trial_timeout_s = 60
+    cfg.run.monitor_interval = 0.2
+    return cfg

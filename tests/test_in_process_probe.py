@@ -206,3 +206,22 @@ def test_a_script_without_torch_falls_back_to_what_it_prints(tmp_path):
         resource_config=ResourceConfig(cpu_count_max=2, memory_max=8.0, gpu_count_max=0))
     assert s.status == "completed" and s.throughput_source == "stdout"
     assert s.probe == {"steps": 0, "samples_per_step": None}
+
+
+def test_phases_are_scored_against_the_probes_stage_marks(tmp_path):
+    import numpy as np
+    import pandas as pd
+
+    from optimizer.trials.phase_profile import stage_agreement
+
+    trace = pd.DataFrame({"time_s": np.arange(0, 10, 0.5)})
+    (tmp_path / "stages.csv").write_text("start_s,end_s,stage\n0,3,startup\n3,8,train\n"
+                                         "8,10,teardown\n")
+    stages = np.where(trace.time_s < 3, 0, np.where(trace.time_s < 8, 1, 2))
+    labels = stages.copy()
+    labels[:2] = -1  # warm-up samples carry no phase
+    same = stage_agreement(trace, labels, tmp_path / "stages.csv")
+    assert same["adjusted_rand"] == 1.0 and same["stages"] == ["startup", "teardown", "train"]
+    flipped = stage_agreement(trace, np.arange(len(trace)) % 2, tmp_path / "stages.csv")
+    assert flipped["adjusted_rand"] < 0.2
+    assert stage_agreement(trace, labels, tmp_path / "missing.csv") is None

@@ -21,7 +21,6 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from optimizer.foundation.allocation import Allocation  # noqa: E402
 from optimizer.foundation.atomic_files import read_json  # noqa: E402
-from optimizer.foundation.config import load_config  # noqa: E402
 from optimizer.search.baseline import run_baseline  # noqa: E402
 from optimizer.trials.executors import make_executor  # noqa: E402
 from optimizer.trials.executors.ray_executor import lost_reason, shipped_folder  # noqa: E402
@@ -83,14 +82,6 @@ def job(tmp_path):
     with open(folder / "big.bin", "wb") as f:  # sparse: large on paper, instant to make
         f.truncate(65 * 2**20)
     return folder / "train.py", marks
-
-
-@pytest.fixture
-def config():
-    cfg = load_config()
-    cfg.run.trial_timeout_s = 60
-    cfg.run.monitor_interval = 0.2
-    return cfg
 
 
 def _node_ids(cluster) -> set[str]:

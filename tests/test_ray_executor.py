@@ -17,7 +17,6 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from optimizer.foundation.allocation import Allocation  # noqa: E402
-from optimizer.foundation.config import load_config  # noqa: E402
 from optimizer.search.baseline import run_baseline  # noqa: E402
 from optimizer.trials.executors import LocalExecutor, make_executor  # noqa: E402
 from optimizer.trials.records import TrialSummary  # noqa: E402
@@ -40,14 +39,6 @@ def local_ray():
              object_store_memory=100 * 2**20)
     yield
     ray.shutdown()
-
-
-@pytest.fixture
-def config():
-    cfg = load_config()
-    cfg.run.trial_timeout_s = 60
-    cfg.run.monitor_interval = 0.2
-    return cfg
 
 
 def _records(run_dir: Path) -> dict[str, dict]:

@@ -330,6 +330,12 @@ def _build_report(opt: Any, result: Any, reference: TrialSummary, rec: dict[str,
     r.heading("Phases")
     if profile is not None:
         r.table(profile.stats)
+        agreement = getattr(profile, "stage_agreement", None)
+        if agreement:
+            r.paragraph(f"Against the stages the in-process probe marked on this trace "
+                        f"({', '.join(agreement['stages'])}), the phases agree with an adjusted "
+                        f"Rand index of {agreement['adjusted_rand']:.2f} over "
+                        f"{agreement['samples']} samples (1: the same partition; 0: chance).")
         opt_trial = result.optimized
         needs = phase_needs(profile, opt_trial.cpu_cores_mean, opt_trial.mem_gb_peak,
                             opt_trial.allocation.cpus) \

@@ -37,12 +37,15 @@ class PhaseProfile:
     """``(cpu_scale, mem_scale)`` per phase id."""
     stats: pd.DataFrame = field(default_factory=pd.DataFrame)
     """Per phase: samples, share, mean CPU cores and memory (GB)."""
+    stage_agreement: dict[str, Any] | None = None
+    """Agreement with the probe's stage marks (:func:`stage_agreement`), where there are some."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "sequence": [[int(p), float(f)] for p, f in self.sequence],
             "scales": {str(k): [float(v[0]), float(v[1])] for k, v in self.scales.items()},
             "stats": self.stats.to_dict("records"),
+            "stage_agreement": self.stage_agreement,
         }
 
 
@@ -138,3 +141,28 @@ def load_detector(model_dir: str | os.PathLike | None = None) -> Any:
     if model_dir is None:
         return load_default_detector(device="cpu")
     return PhaseDetector.load(Path(model_dir), device="cpu")
+
+
+def stage_agreement(trace: pd.DataFrame, labels: np.ndarray, stages_csv: str | os.PathLike
+                    ) -> dict[str, Any] | None:
+    """How well detected phases match the stages the in-process probe marked (start-up, train,
+    eval, teardown): the adjusted Rand index over the trace's samples past the warm-up (1: the
+    same partition, 0: chance), and the stages seen. None without marks, a ``time_s`` column or
+    two labelled samples."""
+    from sklearn.metrics import adjusted_rand_score
+
+    try:
+        marks = pd.read_csv(stages_csv)
+    except (OSError, ValueError):
+        return None
+    if marks.empty or "time_s" not in trace or len(trace) != len(labels):
+        return None
+    t = trace["time_s"].to_numpy(dtype=float)
+    stage = np.full(len(t), "", dtype=object)
+    for row in marks.itertuples():
+        stage[(t >= row.start_s) & (t < row.end_s)] = row.stage
+    keep = (labels >= 0) & (stage != "")
+    if keep.sum() < 2:
+        return None
+    return {"adjusted_rand": round(float(adjusted_rand_score(stage[keep], labels[keep])), 3),
+            "samples": int(keep.sum()), "stages": sorted(set(stage[keep]))}
