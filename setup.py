@@ -12,5 +12,7 @@ setup(
     + ["optimizer.configs", "optimizer.configs.workloads"],
     package_dir={"optimizer.configs": "configs"},
     package_data={"optimizer.configs": ["*.toml", "workloads/*.toml"],
-                  "phases": ["models/*/*"]},
+                  "phases": ["models/*/*"],
+                  # the probe's site directory is loaded by path, not imported as a package
+                  "optimizer.trials.probe": ["site/*.py"]},
 )

@@ -46,7 +46,10 @@ def test_help_and_gymnasium_from_an_empty_directory(installed, tmp_path):
             "gymnasium.make('cloudopt/CloudEnv-v0'); gymnasium.make('cloudopt/CloudEnvMO-v0'); "
             "assert envs.list_presets(), 'no presets'; "
             f"assert str(c.CONFIG_DIR).startswith({str(installed)!r}), c.CONFIG_DIR; "
-            f"assert envs.__file__.startswith({str(installed)!r}), envs.__file__; print('ok')")
+            f"assert envs.__file__.startswith({str(installed)!r}), envs.__file__; "
+            "from optimizer.trials.probe import SITE_DIR; "
+            "assert (SITE_DIR / 'sitecustomize.py').is_file(), SITE_DIR; "
+            "assert (SITE_DIR / '_cloudopt_probe.py').is_file(), SITE_DIR; print('ok')")
     proc = _run(installed, tmp_path, sys.executable, "-c", code)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
 
