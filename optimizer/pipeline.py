@@ -39,10 +39,16 @@ from optimizer.foundation.gpu import nvml_device_count, visible_device_indices
 from optimizer.search.baseline import memory_for, plan_baseline, run_baseline
 from optimizer.search.choice import same_setting
 from optimizer.trials.batch import label_batch
-from optimizer.trials.cost import ResourceCostCalculator
+from optimizer.trials.cost import ResourceCostCalculator, cost_time_flags, trial_figures
 from optimizer.trials.executors import TrialExecutor, TrialRequest, make_executor
-from optimizer.trials.failures import explain_unusable
+from optimizer.trials.failures import cause_of, explain_unusable
 from optimizer.trials.guard import clean_stale_work
+from optimizer.trials.oom_retry import (
+    OutgrewMemory,
+    killed_for_memory,
+    next_memory,
+    outgrew_message,
+)
 from optimizer.trials.records import TrialSummary, job_cost, job_size, job_time
 from optimizer.trials.training import TrainingModuleManager
 
@@ -99,6 +105,7 @@ class CloudResourceOptimizer:
         self.quiet = quiet
         self.offline_analyzer: Any = None
         self.training_manager: TrainingModuleManager | None = None
+        self.oom_chain: list[TrialSummary] = []
         self.cloud_env: Any = None
         self.agent: Any = None
         self.user_preference: str | tuple[float, float, float] = "balanced"
@@ -156,29 +163,9 @@ class CloudResourceOptimizer:
     @staticmethod
     def monitor_cost_time_efficiency(baseline: dict[str, Any], current: dict[str, Any],
                                      tolerance: float = 0.05) -> dict[str, Any]:
-        """Flag a cost or time increase (beyond ``tolerance``) or an efficiency drop.
-
-        Both arguments hold ``time_s``, ``cost`` and optionally ``throughput``/``cpu_util``.
-        """
-        flags: dict[str, Any] = {"warnings": []}
-        for key, label in (("cost", "cost"), ("time_s", "time")):
-            b, c = baseline.get(key), current.get(key)
-            if b and c is not None and b > 0:
-                change = (c - b) / b
-                flags[f"{label}_change_pct"] = 100 * change
-                flags[f"{label}_increase"] = change > tolerance
-                if change > tolerance:
-                    flags["warnings"].append(f"{label} rose {100 * change:.1f}% over the "
-                                             "baseline")
-        b, c = baseline.get("throughput"), current.get("throughput")
-        if b and c and b > 0:
-            per_cost_b = b / max(baseline.get("hourly_cost") or 1e-12, 1e-12)
-            per_cost_c = c / max(current.get("hourly_cost") or 1e-12, 1e-12)
-            flags["samples_per_dollar_change_pct"] = 100 * (per_cost_c / per_cost_b - 1)
-            flags["efficiency_drop"] = per_cost_c < per_cost_b * (1 - tolerance)
-            if flags["efficiency_drop"]:
-                flags["warnings"].append("fewer samples per dollar than the baseline")
-        return flags
+        """Flag a cost or time increase (beyond ``tolerance``) or an efficiency drop
+        (:func:`optimizer.trials.cost.cost_time_flags`)."""
+        return cost_time_flags(baseline, current, tolerance)
 
     # ------------------------------------------------------------------ the pipeline
     def _say_replaced(self, manager: TrainingModuleManager) -> None:
@@ -235,8 +222,17 @@ class CloudResourceOptimizer:
                                   dataclasses.replace(opts, probe_seconds=0), None)
             whole = self._label_batch(whole, run_dir / "trials" / whole.trial_id,
                                       manager.batch_control() is not None)
-            total = job_size([whole]) if whole.ok else None
-            if whole.ok and whole.throughput:
+            if self.oom_chain:
+                raise OutgrewMemory(outgrew_message(str(train_file), self.oom_chain,
+                                                    self.config.resources.memory_max, run_dir))
+            if not whole.ok:  # no job size: the trials cannot be compared as whole jobs
+                cause = cause_of(whole, None, self.config.run.trial_timeout_s)
+                raise CloudoptError(f"{train_file}: the job's size is unknown (no trial "
+                                    "reported it), and the whole run meant to measure it "
+                                    f"{cause}; or give --total-samples N"
+                                    f"\n  (trial records: {run_dir / 'trials'})")
+            total = job_size([whole])
+            if whole.throughput:
                 usable.append(whole)
         sla_source = self._set_sla(usable, opts)
         self.config.save(run_dir / "config.json")  # as applied: the SLA the run was held to
@@ -395,11 +391,29 @@ class CloudResourceOptimizer:
                  run_dir: Path, opts: JobOptions, total: float | None) -> TrialSummary:
         """Run ``alloc`` as trial ``trials/<prefix>-<key>`` (reloaded when recorded): to its end
         when the time box would cut it short of little, else as a probe. It runs under the
-        baseline's memory limit (the request is sized later, from what it used)."""
+        baseline's memory limit (the request is sized later, from what it used); killed there,
+        again under more, up to ``[resources].memory_max`` (:attr:`oom_chain` then holds the
+        runs of a setting killed at the largest limit)."""
         settable = manager.batch_control() is not None
         alloc = Allocation(alloc.gpus, alloc.cpus, memory_for(alloc.cpus, self.config.resources),
                            alloc.batch_size if settable else None,
                            alloc.workers if manager.workers_arg else None)
+        chain = [self._measure_once(manager, alloc, prefix, run_dir, opts, total)]
+        # Killed at its limit: again only with more memory (optimizer.trials.oom_retry).
+        while killed_for_memory(chain[-1]):
+            more = next_memory(chain[-1], run_dir / "trials" / chain[-1].trial_id,
+                               self.config.resources.memory_max)
+            if more is None:
+                break
+            self._say(f"{chain[-1].trial_id} was killed at its {alloc.memory_gb:g} GB limit "
+                      f"(peak {chain[-1].mem_gb_peak:.2f} GB): again with {more:g} GB")
+            alloc = dataclasses.replace(alloc, memory_gb=more)
+            chain.append(self._measure_once(manager, alloc, prefix, run_dir, opts, total))
+        self.oom_chain = chain if killed_for_memory(chain[-1]) else []
+        return chain[-1]
+
+    def _measure_once(self, manager: TrainingModuleManager, alloc: Allocation, prefix: str,
+                      run_dir: Path, opts: JobOptions, total: float | None) -> TrialSummary:
         trial_dir = run_dir / "trials" / f"{prefix}-{alloc.key()}"
         recorded = manager.recorded_trial(trial_dir)
         if recorded is not None:
@@ -430,7 +444,8 @@ class CloudResourceOptimizer:
             reference, optimized, baseline_time_s=job_time(reference),
             optimized_time_s=job_time(optimized), preference=self.user_preference,
             preferences=self.config.multi_objective) if optimized.ok else {}
-        flags = self.monitor_cost_time_efficiency(_figures(reference), _figures(optimized))
+        flags = self.monitor_cost_time_efficiency(trial_figures(reference),
+                                                  trial_figures(optimized))
         comparison["monitor"] = flags
         from agents.metrics import RLMetricsTracker
 
@@ -455,7 +470,7 @@ class CloudResourceOptimizer:
         for role, t in (("baseline", result.baseline[0]), ("optimized", result.optimized)):
             if t is None:
                 continue
-            rows.append({"role": role, "preference": str(result.preference), **_figures(t),
+            rows.append({"role": role, "preference": str(result.preference), **trial_figures(t),
                          "gpus": t.allocation.gpus, "cpus": t.allocation.cpus,
                          "memory_gb": t.allocation.memory_gb,
                          "batch_size": t.allocation.batch_size, "status": t.status})
@@ -466,15 +481,6 @@ class CloudResourceOptimizer:
     def generate_report(self, result: OptimizationResult) -> dict[str, Path]:
         """The report paths written by :meth:`optimize_training` (it writes them itself)."""
         return result.report_paths
-
-
-def _figures(t: TrialSummary | None) -> dict[str, Any]:
-    if t is None:
-        return {}
-    return {"time_s": job_time(t), "cost": job_cost(t), "throughput": t.throughput,
-            "hourly_cost": t.hourly_cost, "cpu_util": t.cpu_util_mean,
-            "mem_gb_peak": t.mem_gb_peak, "measured_wall_s": t.wall_time_s,
-            "time_is": "measured" if t.status == "completed" else "predicted"}
 
 
 __all__ = ["CloudResourceOptimizer", "JobOptions", "OptimizationResult"]

@@ -70,7 +70,7 @@ def test_every_output_file_and_key(tiny_run):
     k8s = yaml.safe_load((out / "k8s-resources.yaml").read_text())
     alloc = rec["allocation"]
     assert k8s["resources"]["limits"]["cpu"] == str(alloc["cpus"])
-    assert k8s["resources"]["requests"]["memory"].endswith("Mi")
+    assert k8s["resources"]["requests"]["memory"].endswith(("Mi", "Gi"))
     env = {e["name"]: e["value"] for e in k8s["env"]}
     assert env["OMP_NUM_THREADS"] == str(alloc["cpus"])
     assert env["OPTIMIZER_BATCH_SIZE"] == str(alloc["batch_size"])
@@ -79,7 +79,7 @@ def test_every_output_file_and_key(tiny_run):
     assert container["resources"] == k8s["resources"] and container["command"][-1] == \
         "tiny_train.py"
     bounds = vpa["spec"]["resourcePolicy"]["containerPolicies"][0]
-    assert bounds["maxAllowed"]["memory"].endswith("Mi")
+    assert bounds["maxAllowed"]["memory"].endswith(("Mi", "Gi"))
 
     for name, cols in {"allocation_history": {"step", "action", "description", "effect",
                                               "old_cpus", "new_cpus", "confidence"},

@@ -214,7 +214,7 @@ def test_ray_memory_kill_is_an_allocation_too_small_and_losses_are_one_line_each
     t = TrialSummary(trial_id="00-g0-c1-m1-b64", status="failed", reason=reason,
                      allocation=Allocation(cpus=1, memory_gb=1.0, batch_size=64))
     (why,) = explain_unusable([t], None, 60)
-    assert "killed at the 1 GB memory limit" in why and "raise [resources].memory_max" in why
+    assert "killed at the 1 GB memory limit" in why and "--memory-max" in why
     for exc, expected in ((errors.NodeDiedError("node gone"), "worker-lost"),
                           (errors.WorkerCrashedError(), "worker-lost"),
                           (errors.RuntimeEnvSetupError("no space"), "executor-error")):

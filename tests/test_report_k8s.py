@@ -10,13 +10,13 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.memory import memory_quantity
 from optimizer.reports.k8s import (  # noqa: E402
     PLACEHOLDER_IMAGE,
     cpu_quantity,
     dns_label,
     k8s_job_yaml,
     k8s_resources_yaml,
-    memory_quantity,
 )
 from optimizer.reports.render import Report, dollars, format_value  # noqa: E402
 
@@ -26,6 +26,8 @@ yaml = pytest.importorskip("yaml")
 def test_quantities():
     assert memory_quantity(4.5) == "4608Mi"
     assert memory_quantity(0.25) == "256Mi"
+    assert memory_quantity(13.0) == "13Gi"
+    assert memory_quantity(400 / 1024) == "400Mi"
     assert cpu_quantity(2) == "2"
     assert cpu_quantity(1.5) == "1500m"
     assert dns_label("Train_MLP.py") == "train-mlp-py"
@@ -39,8 +41,8 @@ def test_k8s_yaml_is_valid_and_complete(gpus):
            "WEIRD": 'a "quoted": value'}
     doc = yaml.safe_load(k8s_resources_yaml(alloc, env, name="train_mlp", comment="line1\nline2"))
     res = doc["resources"]
-    assert res["requests"] == {"cpu": "3", "memory": "6144Mi"}
-    assert res["limits"]["memory"] == "6144Mi"
+    assert res["requests"] == {"cpu": "3", "memory": "6Gi"}
+    assert res["limits"]["memory"] == "6Gi"
     assert ("nvidia.com/gpu" in res["limits"]) == (gpus > 0)
     if gpus:
         assert res["limits"]["nvidia.com/gpu"] == "2"
@@ -114,7 +116,7 @@ def test_k8s_job_and_vpa_are_complete_objects(tmp_path, gpus):
     assert policy["containerName"] == container["name"]
     assert set(policy) == {"containerName", "minAllowed", "maxAllowed", "controlledResources"}
     assert policy["minAllowed"] == {"cpu": "3200m", "memory": "10445Mi"}
-    assert policy["maxAllowed"] == {"cpu": "16", "memory": "14336Mi"}
+    assert policy["maxAllowed"] == {"cpu": "16", "memory": "14Gi"}
 
     validate = pytest.importorskip("kubernetes_validate")
     path = tmp_path / "job.yaml"

@@ -58,6 +58,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--batch-size-max", type=int, default=None, metavar="N",
                    help="largest batch size a trial or plan may use ([resources].batch_size_max;"
                    " default: no bound)")
+    p.add_argument("--memory-max", type=float, default=None, metavar="GB",
+                   help="largest memory limit a trial may run under ([resources].memory_max; "
+                   "default: the machine's memory)")
     p.add_argument("--batch-size-env", default=None, metavar="NAME",
                    help="environment variable the script reads its batch size from (e.g. "
                    "BATCH_SIZE), for scripts without a batch-size flag")
@@ -117,7 +120,7 @@ def _load(args: argparse.Namespace) -> OptimizerConfig:
     overrides = {
         "sla": {"time_max": args.time_max, "cost_max": args.cost_max,
                 "throughput_min": args.throughput_min},
-        "resources": {"batch_size_max": args.batch_size_max},
+        "resources": {"batch_size_max": args.batch_size_max, "memory_max": args.memory_max},
         "run": {"baseline_samples": args.baseline_samples, "refine_rounds": args.refine_rounds,
                 "runoff_rounds": args.runoff_rounds, "runoff_size": args.runoff_size,
                 "probe_seconds": args.probe_seconds if args.probe_seconds else None,

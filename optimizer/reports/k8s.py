@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping
 
 from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.memory import memory_quantity
 
 _NAME_OK = re.compile(r"[^a-z0-9-]+")
 
@@ -22,11 +23,6 @@ def dns_label(name: str) -> str:
     """A container name Kubernetes accepts (RFC 1123 label: lower-case, digits, '-', ≤ 63)."""
     label = _NAME_OK.sub("-", name.lower()).strip("-")[:63].strip("-")
     return label or "training"
-
-
-def memory_quantity(gb: float) -> str:
-    """Memory as a Kubernetes quantity in MiB, rounded up (``4.5`` GB -> ``"4608Mi"``)."""
-    return f"{int(math.ceil(gb * 1024))}Mi"
 
 
 def cpu_quantity(cpus: float) -> str:

@@ -33,8 +33,12 @@ def same_setting(a: Allocation, b: Allocation) -> bool:
 
 
 def _ooms(trials: Sequence[TrialSummary], alloc: Allocation) -> tuple[int, float | None]:
+    """Out-of-memory kills of ``alloc``'s setting that no usable run explains: a run of it that
+    used more than the limit it was killed at shows what it needs, so that kill bumps nothing."""
+    used = max((t.mem_gb_peak or 0.0 for t in trials
+                if t.ok and same_setting(t.allocation, alloc)), default=0.0)
     hit = [t for t in trials if t.status == "failed" and t.reason == "oom"
-           and same_setting(t.allocation, alloc)]
+           and same_setting(t.allocation, alloc) and t.allocation.memory_gb > used]
     return len(hit), max((t.allocation.memory_gb for t in hit), default=None)
 
 

@@ -72,6 +72,15 @@ def _with_default_batch(a: Allocation, default_batch: int | None) -> Allocation:
     return Allocation(a.gpus, a.cpus, a.memory_gb, default_batch, a.workers)
 
 
+def _measured(a: Allocation, trials: Sequence[TrialSummary], default_batch: int | None,
+              batch_settable: bool) -> bool:
+    """Whether ``a`` would run a setting measured already: a batch the script cannot be told
+    is not a setting (the trial runs the script's own)."""
+    if not batch_settable:
+        return any((t.allocation.gpus, t.allocation.cpus) == (a.gpus, a.cpus) for t in trials)
+    return any(same_setting(t.allocation, _with_default_batch(a, default_batch)) for t in trials)
+
+
 def _batches(trials: Sequence[TrialSummary], most: int | None = None) -> list[int]:
     """The batch sizes a probe may try: powers of two over the measured range and one step
     beyond it on each side (where the model extrapolates, so its spread is wide), and the
@@ -186,8 +195,8 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
         dominated = None if env_config is None or measured_before else dominating_trial(
             env_config, planned, usable, cfg, total)
         if env_config is None:
-            left = [a for a in more_probes if not any(
-                same_setting(t.allocation, _with_default_batch(a, default_batch)) for t in trials)]
+            left = [a for a in more_probes if not _measured(a, trials, default_batch,
+                                                             batch_settable)]
             if not left:
                 break
             choice, why = left[0], "the model could not be fitted: one more probe first"

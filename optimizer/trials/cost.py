@@ -20,7 +20,7 @@ import numpy as np
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import MultiObjectiveConfig, ResourceConfig
 from optimizer.foundation.errors import ConfigError
-from optimizer.trials.records import TrialSummary
+from optimizer.trials.records import TrialSummary, job_cost, job_time
 from optimizer.trials.resources import as_allocation
 
 RESOURCES = ("gpus", "cpus", "memory_gb")
@@ -227,3 +227,40 @@ class ResourceCostCalculator:
             issues.append(f"CPU use is {cpu:.0f}% of the allocated cores: the job is CPU-bound "
                           "(data loading or preprocessing)")
         return out
+
+
+def cost_time_flags(baseline: dict[str, Any], current: dict[str, Any],
+                    tolerance: float = 0.05) -> dict[str, Any]:
+    """Flag a cost or time increase (beyond ``tolerance``) or an efficiency drop.
+
+    Both arguments hold ``time_s``, ``cost`` and optionally ``throughput``/``cpu_util``.
+    """
+    flags: dict[str, Any] = {"warnings": []}
+    for key, label in (("cost", "cost"), ("time_s", "time")):
+        b, c = baseline.get(key), current.get(key)
+        if b and c is not None and b > 0:
+            change = (c - b) / b
+            flags[f"{label}_change_pct"] = 100 * change
+            flags[f"{label}_increase"] = change > tolerance
+            if change > tolerance:
+                flags["warnings"].append(f"{label} rose {100 * change:.1f}% over the "
+                                         "baseline")
+    b, c = baseline.get("throughput"), current.get("throughput")
+    if b and c and b > 0:
+        per_cost_b = b / max(baseline.get("hourly_cost") or 1e-12, 1e-12)
+        per_cost_c = c / max(current.get("hourly_cost") or 1e-12, 1e-12)
+        flags["samples_per_dollar_change_pct"] = 100 * (per_cost_c / per_cost_b - 1)
+        flags["efficiency_drop"] = per_cost_c < per_cost_b * (1 - tolerance)
+        if flags["efficiency_drop"]:
+            flags["warnings"].append("fewer samples per dollar than the baseline")
+    return flags
+
+
+def trial_figures(t: TrialSummary | None) -> dict[str, Any]:
+    """The job figures of a trial that :func:`cost_time_flags` compares."""
+    if t is None:
+        return {}
+    return {"time_s": job_time(t), "cost": job_cost(t), "throughput": t.throughput,
+            "hourly_cost": t.hourly_cost, "cpu_util": t.cpu_util_mean,
+            "mem_gb_peak": t.mem_gb_peak, "measured_wall_s": t.wall_time_s,
+            "time_is": "measured" if t.status == "completed" else "predicted"}

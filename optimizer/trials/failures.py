@@ -15,8 +15,8 @@ def _cause(t: TrialSummary, probe_seconds: float | None, timeout_s: float) -> tu
     reason = t.reason or ""
     if reason == "oom":
         return "oom", (f"killed at the {t.allocation.memory_gb:g} GB memory limit, peak "
-                       f"{t.mem_gb_peak:.2f} GB: raise [resources].memory_max or lower the "
-                       "batch size")
+                       f"{t.mem_gb_peak:.2f} GB: give more with --memory-max GB "
+                       "([resources].memory_max) or lower the batch size")
     if reason == "timeout":
         return "timeout", (f"still running at the {timeout_s:g} s trial limit without a steady "
                            "rate: raise [run].trial_timeout_s")
@@ -47,6 +47,11 @@ def _cause(t: TrialSummary, probe_seconds: float | None, timeout_s: float) -> tu
                        "--total-samples")
 
 
+def cause_of(trial: TrialSummary, probe_seconds: float | None, timeout_s: float) -> str:
+    """Why one trial gave nothing usable, with what to do (``crashed (exit code 1); ...``)."""
+    return _cause(trial, probe_seconds, timeout_s)[1]
+
+
 def explain_unusable(trials: Sequence[TrialSummary], probe_seconds: float | None,
                      timeout_s: float) -> list[str]:
     """One line per distinct cause among trials without a throughput, e.g. ``3 of 4 trials
@@ -66,4 +71,4 @@ def explain_unusable(trials: Sequence[TrialSummary], probe_seconds: float | None
     return out
 
 
-__all__ = ["explain_unusable"]
+__all__ = ["cause_of", "explain_unusable"]

@@ -455,6 +455,8 @@ class TrainingModuleManager:
                  ("printed", to_number(parse_key_values(stdout_text).get("total_samples"))),
                  ("arguments", total_samples_from_args(self.train_args)),
                  (fig.total_source, fig.total_samples)]
+        if status == "completed" and thr and source == "stdout":  # a whole run: rate × time
+            sizes.append(("printed rate × run time", thr * max(wall - (startup or 0.0), 0.0)))
         size_source, total = next(((k, float(v)) for k, v in sizes if v), ("", None))
         if source == "wall_time" and total is not None and status == "completed":
             samples, thr = total, total / wall if wall > 0 else None
