@@ -1,9 +1,10 @@
 """Cost of the in-process probe on real training runs (the companion of monitor_overhead.py).
 
 Runs each script as a subprocess with and without the probe (``optimizer.trials.probe``),
-alternating the two so that drifts in the machine's load hit both alike, and reports per script
-the median wall times, their ratio (``wall_ratio``, goal <= 1.02) and the ratio of the job's
-own CPU time (``cpu_ratio``, less noisy on a shared machine), with the probe's event-file size.
+in the order off, on, on, off (ABBA), so that a drift in the machine's load hits both alike,
+and reports per script the median wall times, their ratio (``wall_ratio``, goal <= 1.02) and
+the ratio of the job's own CPU time (``cpu_ratio``, less noisy on a shared machine), with the
+probe's event-file size.
 Scripts: the bundled example and two of the regret suite's (its quick arguments).
 
     python benchmarks/probe_overhead.py [--reps 5] [--json PATH]
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, script in SCRIPTS.items():
             runs = {False: [], True: []}
             for i in range(2 * args.reps):
-                probed = bool(i % 2)
+                probed = i % 4 in (1, 2)  # off on on off: a linear drift hits both alike
                 runs[probed].append(run_once(script, probed, Path(tmp)))
             off = statistics.median(r[0] for r in runs[False])
             on = statistics.median(r[0] for r in runs[True])

@@ -171,3 +171,30 @@ def test_map_runs_functions_side_by_side_and_keeps_their_order(local_ray):
     assert [n for n, _ in pids] == [1, 2]
     assert all(pid != os.getpid() for _, pid in pids)  # ran in Ray workers
     assert LocalExecutor().map([lambda: 3, lambda: 4]) == [3, 4]
+
+
+def test_the_probe_sees_inside_a_silent_script_on_a_ray_worker(tmp_path, config, local_ray):
+    """Issue 38 under ``--executor ray``: a torch script that prints nothing gets its rate and
+    its job's size from the in-process probe on the worker, and its events come back."""
+    import textwrap
+
+    from test_in_process_probe import QUIET_LOOP
+
+    from optimizer.trials.executors import TrialRequest
+
+    script = tmp_path / "silent.py"
+    script.write_text(textwrap.dedent(QUIET_LOOP))
+    manager = TrainingModuleManager(script, [], batch_size_arg="--bs")
+    assert manager.in_process_probe
+    trial_dir = tmp_path / "run" / "trials" / "00-ray"
+    request = TrialRequest(Allocation(cpus=1, memory_gb=2.0, batch_size=64), trial_dir,
+                           probe_seconds=4.0, timeout_s=60,
+                           monitor_interval=config.run.monitor_interval)
+    executor = make_executor("ray")
+    ((_, s),) = list(executor.run(manager, [request], config.resources))
+    executor.close()
+    assert s.executor == "ray" and s.status == "probe"
+    assert s.throughput_source == "probe" and s.throughput > 0
+    assert s.total_samples == 2048 * 5000 and s.job_size_source == "probe: dataset x epochs"
+    assert s.probe["samples_per_step"] == 64
+    assert (trial_dir / "probe.jsonl").exists() and (trial_dir / "stages.csv").exists()
