@@ -106,6 +106,7 @@ class CloudResourceOptimizer:
         self.offline_analyzer: Any = None
         self.training_manager: TrainingModuleManager | None = None
         self.oom_chain: list[TrialSummary] = []
+        self.efficiency: Any = None  # statistical efficiency by batch (optimizer.search.efficiency)
         self.cloud_env: Any = None
         self.agent: Any = None
         self.user_preference: str | tuple[float, float, float] = "balanced"

@@ -16,6 +16,7 @@ import pandas as pd
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.atomic_files import atomic_write_json, atomic_write_text
 from optimizer.foundation.memory import right_size_memory
+from optimizer.reports.goodput import goodput_section, plot_efficiency
 from optimizer.reports.k8s import k8s_job_yaml, k8s_resources_yaml
 from optimizer.reports.plots import (
     plot_allocation,
@@ -226,6 +227,7 @@ def _write_recommendation(run_dir: Path, result: Any, reference: TrialSummary,
         "runoff": rec.get("runoff", []),
         "runoff_standings": rec.get("runoff_standings", []),
         "memory": rec.get("memory"),
+        "goodput": rec.get("goodput"),
         "planned_allocation": rec.get("planned_allocation"),
         "rounds": rec.get("rounds", []),
         "notes": rec.get("notes", []),
@@ -242,6 +244,8 @@ def _figures(plots: Path, result: Any, reference: TrialSummary, profile: Any,
     if result.optimized is not None and result.optimized.ok:
         figs["comparison"] = plots / "baseline_vs_optimized.png"
         plot_comparison(figs["comparison"], reference, result.optimized, rec.get("predicted", {}))
+    if plot_efficiency(plots / "efficiency.png", rec.get("goodput") or {}):
+        figs["efficiency"] = plots / "efficiency.png"
     figs["pareto"] = plots / "pareto.png"
     plot_pareto(figs["pareto"], sweep, result.baseline, rec.get("predicted", {}),
                  result.optimized)
@@ -299,6 +303,7 @@ def _build_report(opt: Any, result: Any, reference: TrialSummary, rec: dict[str,
         r.figure(figs["comparison"], "Baseline vs optimized: real runs; red mark: plan")
     _sources_section(r, reference)
     _rounds_section(r, rec)
+    goodput_section(r, rec.get("goodput"), figs.get("efficiency"))
     r.heading("SLA")
     sla = opt.config.sla
     r.paragraph(f"Limits: time ≤ {sla.time_max:.4g} s, cost ≤ {dollars(sla.cost_max)}, throughput ≥ "

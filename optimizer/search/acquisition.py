@@ -78,7 +78,9 @@ def predicted_figures(models: Sequence[WorkloadModel], candidates: Sequence[Allo
     time_s, cost, share = np.empty(shape), np.empty(shape), np.empty(shape)
     for i, m in enumerate(models):
         pred = m.predict(g, c, np.inf, b)
-        time_s[i] = startup_s + total_samples / np.maximum(pred["throughput"], 1e-12)
+        # goodput: throughput × statistical efficiency (1 unless the model was fitted with a
+        # noise scale), so a candidate's time is to the same training progress
+        time_s[i] = startup_s + total_samples / np.maximum(pred["goodput"], 1e-12)
         for j, a in enumerate(candidates):
             memory = right_size_memory(float(pred["mem_gb"][j]))
             cost[i, j] = time_s[i, j] * hourly_cost(config, a.gpus, a.cpus, memory) / 3600

@@ -13,7 +13,7 @@ out-of-memory kill.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -58,10 +58,15 @@ def resource_share(config: OptimizerConfig, gpus: Any, cpus: Any, memory_gb: Any
 
 
 def objective_table(trials: Sequence[TrialSummary], config: OptimizerConfig,
-                    preference: str | Sequence[float]) -> pd.DataFrame:
+                    preference: str | Sequence[float],
+                    efficiency: Callable[[Any], float] | None = None) -> pd.DataFrame:
     """One row per usable trial: its whole-job time (measured, or predicted from a probe's
     throughput), the memory it would be given (:func:`right_size_memory` of its peak), the job
     cost at that memory, its resource share and ``objective`` (lower is better).
+
+    ``efficiency`` (statistical efficiency by batch size relative to the script's own,
+    :class:`optimizer.search.efficiency.TrialEfficiency`) turns the time into the time to the
+    same training progress: a batch that learns half as much per sample takes twice as long.
 
     ``cost`` and ``time`` are the job's dollars and seconds; other preferences are the weighted
     sum of the three objectives, each over its best value among the trials (1.0 is ideal).
@@ -72,8 +77,10 @@ def objective_table(trials: Sequence[TrialSummary], config: OptimizerConfig,
         if seconds is None or not np.isfinite(seconds) or seconds <= 0:
             continue
         a = t.allocation
+        eff = efficiency(a.batch_size) if efficiency is not None else 1.0
+        raw, seconds = seconds, seconds / max(eff, 1e-9)
         memory = right_size_memory(t.mem_gb_peak, **_oom_kwargs(trials, a))
-        rows.append({"trial_id": t.trial_id, "started_at": t.started_at or "",
+        rows.append({"efficiency": eff, "raw_job_time_s": raw, "trial_id": t.trial_id, "started_at": t.started_at or "",
                      "alone": not t.concurrent_with,
                      "gpus": a.gpus, "cpus": a.cpus,
                      "batch_size": a.batch_size, "workers": a.workers, "status": t.status,
@@ -163,8 +170,9 @@ def separated(a: Any, b: Any) -> bool:
 
 
 def best_measured(trials: Sequence[TrialSummary], config: OptimizerConfig,
-                  preference: str | Sequence[float],
-                  runoff: Sequence[str] = ()) -> tuple[TrialSummary, dict[str, Any]]:
+                  preference: str | Sequence[float], runoff: Sequence[str] = (),
+                  efficiency: Callable[[Any], float] | None = None
+                  ) -> tuple[TrialSummary, dict[str, Any]]:
     """The trial with the lowest measured objective and its row of :func:`objective_table`
     (ties: the earlier trial): never a setting measured worse than another. ``runoff``: the ids
     of a run-off's trials (:mod:`optimizer.search.runoff`); when any of them is usable, the choice is
@@ -173,9 +181,10 @@ def best_measured(trials: Sequence[TrialSummary], config: OptimizerConfig,
     table = pd.DataFrame()
     if runoff:
         ids = set(runoff)
-        table = objective_table([t for t in trials if t.trial_id in ids], config, preference)
+        table = objective_table([t for t in trials if t.trial_id in ids], config, preference,
+                                efficiency)
     if table.empty:
-        table = objective_table(trials, config, preference)
+        table = objective_table(trials, config, preference, efficiency)
     if table.empty:
         raise ValueError("no usable trial")
     row = table.iloc[int(np.argmin(table["objective"].to_numpy()))].to_dict()
@@ -198,3 +207,43 @@ def setting_peak(trial: TrialSummary, trials: Sequence[TrialSummary]) -> float:
     return max([t.mem_gb_peak for t in trials if t.ok and same_setting(t.allocation,
                                                                        trial.allocation)]
                + [trial.mem_gb_peak])
+
+
+def goodput_comparison(trials: Sequence[TrialSummary], config: OptimizerConfig,
+                       preference: str | Sequence[float], final: TrialSummary,
+                       efficiency: Any) -> dict[str, Any]:
+    """The recommended batch against the script's own (``efficiency.ref_batch``) at the same
+    GPUs, CPUs and workers where both were measured (else the script's best): samples/s,
+    statistical efficiency, goodput, and the time and cost to the same training progress.
+    ``efficiency`` is a :class:`optimizer.search.efficiency.TrialEfficiency`."""
+    out: dict[str, Any] = efficiency.summary() if efficiency is not None else {
+        "decided_by": "nothing measured", "note": "Statistical efficiency was not measured."}
+    table = objective_table(trials, config, preference, efficiency)
+    ref = getattr(efficiency, "ref_batch", None)
+    if table.empty or not ref:
+        return out
+    a = final.allocation
+    mine = table[table["trial_id"] == final.trial_id]
+    own = table[table["batch_size"] == ref]
+    same = own[(own["gpus"] == a.gpus) & (own["cpus"] == a.cpus)
+               & (own["workers"].fillna(-1) == (-1 if a.workers is None else a.workers))]
+    own = same if not same.empty else own.sort_values("objective").head(1)
+    rows = []
+    for role, row in (("the script's own batch", own), ("recommended", mine)):
+        if row.empty:
+            continue
+        r = row.iloc[0]
+        trial = next(t for t in trials if t.trial_id == r["trial_id"])
+        thr = float(trial.throughput or 0.0)
+        batch = None if pd.isna(r["batch_size"]) else int(r["batch_size"])
+        progress = (out.get("progress_per_sample") or {}).get(str(batch), {})
+        rows.append({"role": role, "trial_id": r["trial_id"], "batch_size": batch,
+                     "cpus": int(r["cpus"]), "gpus": int(r["gpus"]), "throughput": thr,
+                     "progress_per_sample": progress.get("value"),
+                     "progress_low": progress.get("low"), "progress_high": progress.get("high"),
+                     "efficiency": float(r["efficiency"]),
+                     "goodput": thr * float(r["efficiency"]),
+                     "time_to_same_progress_s": float(r["job_time_s"]),
+                     "cost_to_same_progress": float(r["job_cost"])})
+    out["comparison"] = rows
+    return out

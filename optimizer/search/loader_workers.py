@@ -47,7 +47,8 @@ def sweep_workers(opt: Any, manager: Any, trials: list[TrialSummary], total: flo
     without the manager's ``workers_arg``."""
     if not getattr(manager, "workers_arg", None):
         return []
-    table = objective_table([t for t in trials if t.ok], opt.config, opt.user_preference)
+    table = objective_table([t for t in trials if t.ok], opt.config, opt.user_preference,
+                            getattr(opt, "efficiency", None))
     if table.empty:
         return []
     top = table.iloc[int(table["objective"].to_numpy().argmin())]

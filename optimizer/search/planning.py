@@ -16,6 +16,7 @@ from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.atomic_files import atomic_write_json, read_json
 from optimizer.foundation.errors import CloudoptError
 from optimizer.search.baseline import rank_trials
+from optimizer.search.efficiency import NoiseScaleEstimate, TrialEfficiency, efficiency_from_trials
 from optimizer.search.plan_cache import plan_inputs, reusable_plan
 from optimizer.trials.records import TrialSummary
 
@@ -34,8 +35,9 @@ def plan_round(opt: Any, usable: list[TrialSummary], reference: TrialSummary,
 
     out = run_dir / "rl" / (f"round-{round_k}" if round_k else "")
     cache = out / "recommendation.json"
+    opt.efficiency = measure_efficiency(usable, reference, run_dir)
     try:
-        env_cfg = fit_env_config(opt, usable, reference, total, profile)
+        env_cfg = fit_env_config(opt, usable, reference, total, profile, opt.efficiency)
     except CloudoptError as exc:
         env_cfg, reason = None, str(exc)
     budget = agent_seconds if round_k == 0 else agent_seconds / 2
@@ -66,10 +68,25 @@ def plan_round(opt: Any, usable: list[TrialSummary], reference: TrialSummary,
     return read_json(cache), env_cfg
 
 
+def measure_efficiency(usable: list[TrialSummary], reference: TrialSummary,
+                       run_dir: Path) -> TrialEfficiency:
+    """Statistical efficiency of the script at its trials' batch sizes, relative to its own
+    (the reference trial's) batch: off, and saying so, when the batch is unknown."""
+    ref = reference.allocation.batch_size
+    if ref is None:
+        return TrialEfficiency(0, NoiseScaleEstimate(why="the script's batch size is unknown"),
+                               note="Statistical efficiency is off: the script's batch size "
+                               "is unknown.")
+    return efficiency_from_trials(usable, run_dir, int(ref))
+
+
 def fit_env_config(opt: Any, usable: list[TrialSummary], reference: TrialSummary,
-                   total: float | None, profile: Any) -> Any:
+                   total: float | None, profile: Any,
+                   efficiency: TrialEfficiency | None = None) -> Any:
     """A CloudEnvironment over the workload model fitted to the trials (raises
-    CloudoptError when they cannot identify it), started from the reference allocation."""
+    CloudoptError when they cannot identify it), started from the reference allocation.
+    With ``efficiency`` measured, the model's time is to the same training progress as the
+    script's own batch (goodput: throughput × statistical efficiency)."""
     from optimizer.search.calibrate import env_config_from_trials
 
     trials = [t for t in usable if t.allocation.batch_size is not None]
@@ -80,8 +97,10 @@ def fit_env_config(opt: Any, usable: list[TrialSummary], reference: TrialSummary
     if profile is not None:
         phases.update(phase_sequence=profile.sequence, phase_scales=profile.scales,
                       max_phases=max(4, len(profile.scales)))
+    goodput = ({"noise_scale": efficiency.phi(), "ref_batch": efficiency.ref_batch}
+               if efficiency is not None and efficiency.on else {})
     config = env_config_from_trials(
-        trials, resources=opt.config.resources, sla=opt.config.sla,
+        trials, **goodput, resources=opt.config.resources, sla=opt.config.sla,
         preference=opt.user_preference, n_steps=ENV_STEPS,
         preferences=opt.config.multi_objective, noise=0.05, total_samples=total, **phases)
     if total:

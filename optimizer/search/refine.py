@@ -42,6 +42,7 @@ from optimizer.search.acquisition import (
 )
 from optimizer.search.choice import (
     best_measured,
+    goodput_comparison,
     objective_table,
     recommended_allocation,
     same_setting,
@@ -111,7 +112,7 @@ def _probe_by_improvement(opt: Any, env_config: Any, trials: list[TrialSummary],
         models = bootstrap_models(table, model, **kwargs)
     except Exception:  # noqa: BLE001 - an acquisition failure must not stop the job
         return None
-    measured = objective_table(trials, opt.config, preference)
+    measured = objective_table(trials, opt.config, preference, getattr(opt, "efficiency", None))
     if measured.empty:
         return None
     top = measured.loc[measured["objective"].idxmin()]
@@ -135,7 +136,8 @@ def _probe_by_improvement(opt: Any, env_config: Any, trials: list[TrialSummary],
 
 
 def dominating_trial(env_config: Any, plan: Allocation, trials: Sequence[TrialSummary],
-                     config: Any, total: float | None) -> TrialSummary | None:
+                     config: Any, total: float | None,
+                     efficiency: Any = None) -> TrialSummary | None:
     """A measured trial that is both faster and cheaper than the plan is predicted to be
     (cost at right-sized memory on both sides), or None. Such a plan is not worth a trial."""
     if plan.batch_size is None:
@@ -145,7 +147,7 @@ def dominating_trial(env_config: Any, plan: Allocation, trials: Sequence[TrialSu
     startup = float(model.meta.get("job", {}).get("restart_s", 0.0))
     figs = predicted_figures([model], [plan], config, total_samples=total, startup_s=startup)
     plan_time, plan_cost = figs["job_time_s"][0, 0], figs["job_cost"][0, 0]
-    table = objective_table(trials, config, "cost")
+    table = objective_table(trials, config, "cost", efficiency)
     if table.empty:
         return None
     better = table[(table["job_time_s"] < plan_time) & (table["job_cost"] < plan_cost)]
@@ -193,7 +195,7 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
             same_setting(t.allocation, _with_default_batch(planned, default_batch))
             for t in trials)
         dominated = None if env_config is None or measured_before else dominating_trial(
-            env_config, planned, usable, cfg, total)
+            env_config, planned, usable, cfg, total, getattr(opt, "efficiency", None))
         if env_config is None:
             left = [a for a in more_probes if not _measured(a, trials, default_batch,
                                                              batch_settable)]
@@ -246,8 +248,10 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
     block = runoff(opt, manager, trials, total, run_dir, opts, batch_settable, rounds)
     for trial in trials[n_before:]:
         proposer[trial.trial_id] = proposer.get(_twin(trial, trials), "")
-    final, best_row = best_measured(trials, cfg, opt.user_preference, runoff=block)
-    table = standings(trials, block, cfg, opt.user_preference)
+    eff = getattr(opt, "efficiency", None)
+    final, best_row = best_measured(trials, cfg, opt.user_preference, runoff=block,
+                                    efficiency=eff)
+    table = standings(trials, block, cfg, opt.user_preference, eff)
     from_plan = proposer.get(final.trial_id) or None
     rec = dict(rec)
     rec["planned_allocation"] = rec.get("allocation")
@@ -256,6 +260,13 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
     rec["final_trial"] = final.trial_id
     rec["rounds"] = rounds
     peak = setting_peak(final, trials)
+    rec["goodput"] = goodput_comparison(trials, cfg, opt.user_preference, final, eff)
+    if eff is not None and eff.on and final.allocation.batch_size not in (None, eff.ref_batch):
+        rec["goodput"]["learning_rate"] = ("the batch size changes, the learning rate does not: "
+                                           "the efficiency above was measured at the script's "
+                                           "own learning rate")
+    if rec["goodput"].get("note"):
+        rec.setdefault("notes", []).append(rec["goodput"]["note"])
     rec["memory"] = {"peak_gb": peak, "request_gb": rec["allocation"].memory_gb,
                      "slack": 1 - peak / rec["allocation"].memory_gb}
     # What the recommendation costs as requested: the final trial's measured time, priced at the

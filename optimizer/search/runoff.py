@@ -80,7 +80,9 @@ def runoff(opt: Any, manager: Any, trials: list[TrialSummary], total: float | No
     config, preference = opt.config, opt.user_preference
     n_rounds = config.run.runoff_rounds
     before = [t for t in trials if not t.trial_id.startswith(PREFIX)]
-    field = contenders(objective_table(before, config, preference), config.run.runoff_size)
+    eff = getattr(opt, "efficiency", None)
+    field = contenders(objective_table(before, config, preference, eff),
+                       config.run.runoff_size)
     if field.empty or n_rounds == 0:
         return []
     allocs = [next(t.allocation for t in before if t.trial_id == tid)
@@ -113,7 +115,7 @@ def runoff(opt: Any, manager: Any, trials: list[TrialSummary], total: float | No
                                 f"(within {CONFIRM_BAND:.0%} of each other)"))
         if r == 0:
             continue
-        block = objective_table(done, config, preference)
+        block = objective_table(done, config, preference, eff)
         if block.empty:
             break
         kept = still_in(block)
@@ -126,14 +128,15 @@ def runoff(opt: Any, manager: Any, trials: list[TrialSummary], total: float | No
 
 
 def standings(trials: list[TrialSummary], block: list[str], config: Any,
-              preference: Any) -> list[dict[str, Any]]:
+              preference: Any, efficiency: Any = None) -> list[dict[str, Any]]:
     """The run-off's settings, best first: each one's objective, job seconds and runs there,
     its ``margin`` behind the winner (a share of the winner's objective) and whether the runs'
     noise leaves it ``tied`` with the winner (not :func:`separated`; the winner: False). A tie
     is the honest reading of most short run-offs: the winner is the better bet, not a proven
     better setting."""
     ids = set(block)
-    table = objective_table([t for t in trials if t.trial_id in ids], config, preference)
+    table = objective_table([t for t in trials if t.trial_id in ids], config, preference,
+                            efficiency)
     if table.empty:
         return []
     table = table.sort_values("objective")

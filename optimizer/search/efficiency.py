@@ -1,0 +1,427 @@
+"""Statistical efficiency measured on the user's own script (issue 39).
+
+Pollux's ``E(B) = (phi + B0) / (phi + B)`` (:mod:`envs.workload`) needs the gradient noise
+scale ``phi``. From the probe's squared gradient norms (:mod:`optimizer.trials.probe`) the simple
+noise scale ``B_simple = tr(Sigma) / |G|^2`` follows by the unbiased estimators of McCandlish et
+al. 2018, "An Empirical Model of Large-Batch Training", appendix A.1 (``E|G_B|^2 = |G|^2 +
+tr(Sigma) / B``). The probe's loss samples give the progress per sample at each batch size, a
+check of that prior: :func:`efficiency_from_trials` uses it where its interval excludes the prior.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.stats import t as student_t
+from scipy.stats import theilslopes
+
+from optimizer.trials.probe import EVENTS_FILE, ProbeRecord, read_probe
+from optimizer.trials.records import TrialSummary
+
+LEVEL = 0.90  # coverage of every interval here
+BOOTSTRAP, SEED = 1000, 0  # resamples, and a seed: the same records give the same interval
+MIN_STEPS = 3  # gradient norms a batch size needs to enter the across-trial estimate
+MIN_WINDOWS = 2  # one window would give no interval
+SKIP_STEPS = 5  # the first steps move fastest and pay for warm-up: they would tilt a slope
+MIN_LOSSES = 8
+MAX_POINTS = 400  # beyond, losses are averaged in bins: smoother, and fewer Theil-Sen pairs
+
+_Estimate = tuple[float, float, np.ndarray, np.ndarray, int, int]
+"""``|G|^2``, ``tr(Sigma)``, their bootstrap replicates, the fewest units and the degrees of
+freedom."""
+
+
+@dataclass(frozen=True)
+class NoiseScaleEstimate:
+    """The gradient noise scale ``B_simple`` in samples, or ``why`` there is none: ``low`` and
+    ``high`` bound a 90% interval from a seeded bootstrap over the steps and windows (``inf``:
+    some resamples had no positive ``|G|^2``), ``pairs`` counts windows and pairs of batch
+    sizes, ``source`` is ``windows`` (``B`` against ``k*B`` within trials), ``batches`` (single
+    steps across trials) or both, ``grad_sq`` and ``trace`` estimate ``|G|^2``, ``tr(Sigma)``."""
+
+    value: float | None = None
+    low: float | None = None
+    high: float | None = None
+    pairs: int = 0
+    source: str = ""
+    why: str = ""
+    grad_sq: float | None = None
+    trace: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.value is not None
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A measured value with its 90% interval; ``value`` is None, with ``why``, when it could
+    not be measured (an efficiency: progress per sample relative to the reference batch)."""
+
+    value: float | None = None
+    low: float | None = None
+    high: float | None = None
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class LossProgress(Measured):
+    """Loss decrease per training sample (``value``, positive when the loss falls) over the
+    samples ``span``, with its 90% interval, from ``points`` loss samples."""
+
+    points: int = 0
+    span: tuple[float, float] | None = None
+
+
+@dataclass(frozen=True)
+class TrialEfficiency:
+    """Statistical efficiency at each measured batch size: ``prior`` from the noise scale,
+    ``efficiency`` the value to use (empty: off), ``decided_by`` (``noise scale``, ``measured
+    progress`` or ``nothing measured``) and a one-sentence ``note`` for the report."""
+
+    ref_batch: int
+    noise: NoiseScaleEstimate
+    progress: dict[int, LossProgress] = field(default_factory=dict)
+    measured: dict[int, Measured] = field(default_factory=dict)
+    prior: dict[int, float] = field(default_factory=dict)
+    efficiency: dict[int, float] = field(default_factory=dict)
+    decided_by: str = "nothing measured"
+    note: str = ""
+
+    @property
+    def on(self) -> bool:
+        return bool(self.efficiency)
+
+    def phi(self) -> float:
+        """The noise scale the model and the agents use: the measured one where it decided,
+        else the one whose ``(phi + B0) / (phi + B)`` best fits the efficiencies in use (in log
+        space, over a grid from 1 to 10^9 samples); 0 (off) when nothing was measured."""
+        if not self.on:
+            return 0.0
+        if self.decided_by == "noise scale" and self.noise.value:
+            return float(self.noise.value)
+        b = np.array([k for k in self.efficiency if k != self.ref_batch], dtype=float)
+        e = np.array([self.efficiency[int(k)] for k in b], dtype=float)
+        keep = e > 0
+        if not keep.any():
+            return float(self.noise.value or 0.0)
+        grid = np.logspace(0, 9, 721)
+        model = np.log((grid[:, None] + self.ref_batch) / (grid[:, None] + b[keep]))
+        return float(grid[np.argmin(((model - np.log(e[keep])) ** 2).sum(axis=1))])
+
+    def __call__(self, batch: Any) -> float:
+        """Statistical efficiency at ``batch`` relative to the script's own (1 when off or the
+        batch is unknown): the value in use where measured, else the noise-scale form."""
+        if not self.on or batch is None or (isinstance(batch, float) and math.isnan(batch)):
+            return 1.0
+        if int(batch) in self.efficiency:
+            return float(self.efficiency[int(batch)])
+        phi = self.phi()
+        return 1.0 if phi <= 0 else (phi + self.ref_batch) / (phi + float(batch))
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready figures for ``recommendation.json`` and the report."""
+        n = self.noise
+        return {"ref_batch": self.ref_batch, "decided_by": self.decided_by, "note": self.note,
+                "noise_scale": {"value": n.value, "low": n.low, "high": n.high,
+                                "source": n.source, "why": n.why},
+                "phi_used": self.phi(), "efficiency": {str(b): v for b, v in
+                                                       self.efficiency.items()},
+                "progress_per_sample": {str(b): {"value": p.value, "low": p.low,
+                                                 "high": p.high, "why": p.why}
+                                        for b, p in self.progress.items()}}
+
+
+def noise_scale(b_small: Any, sq_small: Any, b_big: Any, sq_big: Any) -> float:
+    """``B_simple`` from pairs of squared gradient norms at a small and a big batch size.
+
+    Parameters
+    ----------
+    b_small, b_big : float or array_like
+        Batch sizes of each pair (``b_big > b_small``).
+    sq_small, sq_big : float or array_like
+        ``|G_Bsmall|^2`` and ``|G_Bbig|^2`` of each pair.
+
+    Returns
+    -------
+    float
+        ``mean(tr(Sigma)_i) / mean(|G|^2_i)`` (nan if not positive): the ratio of averages, as
+        the paper advises, for each pair's own ratio is biased.
+    """
+    bs, ss, bb, sb = np.broadcast_arrays(*(np.asarray(x, dtype=float)
+                                           for x in (b_small, sq_small, b_big, sq_big)))
+    if np.any(bb <= bs):
+        raise ValueError("every b_big must exceed its b_small")
+    g2, tr = _two_point(1.0 / bs, ss, 1.0 / bb, sb)
+    grad_sq, trace = float(np.mean(g2)), float(np.mean(tr))
+    return trace / grad_sq if grad_sq > 0 else math.nan
+
+
+def _two_point(u_s: Any, m_s: Any, u_b: Any, m_b: Any) -> tuple[Any, Any]:
+    """``(|G|^2, tr(Sigma))`` solving ``m = |G|^2 + tr(Sigma) * u`` at two inverse batch sizes."""
+    trace = (m_s - m_b) / (u_s - u_b)
+    return m_b - trace * u_b, trace
+
+
+def _gradients(records_by_batch: Mapping[int, Iterable[ProbeRecord]]
+               ) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+    """Each window's own pair estimate ``(|G|^2, tr(Sigma))``, and per batch size the squared
+    norms of single steps (a window's steps included: the reader lists them as such)."""
+    pairs: list[tuple[float, float]] = []
+    norms: dict[int, list[float]] = {}
+    for key, records in records_by_batch.items():
+        for rec in records:
+            for ev in rec.windows:
+                small, big = [float(v) for v in ev.get("small", [])], ev.get("big")
+                sizes = {int(b or key) for b in ev.get("samples", [])[:len(small)]}
+                # Steps of unequal sizes (an epoch's last batch) make the window's mean no
+                # longer the gradient of k*B samples; its steps still count as single steps.
+                if len(small) >= 2 and big is not None and len(sizes) == 1:
+                    b, k = sizes.pop(), len(small)
+                    pairs.append(_two_point(1 / b, float(np.mean(small)), 1 / (k * b), float(big)))
+            for _, samples, value in rec.grads:
+                norms.setdefault(int(samples or key), []).append(value)
+    return np.array(pairs, dtype=float).reshape(-1, 2), {b: np.array(v) for b, v in norms.items()}
+
+
+def _wls_line(u: np.ndarray, m: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Weighted fit of ``m = a + b*u`` (``m`` may lead with replicates): the paper's two points."""
+    u_bar = (w * u).sum() / w.sum()
+    m_bar = (m * w).sum(-1) / w.sum()
+    slope = ((m - m_bar[..., None]) * (w * (u - u_bar))).sum(-1) / (w * (u - u_bar) ** 2).sum()
+    return m_bar - slope * u_bar, slope
+
+
+def estimate_noise_scale(records_by_batch: Mapping[int, Iterable[ProbeRecord]], *,
+                         seed: int = SEED, n_boot: int = BOOTSTRAP) -> NoiseScaleEstimate:
+    """The gradient noise scale from the probe records of one or more trials.
+
+    Parameters
+    ----------
+    records_by_batch : mapping of int to iterable of ProbeRecord
+        Records by their trial's batch size (for steps whose size the probe did not see).
+    seed, n_boot : int
+        Seed and number of resamples of the bootstrap.
+
+    Returns
+    -------
+    NoiseScaleEstimate
+        The ratio of ``tr(Sigma)`` to ``|G|^2``, each estimated (a) over the windows (``B`` to
+        ``k*B``) and (b) by a weighted line through the mean single-step norm at each batch
+        size, then mixed by inverse bootstrap variance.
+    """
+    windows, norms = _gradients(records_by_batch)
+    if not norms:
+        return NoiseScaleEstimate(why="no gradient norms recorded: no optimizer step seen")
+    if not any(np.any(v > 0) for v in norms.values()):
+        return NoiseScaleEstimate(why="gradients are all zero: nothing is being trained")
+    rng = np.random.default_rng(seed)
+    estimates: dict[str, _Estimate] = {}
+    if len(windows) >= MIN_WINDOWS:
+        reps = windows[rng.integers(0, len(windows), (n_boot, len(windows)))].mean(1)
+        g_w, s_w = windows.mean(0)
+        estimates["windows"] = (g_w, s_w, reps[:, 0], reps[:, 1], len(windows), len(windows) - 1)
+    steady = sorted(b for b, v in norms.items() if len(v) >= MIN_STEPS)
+    if len(steady) >= 2:
+        n = np.array([len(norms[b]) for b in steady])
+        mean, var = (np.array([f(norms[b]) for b in steady]) for f in (np.mean, np.var))
+        # A mean's weight is its inverse variance; the floor keeps identical norms finite.
+        w, inv_b = n / np.maximum(var, 1e-12 * mean**2 + 1e-300), 1.0 / np.array(steady, float)
+        reps = np.stack([norms[b][rng.integers(0, len(norms[b]), (n_boot, len(norms[b])))].mean(1)
+                         for b in steady], -1)
+        (g0, s0), (g_r, s_r) = _wls_line(inv_b, mean, w), _wls_line(inv_b, reps, w)
+        estimates["batches"] = (float(g0), float(s0), g_r, s_r, int(n.min()), int(n.sum()) - len(n))
+    if not estimates:
+        return NoiseScaleEstimate(why="nothing to pair: one batch size and under two windows")
+    grad_sq, trace, g_r, s_r, n_min, df = _combine(list(estimates.values()))
+    pairs = len(windows) * ("windows" in estimates) + math.comb(len(steady), 2) * (
+        "batches" in estimates)
+    est = NoiseScaleEstimate(pairs=pairs, source="+".join(estimates), grad_sq=grad_sq, trace=trace)
+    if grad_sq <= 0:
+        return replace(est, why="|G|^2 estimate not positive: gradient noise dominates")
+    if trace <= 0:
+        return replace(est, why="tr(Sigma) estimate not positive: no measurable gradient noise")
+    # Percentiles of a few resampled windows stay within the range they span, far too narrow:
+    # a t interval on log B from the bootstrap's standard error, with the n/(n-1) correction
+    # of a bootstrap variance. A resample without a positive |G|^2 means noise dominates.
+    spread = math.sqrt(n_min / (n_min - 1)) * float(student_t.ppf((1 + LEVEL) / 2, df))
+    ratio = np.where(g_r > 0, s_r / np.where(g_r > 0, g_r, 1), np.inf)
+    positive, value = ratio[np.isfinite(ratio) & (ratio > 0)], trace / grad_sq
+    se = float(np.std(np.log(positive))) if len(positive) > 1 else math.inf
+    unbounded = np.mean(np.isinf(ratio)) > (1 - LEVEL) / 2
+    return replace(est, value=value, low=value * math.exp(-spread * se),
+                   high=math.inf if unbounded else value * math.exp(spread * se))
+
+
+def _combine(parts: Sequence[_Estimate]) -> _Estimate:
+    """Both estimates of ``|G|^2`` (and of ``tr(Sigma)``) are unbiased, so any fixed mixture
+    is too: inverse bootstrap variances favour the less noisy one, whose sample sizes then set
+    the interval's t."""
+    w = [1.0 / np.maximum([np.var(p[i + 2]) for p in parts], 1e-300) for i in (0, 1)]
+    g, s = ([sum(wi / w[i].sum() * p[j] for wi, p in zip(w[i], parts, strict=True))
+             for j in (i, i + 2)] for i in (0, 1))
+    n_min, df = parts[int(np.argmax(w[0]))][4:]
+    return float(g[0]), float(s[0]), g[1], s[1], n_min, df
+
+
+def loss_points(record: ProbeRecord, batch: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(samples processed before the step, loss)`` after the first :data:`SKIP_STEPS` steps,
+    from the probe's step counts (else ``batch`` per step); empty when they cannot be placed."""
+    rows = [(s, v) for s, _, v in record.losses if s > SKIP_STEPS and math.isfinite(v)]
+    per_step, p = batch or record.samples_per_step, record.step_points
+    counted = len(p) > 0 and p[-1, 2] > 0
+    if not rows or not (per_step or counted):
+        return np.zeros(0), np.zeros(0)
+    steps, values = (np.array(c, dtype=float) for c in zip(*rows, strict=True))
+    if counted:
+        return np.interp(steps - 1, np.r_[0.0, p[:, 1]], np.r_[0.0, p[:, 2]]), values
+    return (steps - 1) * float(per_step or 0), values
+
+
+def loss_progress(record: ProbeRecord, *, batch: int | None = None,
+                  within: tuple[float, float] | None = None) -> LossProgress:
+    """Loss decrease per training sample over the steady part of a run.
+
+    Parameters
+    ----------
+    record : ProbeRecord
+    batch : int, optional
+        Samples per step when the probe saw none.
+    within : (float, float), optional
+        Only these samples: trials are compared over the same stretch of training, since
+        progress slows as training goes on.
+
+    Returns
+    -------
+    LossProgress
+        Minus the Theil-Sen slope of the loss on samples processed (robust to the noise of
+        single-batch losses and to outliers), with Sen's 90% interval.
+    """
+    if not record.losses:
+        return LossProgress(why="no loss recorded: never a backward() on a scalar loss")
+    x, y = loss_points(record, batch)
+    keep = (x >= within[0]) & (x <= within[1]) if within else np.ones(len(x), dtype=bool)
+    x, y = x[keep], y[keep]
+    if len(x) < MIN_LOSSES or np.ptp(x) <= 0:
+        return LossProgress(points=len(x), why=f"too few loss samples: {len(x)} of {MIN_LOSSES}")
+    span = (float(x.min()), float(x.max()))
+    if np.ptp(y) == 0:
+        return LossProgress(0.0, 0.0, 0.0, points=len(x), span=span,
+                            why="the loss did not change")
+    if len(x) > MAX_POINTS:  # x is in step order
+        x, y = (np.array([c.mean() for c in np.array_split(a, MAX_POINTS)]) for a in (x, y))
+    slope, _, lo, hi = theilslopes(y, x, alpha=LEVEL)
+    return LossProgress(-float(slope), -float(hi), -float(lo), points=len(x), span=span)
+
+
+def measured_efficiency(progress_by_batch: Mapping[int, LossProgress],
+                        ref_batch: int) -> dict[int, Measured]:
+    """Progress per sample at each batch size relative to that at ``ref_batch``.
+
+    Returns
+    -------
+    dict of int to Measured
+        Ratios of rates, with the extreme ratios of their interval ends; undefined (and why)
+        where a rate is missing or the loss did not measurably fall at ``ref_batch``.
+    """
+    ref = progress_by_batch.get(ref_batch)
+    why, rate, ends = "", 0.0, (0.0, 0.0)
+    if ref is None:
+        why = f"the reference batch {ref_batch} was not measured"
+    elif ref.value is None or ref.low is None or ref.high is None or ref.low <= 0:
+        why = f"at the reference batch {ref_batch}, {ref.why or 'the loss did not measurably fall'}"
+    else:
+        rate, ends = ref.value, (ref.low, ref.high)
+    out: dict[int, Measured] = {}
+    for b, p in sorted(progress_by_batch.items()):
+        if why or p.value is None or p.low is None or p.high is None:
+            out[b] = Measured(why=why or p.why)
+        else:
+            corners = [a / c for a in (p.low, p.high) for c in ends]
+            out[b] = Measured(p.value / rate, min(corners), max(corners))
+    return out
+
+
+def probe_records(trials: Iterable[TrialSummary], run_dir: str | Path
+                  ) -> dict[int, list[ProbeRecord]]:
+    """The probe records of a run's usable trials by the batch size they ran at (the probe's
+    samples per step, else the allocation's): ``run_dir/trials/<trial_id>/probe.jsonl``."""
+    out: dict[int, list[ProbeRecord]] = {}
+    for t in trials:
+        rec = read_probe(Path(run_dir) / "trials" / t.trial_id / EVENTS_FILE) if t.ok else None
+        batch = rec and (rec.samples_per_step or t.allocation.batch_size)
+        if rec is not None and batch:
+            out.setdefault(int(batch), []).append(rec)
+    return out
+
+
+def _progress(records: Mapping[int, list[ProbeRecord]]) -> tuple[dict[int, LossProgress], bool]:
+    """Each batch's progress from its record with the most loss samples, over the stretch of
+    samples all those with losses share when it holds enough of each (then ``True``)."""
+    best = {b: max(recs, key=lambda r: len(r.losses)) for b, recs in records.items()}
+    xs = [x for x in (loss_points(r, b)[0] for b, r in best.items()) if len(x)]
+    within = (max(x.min() for x in xs), min(x.max() for x in xs)) if xs else (0.0, 0.0)
+    aligned = len(xs) < 2 or all(((x >= within[0]) & (x <= within[1])).sum() >= MIN_LOSSES
+                                 for x in xs)
+    return {b: loss_progress(r, batch=b, within=within if aligned and len(xs) > 1 else None)
+            for b, r in best.items()}, aligned
+
+
+def efficiency_from_trials(trials: Iterable[TrialSummary], run_dir: str | Path,
+                           ref_batch: int) -> TrialEfficiency:
+    """Statistical efficiency of a run's script at the batch sizes its trials measured.
+
+    Parameters
+    ----------
+    trials : iterable of TrialSummary
+        The run's trials; failed ones and those without a probe file are skipped.
+    run_dir : str or Path
+    ref_batch : int
+        ``B0``, the batch size at which the job's work is counted (the script's own).
+
+    Returns
+    -------
+    TrialEfficiency
+        The prior ``(phi + B0) / (phi + B)`` at each measured batch size, replaced by the
+        measured progress ratio where that ratio's interval excludes it.
+    """
+    records = probe_records(trials, run_dir)
+    noise = estimate_noise_scale(records) if records else NoiseScaleEstimate(why="no probe records")
+    progress, aligned = _progress(records)
+    measured = measured_efficiency(progress, ref_batch)
+    phi = noise.value
+    prior = {b: (phi + ref_batch) / (phi + b) for b in sorted(records)} if phi is not None else {}
+    corrected = [b for b, m in measured.items() if b != ref_batch and m.value is not None
+                 and (b not in prior or not (m.low or 0) <= prior[b] <= (m.high or 0))]
+    efficiency = {**prior, **{b: float(measured[b].value or 0) for b in corrected}}
+    efficiency |= {ref_batch: 1.0} if efficiency else {}  # by definition: work counted at B0
+    decided_by = ("measured progress" if corrected else "noise scale" if noise.ok
+                  else "nothing measured")
+    return TrialEfficiency(ref_batch, noise, progress, measured, prior,
+                           dict(sorted(efficiency.items())), decided_by,
+                           _note(decided_by, noise, measured, corrected, prior, aligned))
+
+
+def _note(decided_by: str, noise: NoiseScaleEstimate, measured: Mapping[int, Measured],
+          corrected: Sequence[int], prior: Mapping[int, float], aligned: bool) -> str:
+    checked = [b for b, m in measured.items() if m.value is not None and b not in corrected]
+    why_not = next((m.why for m in measured.values() if m.why), "one batch size measured")
+    stretch = "" if aligned else " (over different stretches of training)"
+    if decided_by == "nothing measured":
+        return (f"Statistical efficiency is off (1 at every batch size): no noise scale "
+                f"({noise.why}) and no usable loss progress ({why_not}).")
+    if decided_by == "noise scale":
+        return (f"Statistical efficiency follows the gradient noise scale measured on the script,"
+                f" about {noise.value:,.0f} samples (90% interval {noise.low:,.0f} to "
+                f"{noise.high:,.0f}), " + (f"which the loss progress at batch sizes {checked}"
+                f"{stretch} agrees with." if len(checked) > 1 else f"unchecked ({why_not})."))
+    shown = ", ".join(f"{measured[b].value:.2f} at batch {b}" + (
+        f" (the noise scale predicts {prior[b]:.2f})" if prior else "") for b in corrected)
+    return (f"Statistical efficiency comes from the loss progress per sample measured{stretch} "
+            f"against the script's own batch size: {shown}"
+            + ("." if prior else f"; no noise scale ({noise.why})."))

@@ -1,0 +1,396 @@
+"""Statistical efficiency measured on the user's script (optimizer.search.efficiency): the
+gradient noise scale against a known truth, through the real in-process probe, the loss progress
+per sample, and the rule that decides between them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from optimizer.foundation.allocation import Allocation
+from optimizer.search.efficiency import (
+    LossProgress,
+    efficiency_from_trials,
+    estimate_noise_scale,
+    loss_progress,
+    measured_efficiency,
+    noise_scale,
+    probe_records,
+)
+from optimizer.trials.probe import EVENTS_FILE, probe_environment
+from optimizer.trials.probe.events import ProbeRecord
+from optimizer.trials.records import TrialSummary
+
+D = 20
+
+
+def least_squares(n: int, seed: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``X, y, w``: ``y = X w* + noise`` (sigma 2) and ``w`` a unit step away from ``w*``, in
+    float32 as a script would hold them."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, D))
+    w_star = rng.standard_normal(D)
+    y = X @ w_star + 2.0 * rng.standard_normal(n)
+    step = rng.standard_normal(D)
+    return X.astype(np.float32), y.astype(np.float32), (w_star + step / np.linalg.norm(step)
+                                                         ).astype(np.float32)
+
+
+def per_sample_grads(X: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Gradients of ``0.5 (x.w - y)^2``, one row per sample."""
+    X, y, w = (a.astype(np.float64) for a in (X, y, w))
+    return X * (X @ w - y)[:, None]
+
+
+def true_noise_scale(g: np.ndarray) -> float:
+    """``tr(Sigma) / |G|^2`` exactly over the dataset (the distribution minibatches come from)."""
+    G = g.mean(0)
+    return float(((g - G) ** 2).sum(1).mean() / (G @ G))
+
+
+def batch_sq_norms(g: np.ndarray, batch: int, count: int, rng: np.random.Generator) -> np.ndarray:
+    """``|G_B|^2`` of ``count`` minibatches of ``batch`` samples drawn with replacement."""
+    return (g[rng.integers(0, len(g), (count, batch))].mean(1) ** 2).sum(1)
+
+
+def synthetic_record(g: np.ndarray, batch: int, rng: np.random.Generator, windows: int = 0,
+                     k: int = 32, singles: int = 0) -> ProbeRecord:
+    """A probe record as the reader builds it: ``windows`` windows of ``k`` steps (their steps
+    also listed as single steps, as the reader does) and ``singles`` single steps."""
+    rec, step = ProbeRecord(header={}), 1
+    for _ in range(windows):
+        means = g[rng.integers(0, len(g), (k, batch))].mean(1)
+        small = (means**2).sum(1).tolist()
+        rec.windows.append({"e": "gradwin", "step": step, "k": k, "samples": [batch] * k,
+                            "small": small, "big": float((means.mean(0) ** 2).sum())})
+        rec.grads.extend((step + i, batch, v) for i, v in enumerate(small))
+        step += k
+    rec.grads.extend((step + i, batch, float(v))
+                     for i, v in enumerate(batch_sq_norms(g, batch, singles, rng)))
+    return rec
+
+
+# -- the estimators against a known truth -------------------------------------------------------
+
+
+def test_noise_scale_recovers_a_known_truth():
+    X, y, w = least_squares(4096)
+    g = per_sample_grads(X, y, w)
+    truth = true_noise_scale(g)
+    assert 60 < truth < 150  # the problem is set so both batch sizes below say something
+    rng = np.random.default_rng(2)
+    small, big = batch_sq_norms(g, 16, 400, rng), batch_sq_norms(g, 256, 400, rng)
+    estimate = noise_scale(16, small, 256, big)
+    assert estimate == pytest.approx(truth, rel=0.3)
+    # Scalars and arrays of batch sizes mean the same pairs.
+    assert noise_scale(np.full(400, 16), small, np.full(400, 256), big) == estimate
+    with pytest.raises(ValueError):
+        noise_scale(64, small, 16, big)
+
+
+@pytest.mark.parametrize("layout", ["windows", "batches", "both"])
+def test_the_estimate_and_its_bootstrap_interval_hold_the_truth(layout):
+    X, y, w = least_squares(4096)
+    g = per_sample_grads(X, y, w)
+    truth = true_noise_scale(g)
+    rng = np.random.default_rng(3)
+    records = {
+        "windows": {16: [synthetic_record(g, 16, rng, windows=30)]},
+        "batches": {16: [synthetic_record(g, 16, rng, singles=300)],
+                    128: [synthetic_record(g, 128, rng, singles=300)]},
+        "both": {16: [synthetic_record(g, 16, rng, windows=10)],
+                 64: [synthetic_record(g, 64, rng, windows=10)]},
+    }[layout]
+    est = estimate_noise_scale(records)
+    assert est.ok and est.why == ""
+    assert est.value == pytest.approx(truth, rel=0.3)
+    assert est.low <= truth <= est.high
+    assert est.low < est.value < est.high
+    assert est.source == {"windows": "windows", "batches": "batches",
+                          "both": "windows+batches"}[layout]
+    assert est.pairs == {"windows": 30, "batches": 1, "both": 21}[layout]
+    assert estimate_noise_scale(records) == est  # seeded: the same records, the same interval
+
+
+@pytest.mark.parametrize("windows, k", [(12, 32), (2, 256), (1, 256)])
+def test_the_interval_covers_the_truth_about_as_often_as_it_says(windows, k):
+    # One or two windows per trial is what a short trial gets (one every 2 s at most):
+    # percentiles of so few resampled windows covered the truth in under half the cases.
+    X, y, w = least_squares(65536)
+    g = per_sample_grads(X, y, w)
+    truth = true_noise_scale(g)
+    hits, widths = 0, []
+    for seed in range(40):
+        rng = np.random.default_rng(100 + seed)
+        est = estimate_noise_scale({16: [synthetic_record(g, 16, rng, windows, k)],
+                                    64: [synthetic_record(g, 64, rng, windows, k)]}, n_boot=300)
+        hits += est.low <= truth <= est.high
+        widths.append(est.high / est.low)
+    assert hits >= 32  # nominal 90% of 40 = 36
+    assert np.median(widths) < 1.5  # and not by saying nothing
+
+
+def test_noise_that_drowns_the_gradient_or_no_noise_at_all_is_said_not_guessed():
+    def record(small: float, big: float) -> ProbeRecord:
+        rec = ProbeRecord(header={})
+        for i in range(3):
+            rec.windows.append({"step": 1 + 4 * i, "k": 4, "samples": [16] * 4,
+                                "small": [small] * 4, "big": big})
+            rec.grads.extend((1 + 4 * i + j, 16, small) for j in range(4))
+        return rec
+
+    # E|G_B|^2 falls from 10 at B=16 to 1 at B=64: more than noise alone allows.
+    drowned = estimate_noise_scale({16: [record(10.0, 1.0)]})
+    assert not drowned.ok and drowned.grad_sq < 0 and "|G|^2" in drowned.why
+    flat = estimate_noise_scale({16: [record(10.0, 10.0)]})
+    assert not flat.ok and "tr(Sigma)" in flat.why
+    zero = estimate_noise_scale({16: [record(0.0, 0.0)]})
+    assert not zero.ok and "all zero" in zero.why
+    lone = estimate_noise_scale({16: [ProbeRecord(header={}, grads=[(1, 16, 3.0), (2, 16, 2.0)])]})
+    assert not lone.ok and "nothing to pair" in lone.why
+    assert "no gradient norms" in estimate_noise_scale({16: [ProbeRecord(header={})]}).why
+
+
+# -- loss progress ------------------------------------------------------------------------------
+
+
+def loss_record(batch: int, steps: int, rate: float, noise: float, seed: int = 0,
+                every: int = 1) -> ProbeRecord:
+    """Loss falling by ``rate`` per sample with Gaussian noise; the first steps are wild."""
+    rng = np.random.default_rng(seed)
+    rec = ProbeRecord(header={})
+    rec.batch_sizes[batch] += 1
+    rec.step_points = np.array([(s * 1e-3, s, s * batch) for s in range(1, steps + 1)], float)
+    rec.losses = [(s, s * 1e-3, 5.0 - rate * (s - 1) * batch + noise * rng.standard_normal()
+                   + (50.0 if s <= 5 else 0.0)) for s in range(1, steps + 1, every)]
+    return rec
+
+
+@pytest.mark.parametrize("steps", [200, 3000])  # 3000 losses are binned before Theil-Sen
+def test_loss_progress_is_the_fall_per_sample_after_the_first_steps(steps):
+    p = loss_progress(loss_record(32, steps, 1e-4, 0.05))
+    assert p.value == pytest.approx(1e-4, rel=0.1)
+    assert p.low <= 1e-4 <= p.high and p.why == ""
+    assert p.span[0] == 5 * 32  # the first five steps are left out
+
+
+def test_loss_progress_says_why_when_there_is_none():
+    assert "too few" in loss_progress(loss_record(32, 9, 1e-4, 0.05)).why
+    flat = loss_progress(loss_record(32, 100, 0.0, 0.0))
+    assert flat.value == 0.0 and "did not change" in flat.why
+    none = loss_progress(ProbeRecord(header={}))
+    assert none.value is None and "backward()" in none.why
+
+
+def test_measured_efficiency_is_progress_relative_to_the_reference_batch():
+    progress = {32: LossProgress(2.0, 1.8, 2.2), 128: LossProgress(0.5, 0.4, 0.6),
+                256: LossProgress(why="too few loss samples")}
+    m = measured_efficiency(progress, 32)
+    assert m[32].value == 1.0 and m[32].low < 1 < m[32].high
+    assert m[128].value == 0.25 and m[128].low == pytest.approx(0.4 / 2.2)
+    assert m[128].high == pytest.approx(0.6 / 1.8)
+    assert m[256].value is None and "too few" in m[256].why
+    assert "not measured" in measured_efficiency(progress, 64)[128].why
+    stalled = measured_efficiency({32: LossProgress(0.1, -0.1, 0.3), 128: progress[128]}, 32)
+    assert stalled[128].value is None and "did not measurably fall" in stalled[128].why
+
+
+# -- a run's trials: the rule -------------------------------------------------------------------
+
+
+def write_trial(run_dir: Path, trial_id: str, batch: int, events: list[dict] | None,
+                status: str = "probe") -> TrialSummary:
+    folder = run_dir / "trials" / trial_id
+    folder.mkdir(parents=True)
+    if events is not None:
+        (folder / EVENTS_FILE).write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    return TrialSummary(trial_id=trial_id, status=status, allocation=Allocation(batch_size=batch))
+
+
+def events_of(batch: int, rate: float, g: np.ndarray | None, seed: int,
+              steps: int = 2000) -> list[dict]:
+    """Probe events of a trial: steps, a falling loss every 5 steps, gradient windows."""
+    rng = np.random.default_rng(seed)
+    out = [{"e": "header", "version": 1}, {"e": "first_step", "t": 0.0, "samples": batch}]
+    out += [{"e": "steps", "t": s * 1e-3, "step": s, "samples": s * batch, "n": 10}
+            for s in range(10, steps + 1, 10)]
+    out += [{"e": "loss", "t": s * 1e-3, "step": s,
+             "value": 5.0 - rate * (s - 1) * batch + 0.02 * rng.standard_normal()}
+            for s in range(1, steps + 1, 5)]
+    if g is not None:
+        rec = synthetic_record(g, batch, rng, windows=15)
+        out += [{**win, "t": 1.0} for win in rec.windows]
+    return out
+
+
+@pytest.mark.parametrize("rate_128, decided", [(0.56, "noise scale"),
+                                               (0.25, "measured progress")])
+def test_the_noise_scale_is_the_prior_and_measured_progress_corrects_it(tmp_path, rate_128,
+                                                                        decided):
+    X, y, w = least_squares(4096)
+    g = per_sample_grads(X, y, w)
+    trials = [write_trial(tmp_path, "a", 32, events_of(32, 1e-5, g, 1)),
+              write_trial(tmp_path, "b", 128, events_of(128, rate_128 * 1e-5, g, 2)),
+              write_trial(tmp_path, "c", 512, events_of(512, 0.0, g, 3), status="failed")]
+    eff = efficiency_from_trials(trials, tmp_path, ref_batch=32)
+    phi = eff.noise.value
+    assert phi == pytest.approx(true_noise_scale(g), rel=0.3)
+    assert sorted(eff.prior) == [32, 128]  # the failed trial is left out
+    assert eff.prior[128] == pytest.approx((phi + 32) / (phi + 128))
+    assert eff.measured[128].value == pytest.approx(rate_128, rel=0.1)
+    assert eff.decided_by == decided
+    assert eff.efficiency[32] == 1.0
+    if decided == "noise scale":
+        assert eff.efficiency[128] == eff.prior[128]
+        assert "noise scale" in eff.note and "agrees" in eff.note
+    else:
+        assert eff.efficiency[128] == eff.measured[128].value
+        assert f"{eff.measured[128].value:.2f} at batch 128" in eff.note and "predicts" in eff.note
+
+
+def test_measured_progress_alone_decides_when_the_gradients_say_nothing(tmp_path):
+    trials = [write_trial(tmp_path, "a", 32, events_of(32, 1e-5, None, 1)),
+              write_trial(tmp_path, "b", 128, events_of(128, 0.3e-5, None, 2))]
+    eff = efficiency_from_trials(trials, tmp_path, ref_batch=32)
+    assert not eff.noise.ok and eff.prior == {}
+    assert eff.decided_by == "measured progress"
+    assert eff.efficiency[128] == pytest.approx(0.3, rel=0.1)
+    assert "no noise scale" in eff.note
+
+
+def test_without_probe_files_efficiency_is_off(tmp_path):
+    trials = [write_trial(tmp_path, "a", 32, None), write_trial(tmp_path, "b", 64, None)]
+    assert probe_records(trials, tmp_path) == {}
+    eff = efficiency_from_trials(trials, tmp_path, ref_batch=32)
+    assert eff.decided_by == "nothing measured" and eff.efficiency == {}
+    assert eff.note.startswith("Statistical efficiency is off") and "no probe records" in eff.note
+
+
+# -- through the real probe ---------------------------------------------------------------------
+
+SCRIPT = """
+import os, sys, time
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+def main():
+    batch, seconds, mode = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+    torch.manual_seed(batch)
+    data = torch.load("data.pt")
+    model = torch.nn.Linear(data["w0"].numel(), 1, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(data["w0"].view(1, -1))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-6)
+    loader = DataLoader(TensorDataset(data["X"], data["y"]), batch_size=batch, shuffle=True)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for xb, yb in loader:
+            if mode == "inference":
+                with torch.no_grad():
+                    model(xb)
+                continue
+            opt.zero_grad()
+            residual = model(xb).squeeze(1) - yb
+            if mode == "vector":
+                loss = 0.5 * residual ** 2
+                loss.backward(torch.ones_like(loss) / len(loss))
+            elif mode == "constant":
+                loss = (residual * 0).sum() + 1.0
+                loss.backward()
+            else:
+                loss = 0.5 * (residual ** 2).mean()
+                loss.backward()
+            opt.step()
+            time.sleep(0.001)  # waiting for data, as real loaders make a script wait
+            if time.perf_counter() >= end:
+                break
+
+if __name__ == "__main__":
+    main()
+"""
+
+RUNS = {  # trial id: (batch, seconds, mode, window steps)
+    "lsq-16": (16, 2.5, "scalar", 256), "lsq-64": (64, 2.5, "scalar", 256),
+    "constant-16": (16, 1.2, "constant", 4), "vector-32": (32, 0.5, "vector", 4),
+    "inference-16": (16, 0.3, "inference", 4),
+}
+
+
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory) -> tuple[Path, float]:
+    """The runs of :data:`RUNS`, side by side under the probe, in one run folder; and the true
+    noise scale at the scripts' starting point."""
+    torch = pytest.importorskip("torch")
+    run_dir = tmp_path_factory.mktemp("run")
+    X, y, w = least_squares(65536)
+    torch.save({"X": torch.from_numpy(X), "y": torch.from_numpy(y), "w0": torch.from_numpy(w)},
+               run_dir / "data.pt")
+    (run_dir / "train.py").write_text(textwrap.dedent(SCRIPT))
+    procs = []
+    for trial_id, (batch, seconds, mode, window) in RUNS.items():
+        (run_dir / "trials" / trial_id).mkdir(parents=True)
+        env = probe_environment(dict(os.environ, OMP_NUM_THREADS="1",
+                                     CLOUDOPT_PROBE_GRAD_WINDOW=str(window)),
+                                run_dir / "trials" / trial_id / EVENTS_FILE)
+        procs.append(subprocess.Popen([sys.executable, "train.py", str(batch), str(seconds),
+                                       mode], cwd=run_dir, env=env, stderr=subprocess.PIPE,
+                                      text=True))
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    return run_dir, true_noise_scale(per_sample_grads(X, y, w))
+
+
+def trials_of(*ids: str) -> list[TrialSummary]:
+    return [TrialSummary(trial_id=i, status="probe", allocation=Allocation(batch_size=RUNS[i][0]))
+            for i in ids]
+
+
+def test_the_noise_scale_of_a_real_script_seen_by_the_probe(probed):
+    run_dir, truth = probed
+    records = probe_records(trials_of("lsq-16", "lsq-64"), run_dir)
+    assert sorted(records) == [16, 64]
+    for batch, (rec,) in records.items():
+        assert rec.windows and all(win["k"] == 256 for win in rec.windows)
+        assert all(s == batch for win in rec.windows for s in win["samples"])
+    est = estimate_noise_scale(records)
+    assert est.value == pytest.approx(truth, rel=0.3), est
+    assert est.source == "windows+batches" and est.low < est.value < est.high
+    eff = efficiency_from_trials(trials_of("lsq-16", "lsq-64"), run_dir, ref_batch=16)
+    assert eff.noise == est and eff.decided_by == "noise scale"
+    assert eff.efficiency[64] == pytest.approx((est.value + 16) / (est.value + 64))
+    assert "gradient noise scale" in eff.note
+
+
+def test_a_constant_loss_turns_efficiency_off(probed):
+    run_dir, _ = probed
+    eff = efficiency_from_trials(trials_of("constant-16"), run_dir, ref_batch=16)
+    assert "all zero" in eff.noise.why
+    assert eff.progress[16].value == 0.0 and "did not change" in eff.progress[16].why
+    assert eff.decided_by == "nothing measured" and eff.efficiency == {}
+    assert "Statistical efficiency is off" in eff.note
+
+
+def test_a_script_without_a_scalar_loss_has_no_progress(probed):
+    run_dir, _ = probed
+    records = probe_records(trials_of("vector-32"), run_dir)
+    assert records[32][0].grads and not records[32][0].losses  # it trains, unseen by the loss
+    eff = efficiency_from_trials(trials_of("vector-32"), run_dir, ref_batch=32)
+    assert eff.progress[32].value is None and "backward()" in eff.progress[32].why
+    assert "nothing to pair" in eff.noise.why  # one batch size, one window of 4 steps
+    assert eff.decided_by == "nothing measured" and eff.efficiency == {}
+    assert "backward()" in eff.note
+
+
+def test_an_inference_only_script_measures_nothing(probed):
+    run_dir, _ = probed
+    eff = efficiency_from_trials(trials_of("inference-16"), run_dir, ref_batch=16)
+    assert "no gradient norms" in eff.noise.why and "backward()" in eff.progress[16].why
+    assert eff.decided_by == "nothing measured" and eff.efficiency == {}

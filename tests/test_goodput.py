@@ -1,0 +1,114 @@
+"""Goodput in the choice, the model and the report (issue 39): batch sizes compared by time and
+cost to the same training progress whenever statistical efficiency was measured, by samples/s
+(and saying so) when it was not."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.config import load_config
+from optimizer.search.choice import best_measured, goodput_comparison, objective_table
+from optimizer.search.efficiency import NoiseScaleEstimate, TrialEfficiency
+from optimizer.search.planning import measure_efficiency
+from optimizer.trials.records import TrialSummary
+
+TOTAL = 1e6
+
+
+def _trial(tid: str, batch: int, throughput: float) -> TrialSummary:
+    seconds = TOTAL / throughput
+    return TrialSummary(tid, "completed", Allocation(0, 1, 4.0, batch), wall_time_s=seconds,
+                        samples=TOTAL, throughput=throughput, hourly_cost=0.05,
+                        cost=0.05 * seconds / 3600, total_samples=TOTAL,
+                        predicted_total_time_s=seconds, mem_gb_peak=1.0)
+
+
+def _efficiency(phi: float, ref: int = 128, batches=(128, 2048)) -> TrialEfficiency:
+    noise = NoiseScaleEstimate(value=phi, low=phi / 2, high=phi * 2, pairs=8, source="windows")
+    return TrialEfficiency(ref, noise, prior={b: (phi + ref) / (phi + b) for b in batches},
+                           efficiency={b: (phi + ref) / (phi + b) for b in batches},
+                           decided_by="noise scale", note="measured")
+
+
+TRIALS = [_trial("own", 128, 1000.0), _trial("big", 2048, 1500.0)]
+
+
+def test_without_efficiency_the_larger_batch_wins_on_samples_per_second():
+    cfg = load_config(None)
+    best, _ = best_measured(TRIALS, cfg, "time")
+    assert best.trial_id == "big"
+
+
+def test_with_efficiency_the_choice_is_by_time_to_the_same_progress():
+    cfg = load_config(None)
+    eff = _efficiency(phi=500.0)  # E(2048) = 628 / 2548 = 0.25: 1.5x the rate, 4x the samples
+    table = objective_table(TRIALS, cfg, "time", eff).set_index("trial_id")
+    assert table.loc["big", "efficiency"] == pytest.approx(628 / 2548)
+    assert table.loc["big", "job_time_s"] == pytest.approx(TOTAL / 1500 / (628 / 2548))
+    assert table.loc["own", "job_time_s"] == pytest.approx(TOTAL / 1000)
+    assert table.loc["big", "raw_job_time_s"] == pytest.approx(TOTAL / 1500)
+    best, _ = best_measured(TRIALS, cfg, "time", efficiency=eff)
+    assert best.trial_id == "own"
+    # A large noise scale (efficiency ~0.97 at 2048) leaves the larger batch ahead.
+    assert best_measured(TRIALS, cfg, "time", efficiency=_efficiency(phi=1e5))[0].trial_id == \
+        "big"
+
+
+def test_an_efficiency_curve_between_and_beyond_the_measured_batches():
+    eff = _efficiency(phi=1000.0)
+    assert eff(128) == 1.0 and eff(None) == 1.0
+    assert eff(512) == pytest.approx(1128 / 1512)  # not measured: the noise-scale form
+    assert eff.phi() == 1000.0
+    corrected = TrialEfficiency(128, NoiseScaleEstimate(why="no gradients"),
+                                efficiency={128: 1.0, 1024: 0.5}, decided_by="measured progress")
+    # the phi whose form gives 0.5 at 1024 from 128: (phi + 128) / (phi + 1024) = 0.5 -> 768
+    assert corrected.phi() == pytest.approx(768, rel=0.02)
+    off = TrialEfficiency(128, NoiseScaleEstimate(why="none"))
+    assert not off.on and off(4096) == 1.0 and off.phi() == 0.0
+
+
+def test_the_comparison_names_the_scripts_batch_and_the_recommended_one():
+    cfg = load_config(None)
+    eff = _efficiency(phi=500.0)
+    out = goodput_comparison(TRIALS, cfg, "time", TRIALS[1], eff)
+    own, rec = out["comparison"]
+    assert own["batch_size"] == 128 and rec["batch_size"] == 2048
+    assert rec["goodput"] == pytest.approx(1500 * 628 / 2548)
+    assert rec["time_to_same_progress_s"] > own["time_to_same_progress_s"]
+    assert out["decided_by"] == "noise scale" and out["noise_scale"]["value"] == 500.0
+    json.dumps(out)  # JSON-ready for recommendation.json
+
+
+def test_efficiency_is_off_and_says_so_without_a_known_batch(tmp_path):
+    ref = TrialSummary("r", "completed", Allocation(0, 1, 4.0, None), throughput=10.0)
+    eff = measure_efficiency([ref], ref, tmp_path)
+    assert not eff.on and "unknown" in eff.note
+
+
+def test_efficiency_is_off_and_says_so_when_no_probe_saw_gradients(tmp_path):
+    (tmp_path / "trials" / "own").mkdir(parents=True)
+    eff = measure_efficiency(TRIALS, TRIALS[0], tmp_path)
+    assert not eff.on and eff.decided_by == "nothing measured"
+    assert eff.note.startswith("Statistical efficiency is off")
+
+
+def test_the_model_the_agents_plan_on_uses_goodput_when_measured():
+    from types import SimpleNamespace
+
+    from optimizer.search.planning import fit_env_config
+
+    cfg = load_config(None, {"resources": {"cpu_count_max": 2, "gpu_count_max": 0}})
+    trials = [_trial(f"t{i}", b, thr) for i, (b, thr) in enumerate(
+        [(64, 700.0), (128, 1000.0), (256, 1300.0), (512, 1450.0)])]
+    trials += [TrialSummary("c2", "completed", Allocation(0, 2, 8.0, 128), wall_time_s=600.0,
+                            samples=TOTAL, throughput=1700.0, hourly_cost=0.1, cost=0.02,
+                            total_samples=TOTAL, predicted_total_time_s=600.0, mem_gb_peak=1.0)]
+    opt = SimpleNamespace(config=cfg, user_preference="time")
+    off = fit_env_config(opt, trials, trials[1], TOTAL, None)
+    on = fit_env_config(opt, trials, trials[1], TOTAL, None, _efficiency(300.0))
+    assert off.workload.efficiency(512) == 1.0
+    assert on.workload.params.ref_batch == 128
+    assert on.workload.efficiency(512) == pytest.approx(428 / 812)
