@@ -62,6 +62,8 @@ class JobOptions:
     batch_size_env: str | None = None
     workers_arg: str | None = None
     """The flag that sets the script's data-loader workers (None: they are not varied)."""
+    lr_arg: str | None = None
+    """The flag that sets the script's learning rate (None: it is never changed)."""
     probe_seconds: float | None = None
     """None: the configuration's; 0: every trial runs to its end."""
     total_samples: float | None = None

@@ -58,6 +58,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--batch-size-max", type=int, default=None, metavar="N",
                    help="largest batch size a trial or plan may use ([resources].batch_size_max;"
                    " default: no bound)")
+    p.add_argument("--lr-arg", default=None, metavar="FLAG",
+                   help="flag that sets the script's learning rate (e.g. --lr): when the "
+                   "recommended batch differs from the script's, the linear and square-root "
+                   "scalings are measured and the better one recommended")
     p.add_argument("--memory-max", type=float, default=None, metavar="GB",
                    help="largest memory limit a trial may run under ([resources].memory_max; "
                    "default: the machine's memory)")
@@ -179,6 +183,7 @@ def optimize_file(optimizer: CloudResourceOptimizer, manager: TrainingModuleMana
     options = JobOptions(
         train_args=manager.train_args, batch_size_arg=manager.batch_size_arg,
         batch_size_env=manager.batch_size_env, workers_arg=manager.workers_arg,
+        lr_arg=args.lr_arg,
         probe_seconds=args.probe_seconds, total_samples=args.total_samples,
         dataset_path=args.dataset_path, offline_logs=args.offline_logs,
         phase_model=args.phase_model, sla_given=_sla_given(args),

@@ -48,6 +48,7 @@ from optimizer.search.choice import (
     same_setting,
     setting_peak,
 )
+from optimizer.search.learning_rate import lr_args, tune_learning_rate
 from optimizer.search.loader_workers import PROPOSER, sweep_workers
 from optimizer.search.runoff import runoff, standings, tie_note
 from optimizer.search.workload_fit import measurements_from_trials
@@ -261,10 +262,17 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
     rec["rounds"] = rounds
     peak = setting_peak(final, trials)
     rec["goodput"] = goodput_comparison(trials, cfg, opt.user_preference, final, eff)
-    if eff is not None and eff.on and final.allocation.batch_size not in (None, eff.ref_batch):
-        rec["goodput"]["learning_rate"] = ("the batch size changes, the learning rate does not: "
-                                           "the efficiency above was measured at the script's "
-                                           "own learning rate")
+    if getattr(opts, "lr_arg", None):
+        rec["learning_rate"] = tune_learning_rate(
+            opt, manager, final, getattr(eff, "ref_batch", None), opts.lr_arg, run_dir, opts,
+            total, batch_settable)
+        rec["learning_rate"]["args"] = lr_args(opts.lr_arg, rec["learning_rate"])
+        rec["goodput"]["learning_rate"] = rec["learning_rate"]["note"]
+    elif eff is not None and eff.on and final.allocation.batch_size not in (None, eff.ref_batch):
+        rec["goodput"]["learning_rate"] = ("the batch size changes, the learning rate does not "
+                                           "(give --lr-arg FLAG to have it measured): the "
+                                           "efficiency above was measured at the script's own "
+                                           "learning rate")
     if rec["goodput"].get("note"):
         rec.setdefault("notes", []).append(rec["goodput"]["note"])
     rec["memory"] = {"peak_gb": peak, "request_gb": rec["allocation"].memory_gb,

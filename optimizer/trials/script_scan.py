@@ -182,11 +182,25 @@ def flag_default(tree: ast.Module, flag: str, minimum: int = 1) -> int | None:
     default is not an integer literal of at least ``minimum`` (``None``, computed, or absent;
     ``minimum=0`` for a count of data-loader workers).
     """
+    node = _default_node(tree, flag)
+    return None if node is None else _literal_int(node, minimum)
+
+
+def flag_float_default(tree: ast.Module, flag: str) -> float | None:
+    """:func:`flag_default` for a positive number (a learning rate: ``default=3e-4``)."""
+    node = _default_node(tree, flag)
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
+            and not isinstance(node.value, bool) and node.value > 0:
+        return float(node.value)
+    return None
+
+
+def _default_node(tree: ast.Module, flag: str) -> ast.AST | None:
     name = flag.split("=", 1)[0].strip()
     if not name:
         return None
     dest = name.lstrip("-").replace("-", "_")
-    found: int | None = None
+    found: ast.AST | None = None
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
@@ -195,12 +209,12 @@ def flag_default(tree: ast.Module, flag: str, minimum: int = 1) -> int | None:
         names = [a.value for a in node.args if isinstance(a, ast.Constant)
                  and isinstance(a.value, str)]
         if name in names and "default" in kw:
-            found = _literal_int(kw["default"], minimum)
+            found = kw["default"]
             explicit_dest = kw.get("dest")
             if isinstance(explicit_dest, ast.Constant) and isinstance(explicit_dest.value, str):
                 dest = explicit_dest.value
         elif method == "set_defaults" and dest in kw:
-            return _literal_int(kw[dest], minimum)  # set_defaults overrides add_argument's default
+            return kw[dest]  # set_defaults overrides add_argument's default
     return found
 
 

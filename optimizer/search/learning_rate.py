@@ -1,0 +1,169 @@
+"""The learning rate to go with a changed batch size, measured rather than assumed.
+
+A larger batch averages more samples per step; the common rules scale the learning rate with
+it, linearly (Goyal et al. 2017) or by its square root (Krizhevsky 2014; Adam-type optimizers
+often prefer it), and which one holds depends on the script. With ``--lr-arg FLAG`` and a
+recommended batch ``B`` other than the script's ``B0``, the recommended setting is probed twice
+more, at ``lr × B/B0`` and ``lr × sqrt(B/B0)``, and the loss the three runs (the unscaled one
+is the recommendation's own trial) reach after the same number of samples decides (the mean of
+the last quarter of the samples all three saw: a rate that trains faster reaches a plateau
+sooner, so a slope would not tell them apart). A rule is recommended only when its loss is
+below the unscaled rate's beyond both 90% intervals; otherwise the learning rate stays, and
+the report says the batch change keeps it.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from optimizer.search.efficiency import loss_points
+from optimizer.trials.probe import EVENTS_FILE, read_probe
+from optimizer.trials.records import TrialSummary
+from optimizer.trials.script_scan import flag_float_default
+from optimizer.trials.training import TrainingModuleManager
+
+RULES = {"linear": lambda ratio: ratio, "square root": math.sqrt}
+Z90 = 1.645
+MIN_POINTS = 4
+
+
+def script_lr(manager: Any, flag: str) -> tuple[float | None, str]:
+    """The learning rate the script runs with: ``flag`` in its arguments, else the flag's
+    literal default in its source; (None, why) when neither says."""
+    args = list(manager.train_args)
+    for i, a in enumerate(args):
+        name, _, value = a.partition("=")
+        if name == flag:
+            value = value or (args[i + 1] if i + 1 < len(args) else "")
+            try:
+                return float(value), f"{flag} in the script's arguments"
+            except ValueError:
+                return None, f"{flag} {value!r} in the script's arguments is not a number"
+    info = getattr(manager, "module", None)
+    default = flag_float_default(info.tree, flag) if info is not None else None
+    if default is None:
+        return None, f"no numeric default of {flag} in the script's source"
+    return default, f"the default of {flag} in the script's source"
+
+
+def _with_lr(manager: Any, flag: str, lr: float) -> TrainingModuleManager:
+    """A manager for the same script whose runs get ``flag lr`` (replacing a given one)."""
+    args, skip = [], False
+    for a in manager.train_args:
+        if skip:
+            skip = False
+            continue
+        if a == flag:
+            skip = True
+            continue
+        if a.startswith(flag + "="):
+            continue
+        args.append(a)
+    twin = TrainingModuleManager(manager.module_path, args + [flag, f"{lr:.6g}"],
+                                 manager.batch_size_arg, manager.batch_size_env,
+                                 manager.workers_arg)
+    twin.in_process_probe = manager.in_process_probe
+    twin.module = manager.module
+    return twin
+
+
+def _curve(trial: TrialSummary | None, run_dir: Path, batch: int) -> Any:
+    """(samples, loss) of a trial's probe record (None without one)."""
+    if trial is None or not trial.ok:
+        return None
+    record = read_probe(run_dir / "trials" / trial.trial_id / EVENTS_FILE)
+    return None if record is None else loss_points(record, batch)
+
+
+def _end_losses(curves: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each run's mean loss over the last quarter of the samples every run saw, with a 90%
+    interval from the points' standard error."""
+    seen = [c[0].max() for c in curves.values() if c is not None and len(c[0])]
+    span = min(seen) if len(seen) == len(curves) else None
+    out: dict[str, dict[str, Any]] = {}
+    for name, c in curves.items():
+        if c is None or span is None:
+            out[name] = {"value": None, "why": "no loss recorded in every run"}
+            continue
+        x, y = c
+        last = y[(x >= 0.75 * span) & (x <= span)]
+        if len(last) < MIN_POINTS:
+            out[name] = {"value": None, "why": f"{len(last)} loss samples in the compared "
+                         f"stretch (need {MIN_POINTS})"}
+            continue
+        mean, se = float(last.mean()), float(last.std(ddof=1) / math.sqrt(len(last)))
+        out[name] = {"value": mean, "low": mean - Z90 * se, "high": mean + Z90 * se,
+                     "points": int(len(last)), "after_samples": float(span)}
+    return out
+
+
+def tune_learning_rate(opt: Any, manager: Any, final: TrialSummary, ref_batch: int | None,
+                       flag: str, run_dir: Path, opts: Any, total: float | None,
+                       batch_settable: bool) -> dict[str, Any]:
+    """Measure the two rules at the recommended setting (module doc); the decision, its
+    figures and a sentence for the report (``note``)."""
+    batch = final.allocation.batch_size
+    out: dict[str, Any] = {"flag": flag}
+    if batch is None or ref_batch is None or int(batch) == int(ref_batch):
+        out["note"] = (f"the recommended batch is the script's own: {flag} stays as it is")
+        return out
+    lr, source = script_lr(manager, flag)
+    out.update(script_lr=lr, script_lr_source=source)
+    if lr is None:
+        out["note"] = f"the learning rate is kept ({source}), so it could not be scaled"
+        return out
+    ratio = int(batch) / int(ref_batch)
+    runs: dict[str, dict[str, Any]] = {"unscaled": {"lr": lr, "trial": final.trial_id}}
+    curves = {"unscaled": _curve(final, run_dir, int(batch))}
+    for rule, scale in RULES.items():
+        new_lr = lr * scale(ratio)
+        twin = _with_lr(manager, flag, new_lr)
+        prefix = "lr-" + rule.replace(" ", "")
+        trial = opt._measure(twin, final.allocation, prefix, run_dir, opts, total)
+        trial = opt._label_batch(trial, run_dir / "trials" / trial.trial_id, batch_settable)
+        runs[rule] = {"lr": new_lr, "trial": trial.trial_id}
+        curves[rule] = _curve(trial, run_dir, int(batch))
+    for name, loss in _end_losses(curves).items():
+        runs[name]["loss"] = loss
+    out["runs"] = runs
+    out.update(_decide(runs, flag, lr, int(batch), int(ref_batch)))
+    return out
+
+
+def _decide(runs: dict[str, dict[str, Any]], flag: str, lr: float, batch: int,
+            ref: int) -> dict[str, Any]:
+    """The rule whose loss after the same samples is below the unscaled run's beyond both
+    intervals (the lowest such), if any."""
+    base = runs["unscaled"].get("loss", {})
+    if base.get("value") is None:
+        return {"rule": None, "lr": lr, "note": (
+            f"the learning rate is kept at {lr:g}: the loss at batch {batch} could not be "
+            f"compared ({base.get('why')})")}
+    better: Sequence[tuple[float, str]] = sorted(
+        (p["loss"]["value"], rule) for rule, p in runs.items()
+        if rule != "unscaled" and p.get("loss", {}).get("value") is not None
+        and p["loss"]["high"] < base["low"])
+    if not better:
+        return {"rule": None, "lr": lr, "note": (
+            f"batch {batch} keeps {flag} {lr:g}: neither the linear nor the square-root rule "
+            f"(×{batch / ref:g} or ×{math.sqrt(batch / ref):.3g}) reached a measurably lower "
+            "loss after the same samples in the probes")}
+    loss, rule = better[0]
+    new = runs[rule]["lr"]
+    return {"rule": rule, "lr": new, "note": (
+        f"with batch {batch}, use {flag} {new:.3g} (the {rule} rule from the script's {lr:g}): "
+        f"after the same samples its loss was {loss:.4g} against {base['value']:.4g}")}
+
+
+def lr_args(flag: str | None, decision: dict[str, Any]) -> list[str]:
+    """The arguments that carry the decision into the Job's command (none when kept)."""
+    if not flag or not decision.get("rule"):
+        return []
+    return shlex.split(f"{flag} {decision['lr']:.6g}")
+
+
+__all__ = ["lr_args", "script_lr", "tune_learning_rate"]
