@@ -9,11 +9,10 @@ folder so that ``--resume`` continues where an interrupted run stopped:
    (``trials/NN-*``; a trial with a ``summary.json`` is never rerun), each labelled with the
    batch size it ran with;
 3. phases of the baseline trace (shipped default phase model or ``--phase-model``);
-4. the closed loop (:mod:`optimizer.search.refine`): the workload model fitted to the trials, agents
-   trained on a ``CloudEnvironment`` over it (``rl/``), their plan (or the allocation with the
-   largest expected improvement) measured (``trials/refine-*``), refit, re-plan;
-5. the recommendation: the best *measured* trial for the preference, memory right-sized from
-   its peak;
+4. the closed loop (:mod:`optimizer.search.refine`), within the budget of real runs: the
+   workload model fitted to the trials, agents trained on a ``CloudEnvironment`` over it
+   (``rl/``), their plan (or the largest expected improvement) measured, refit, re-plan;
+5. the recommendation: the best *measured* trial by goodput, memory right-sized;
 6. metric CSVs, ``recommendation.json``, ``k8s-resources.yaml`` and the report.
 
 If the trials cannot identify the workload model, more probes are taken; the best measured
@@ -37,6 +36,7 @@ from optimizer.foundation.config import OptimizerConfig, load_config, validate_p
 from optimizer.foundation.errors import CloudoptError
 from optimizer.foundation.gpu import nvml_device_count, visible_device_indices
 from optimizer.search.baseline import memory_for, plan_baseline, run_baseline
+from optimizer.search.budget import RunBudget, auto_budget, make_budget
 from optimizer.search.choice import same_setting
 from optimizer.trials.batch import label_batch
 from optimizer.trials.cost import ResourceCostCalculator, cost_time_flags, trial_figures
@@ -108,6 +108,7 @@ class CloudResourceOptimizer:
         self.offline_analyzer: Any = None
         self.training_manager: TrainingModuleManager | None = None
         self.oom_chain: list[TrialSummary] = []
+        self.budget = RunBudget(None, Path("."))  # set per run (optimizer.search.budget)
         self.efficiency: Any = None  # statistical efficiency by batch (optimizer.search.efficiency)
         self.cloud_env: Any = None
         self.agent: Any = None
@@ -204,6 +205,8 @@ class CloudResourceOptimizer:
         manager = TrainingModuleManager(train_file, opts.train_args, opts.batch_size_arg,
                                         opts.batch_size_env, opts.workers_arg)
         manager.in_process_probe = self.config.run.in_process_probe
+        self.budget = make_budget(self.config.run.budget, run_dir / "trials",
+                                  manager.script_digest())
         self.training_manager = manager
         manager.load_module()
         analysis = manager.analyze_module()
@@ -220,6 +223,7 @@ class CloudResourceOptimizer:
                                 + f"\n  (trial records: {run_dir / 'trials'})")
         reference = usable[0]
         total = opts.total_samples or job_size(usable)
+
         if not total:  # learned from one whole run, never assumed
             whole = self._measure(manager, reference.allocation, "whole", run_dir,
                                   dataclasses.replace(opts, probe_seconds=0), None)
@@ -237,6 +241,12 @@ class CloudResourceOptimizer:
             total = job_size([whole])
             if whole.throughput:
                 usable.append(whole)
+        if self.config.run.budget == "auto":
+            whole_cost = (total / reference.throughput * reference.hourly_cost / 3600
+                          if total and reference.throughput else None)
+            auto_budget(self.budget, usable, whole_cost, self.config.run.budget_share,
+                        floor=len(baseline) + 1)
+            self._say(self.budget.note, always=True)
         sla_source = self._set_sla(usable, opts)
         self.config.save(run_dir / "config.json")  # as applied: the SLA the run was held to
         earlier = self._earlier_trials(manager, run_dir, usable)
@@ -264,6 +274,7 @@ class CloudResourceOptimizer:
                   run_dir: Path, opts: JobOptions) -> list[TrialSummary]:
         cfg = self.config
         allocations = self._planned_probes(manager, analysis, opts)
+        allocations = allocations[: max(1, self.budget.limit(len(allocations)))]
         if manager.batch_control() is None:
             hint = manager.batch_knob_hint()
             self._say("batch size: the script neither takes --batch-size-arg nor reads "

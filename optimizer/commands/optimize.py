@@ -25,7 +25,7 @@ from optimizer.commands.resume import (
     recorded_options,
     resume_command,
 )
-from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.allocation import Allocation, describe_allocation, job_words
 from optimizer.foundation.atomic_files import atomic_write_json
 from optimizer.foundation.config import OptimizerConfig, load_config
 from optimizer.foundation.errors import CloudoptError, ConfigError
@@ -33,7 +33,7 @@ from optimizer.foundation.preferences import parse_preference
 from optimizer.pipeline import CloudResourceOptimizer, JobOptions
 from optimizer.search.baseline import best_trial, format_trials_table, rank_trials
 from optimizer.trials.executors import check_available
-from optimizer.trials.training import TrainingModuleManager, describe_allocation
+from optimizer.trials.training import TrainingModuleManager
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -58,6 +58,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--batch-size-max", type=int, default=None, metavar="N",
                    help="largest batch size a trial or plan may use ([resources].batch_size_max;"
                    " default: no bound)")
+    p.add_argument("--budget", default=None, metavar="N|auto",
+                   help="real runs the whole search may make, probes, rounds, sweeps and run-off "
+                   "included ([run].budget, default 12; 0: no limit; auto: at most "
+                   "[run].budget_share of one job's cost)")
     p.add_argument("--lr-arg", default=None, metavar="FLAG",
                    help="flag that sets the script's learning rate (e.g. --lr): when the "
                    "recommended batch differs from the script's, the linear and square-root "
@@ -128,7 +132,8 @@ def _load(args: argparse.Namespace) -> OptimizerConfig:
         "run": {"baseline_samples": args.baseline_samples, "refine_rounds": args.refine_rounds,
                 "runoff_rounds": args.runoff_rounds, "runoff_size": args.runoff_size,
                 "probe_seconds": args.probe_seconds if args.probe_seconds else None,
-                "executor": args.executor, "ray_address": args.ray_address},
+                "executor": args.executor, "ray_address": args.ray_address,
+                "budget": _budget(args.budget)},
     }
     config = load_config(args.config, overrides)
     check_available(config.run.executor)
@@ -155,6 +160,17 @@ def _run_dir(args: argparse.Namespace, config: OptimizerConfig, script: Path, n_
         stamp = time.strftime("%Y%m%d-%H%M%S")
         return Path(config.run.output_dir) / f"{_slug(script.stem)}-{stamp}"
     return base / _slug(script.stem) if n_files > 1 else base
+
+
+def _budget(value: str | None) -> int | str | None:
+    """``--budget``: a whole number or ``auto`` (anything else: exit 2 naming the value)."""
+    if value is None or value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise CloudoptError(f"--budget {value!r}: give a whole number of runs (0: no limit) "
+                            "or auto") from None
 
 
 def _slug(text: str) -> str:
@@ -192,13 +208,14 @@ def optimize_file(optimizer: CloudResourceOptimizer, manager: TrainingModuleMana
     ranked = rank_trials(result.baseline, config, args.preference)
     print(format_trials_table(ranked))
     best = best_trial(ranked)
-    if best is not None:
-        bs = "default" if pd.isna(best["batch_size"]) else int(best["batch_size"])
+    if best is not None:  # a sentence: the setting in words, its trial id stays in the table
+        alloc = Allocation(int(best["gpus"]), int(best["cpus"]), float(best["memory_gb"]),
+                           None if pd.isna(best["batch_size"]) else int(best["batch_size"]))
         rate = ("throughput unmeasured" if pd.isna(best["throughput"])
                 else f"{best['throughput']:.1f} samples/s")
-        print(f"best baseline trial for preference {args.preference!r}: {best['trial_id']} "
-              f"({int(best['gpus'])} GPU, {int(best['cpus'])} CPU, {best['memory_gb']:g} GB, "
-              f"batch {bs}): job {best['job_time_s']:.1f} s, ${best['job_cost']:.6f}, {rate}")
+        print(f"best baseline setting for {args.preference!r}: "
+              f"{describe_allocation(alloc, gpus=bool(ranked['gpus'].max()))}: "
+              f"{job_words(best['job_cost'], best['job_time_s'])}, {rate}")
     print(summary_table(result))
     return {"run_dir": str(run_dir), "result": result}
 
@@ -209,25 +226,30 @@ def summary_table(result: Any) -> str:
 
     rec = result.recommendation
     rows = [("baseline", result.baseline[0]), ("optimized", result.optimized)]
-    lines = [f"{'run':<10} {'allocation':<34} {'job_time_s':>10} {'job_cost_$':>12} "
+    alloc = rec["allocation"]
+    alloc = Allocation(**alloc) if isinstance(alloc, dict) else alloc
+    gpus = any(t.allocation.gpus for _, t in rows if t is not None) or bool(alloc.gpus)
+    said = {name: describe_allocation(t.allocation, gpus=gpus) for name, t in rows
+            if t is not None}
+    said["recommend"] = describe_allocation(alloc, gpus=gpus)
+    wide = max(34, *map(len, said.values()))
+    lines = [f"{'run':<10} {'allocation':<{wide}} {'job_time_s':>10} {'job_cost_$':>12} "
              f"{'samples/s':>10}  figures"]
     for name, t in rows:
         if t is None or not t.ok:
-            lines.append(f"{name:<10} {'failed' if t is not None else '-':<34}")
+            lines.append(f"{name:<10} {'failed' if t is not None else '-':<{wide}}")
             continue
         jt, jc = job_time(t), job_cost(t)
         lines.append(
-            f"{name:<10} {describe_allocation(t.allocation):<34} "
+            f"{name:<10} {said[name]:<{wide}} "
             f"{'-' if jt is None else format(jt, '.1f'):>10} "
             f"{'-' if jc is None else format(jc, '.6f'):>12} "
             f"{'-' if t.throughput is None else format(t.throughput, '.1f'):>10}  "
             f"{'measured' if t.status == 'completed' else 'time/cost predicted from a probe'}")
     m = rec.get("measured")
     if m:
-        alloc = rec["allocation"]
-        alloc = Allocation(**alloc) if isinstance(alloc, dict) else alloc
         lines.append(
-            f"{'recommend':<10} {describe_allocation(alloc):<34} {m['job_time_s']:>10.1f} "
+            f"{'recommend':<10} {said['recommend']:<{wide}} {m['job_time_s']:>10.1f} "
             f"{m['job_cost']:>12.6f} {m['throughput'] or 0:>10.1f}  trial {m['trial']} at "
             "the right-sized memory request")
     lines.append(f"recommended by: {rec['agent']}")

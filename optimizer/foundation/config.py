@@ -335,6 +335,10 @@ class RunConfig:
     leaves. 0 skips the run-off: the final choice is then made over all trials as measured."""
     runoff_size: int = 3
     """At most this many settings (the best ones) go to the run-off."""
+    budget: int | str = 12
+    """Real runs the whole search may make (probes, whole runs, rounds, sweeps, run-off); 0: no
+    limit; ``"auto"``: as many as cost at most ``budget_share`` of the job (``search/budget.py``)."""
+    budget_share: float = 0.10
     refine_tolerance: float = 0.10
     """Prediction and measurement agree when their throughputs differ by at most this share;
     agreement on the best measured allocation ends the loop early."""
@@ -355,6 +359,10 @@ class RunConfig:
                "[run].refine_rounds", "must be a whole number >= 0", self.refine_rounds)
         _check(isinstance(self.runoff_rounds, int) and self.runoff_rounds >= 0,
                "[run].runoff_rounds", "must be a whole number >= 0", self.runoff_rounds)
+        _check(self.budget == "auto" or (isinstance(self.budget, int) and self.budget >= 0),
+               "[run].budget", 'must be a whole number >= 0 or "auto"', self.budget)
+        _check(isinstance(self.budget_share, (int, float)) and 0 < self.budget_share <= 10,
+               "[run].budget_share", "must be a share > 0 (0.1 = 10%)", self.budget_share)
         _check(isinstance(self.runoff_size, int) and self.runoff_size >= 2,
                "[run].runoff_size", "must be a whole number >= 2", self.runoff_size)
         _check(isinstance(self.refine_tolerance, (int, float)) and self.refine_tolerance > 0,

@@ -226,7 +226,7 @@ def _write_recommendation(run_dir: Path, result: Any, reference: TrialSummary,
         "final_trial": rec.get("final_trial"),
         "runoff": rec.get("runoff", []),
         "runoff_standings": rec.get("runoff_standings", []),
-        "memory": rec.get("memory"),
+        "memory": rec.get("memory"), "search": rec.get("search"),
         "goodput": rec.get("goodput"), "learning_rate": rec.get("learning_rate"),
         "planned_allocation": rec.get("planned_allocation"),
         "rounds": rec.get("rounds", []),
@@ -438,13 +438,13 @@ def _rounds_section(r: Report, rec: dict[str, Any]) -> None:
                     f"{100 * fit.get('max_rel_error', 0):.1f}% over {fit.get('n_trials')} trials.")
     rows = []
     for row in rec.get("rounds", []):
-        a = _alloc(row.get("measured_allocation") or row["planned"])
-        p = _alloc(row["planned"])
+        p = row.get("planned")  # a budget stop plans nothing
+        a = row.get("measured_allocation") if row.get("trial") else None
         outside = row.get("plan_outside_measured_range") or []
         rows.append({"round": row["round"], "proposed by": row.get("proposed_by"),
-                     "planned": _short(p)
+                     "planned": (_short(_alloc(p)) if p else "-")
                      + (f" (beyond the measured range: {', '.join(outside)})" if outside else ""),
-                     "measured": _short(a),
+                     "measured": _short(_alloc(a)) if a else "-",
                      "why": row.get("why", ""),
                      "spread of the plan's objective": row.get("plan_spread"),
                      "predicted samples/s": row.get("predicted_throughput"),
@@ -455,7 +455,7 @@ def _rounds_section(r: Report, rec: dict[str, Any]) -> None:
     mem = rec.get("memory") or {}
     if mem:
         r.paragraph(f"Memory: peak {mem['peak_gb']:.2f} GB measured on the chosen allocation, "
-                    f"request {mem['request_gb']:g} GB (peak + 15%, rounded to 256 MiB; "
+                    f"request {mem['request_gb']:g} GB (peak + 15%, rounded up to 1/16 of itself; "
                     f"slack {100 * mem['slack']:.0f}%).")
     if rec.get("choice"):
         r.paragraph(f"Final choice: {rec['choice']}.")

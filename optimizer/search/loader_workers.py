@@ -24,6 +24,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from optimizer.foundation.allocation import describe_allocation, workers_words
 from optimizer.search.choice import objective_table
 from optimizer.trials.records import TrialSummary
 
@@ -54,9 +55,16 @@ def sweep_workers(opt: Any, manager: Any, trials: list[TrialSummary], total: flo
     top = table.iloc[int(table["objective"].to_numpy().argmin())]
     best = next(t.allocation for t in trials if t.trial_id == top["trial_id"])
     current = best.workers if best.workers is not None else manager.default_workers()
-    said = "not known" if current is None else str(current)
+    said = ("the script's own data-loader workers, a number not known" if current is None
+            else workers_words(current))
+    setting = describe_allocation(dataclasses.replace(best, workers=None))
     new: list[TrialSummary] = []
-    for n in worker_levels(best.cpus, current):
+    levels = worker_levels(best.cpus, current)
+    budget = getattr(opt, "budget", None)
+    if budget is not None:  # one run-off round stays in reserve (optimizer.search.refine)
+        reserve = opt.config.run.runoff_size if opt.config.run.runoff_rounds else 0
+        levels = levels[: budget.limit(len(levels), reserve)]
+    for n in levels:
         alloc = dataclasses.replace(best, workers=n)
         trial = opt._measure(manager, alloc, PREFIX, run_dir, opts, total)
         trial = opt._label_batch(trial, run_dir / "trials" / trial.trial_id, batch_settable)
@@ -65,8 +73,8 @@ def sweep_workers(opt: Any, manager: Any, trials: list[TrialSummary], total: flo
         rounds.append({"round": len(rounds), "proposed_by": PROPOSER, "planned": alloc,
                        "measured_allocation": alloc, "trial": trial.trial_id,
                        "status": trial.status, "measured_throughput": trial.throughput,
-                       "why": f"data-loader workers of the best setting so far ({best.key()}, "
-                              f"workers {said}): {n} ({manager.workers_arg})"})
+                       "why": f"the best setting so far ({setting}, {said}) with "
+                              f"{workers_words(n)} ({manager.workers_arg} {n})"})
     return new
 
 

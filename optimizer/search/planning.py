@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.allocation import Allocation, describe_allocation, job_words
 from optimizer.foundation.atomic_files import atomic_write_json, read_json
 from optimizer.foundation.errors import CloudoptError
 from optimizer.search.baseline import rank_trials
@@ -61,7 +61,7 @@ def plan_round(opt: Any, usable: list[TrialSummary], reference: TrialSummary,
         opt._say("agents trained: " + ", ".join(
             f"{o.name} {share_text(o.share_of_optimum)} of the model's optimum"
             for o in r.outcomes if o.name in ("reinforce", "morl"))
-            + f"; plan of {r.agent}: {r.allocation.key()}")
+            + f"; plan of {r.agent}: {describe_allocation(r.allocation)}")
         rec = _rec_dict(r, env_cfg.workload)
         _save_rl(out, r)
     atomic_write_json(cache, {**rec, "inputs": inputs})
@@ -130,7 +130,9 @@ def _fallback(opt: Any, usable: list[TrialSummary], reason: str) -> dict[str, An
     return {"agent": "best-measured-trial", "allocation": alloc, "initial": alloc,
             "outcomes": [], "predicted": {}, "sla_feasible": None,
             "notes": [f"the workload model could not be fitted: {reason}; the best measured "
-                      "baseline trial is recommended and no agent was trained"],
+                      f"baseline setting ({describe_allocation(alloc)}: "
+                      f"{job_words(best['job_cost'], best['job_time_s'])}) is recommended "
+                      "and no agent was trained"],
             "fit": None}
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.allocation import Allocation, describe_allocation, job_words
 from optimizer.foundation.config import OptimizerConfig
 
 AGENTS = ("reinforce", "morl")
@@ -262,17 +262,23 @@ def recommend(env_config: Any, config: OptimizerConfig, *, time_budget_s: float,
     notes = []
     chosen = best_agent
     static_out = outcomes[-2]
+    gpus = any(a.gpus for o in outcomes for a in o.allocations)
+    static_words = (f"{describe_allocation(held_allocation(static_out.allocations), gpus=gpus)}, "
+                    f"forecast at {job_words(static_out.total_cost, static_out.total_time_s)}"
+                    if static_out.allocations else "")
     if best_agent.total_return < static_out.total_return - 1e-9:
         chosen = static_out
         notes.append(f"no agent beat the best static allocation (best agent {best_agent.name} "
-                     f"reached {share_text(best_agent.share_of_optimum)} of the optimum); the best static "
-                     "allocation is recommended")
+                     f"reached {share_text(best_agent.share_of_optimum)} of the optimum); the "
+                     "best static allocation is the plan" + (f": {static_words}" if static_words
+                                                             else ""))
     elif best_agent.total_return <= static_out.total_return + 1e-9:
         # A tie is the static allocation's: the agent learned nothing a fixed choice lacks.
         chosen = static_out
         notes.append(f"{best_agent.name} tied with the best static allocation "
-                     f"({share_text(best_agent.share_of_optimum)} of the optimum); the tie is reported "
-                     "as the best static allocation's")
+                     f"({share_text(best_agent.share_of_optimum)} of the optimum), so the plan "
+                     "is the best static allocation" + (f": {static_words}" if static_words
+                                                        else ""))
     feasible = optimum.total_time_s <= sla.time_max and optimum.total_cost <= sla.cost_max \
         and not optimum.oom
     if not feasible:

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.allocation import Allocation, describe_allocation, job_words
 from optimizer.search.acquisition import (
     anchored,
     bootstrap_models,
@@ -40,6 +40,7 @@ from optimizer.search.acquisition import (
     predicted_figures,
     relative_spread,
 )
+from optimizer.search.budget import search_cost
 from optimizer.search.choice import (
     best_measured,
     goodput_comparison,
@@ -52,7 +53,7 @@ from optimizer.search.learning_rate import lr_args, tune_learning_rate
 from optimizer.search.loader_workers import PROPOSER, sweep_workers
 from optimizer.search.runoff import runoff, standings, tie_note
 from optimizer.search.workload_fit import measurements_from_trials
-from optimizer.trials.records import TrialSummary
+from optimizer.trials.records import TrialSummary, iter_trials
 
 MAX_MEASUREMENTS = 4
 """The closed loop never measures a setting a fifth time: when that is all it could do, it stops
@@ -180,7 +181,15 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
     rec: dict[str, Any] = {}
     proposer: dict[str, str] = {}
     default_batch = getattr(manager, "default_batch_size", lambda: None)()
+    budget = getattr(opt, "budget", None)
+    reserve = reserved_runs(cfg, opts)
+    if budget is not None and (budget.left() or 0) - reserve < 1:
+        reserve = 0  # too small a budget for both: the loop's rounds come first
     for k in range(cfg.run.refine_rounds + 1):
+        if k and budget is not None and not budget.allows(1, reserve):
+            rounds.append(_budget_stop(k, budget, reserve))
+            opt._say(f"closed loop stops: {rounds[-1]['why']}")
+            break
         usable = [t for t in trials if t.ok and t.throughput]
         rec, env_config = opt._recommend(usable, reference, total, profile, run_dir, opts, k)
         planned = _alloc(rec["allocation"])
@@ -207,8 +216,8 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
             pick = probe[0] if probe else None
             if pick is not None:
                 reason = (f"the fit is poor (largest error {fit['max_rel_error']:.0%})" if poor
-                          else f"measured trial {dominated.trial_id} is faster and cheaper than "
-                          "the plan's prediction" if dominated is not None
+                          else f"the measured {describe_allocation(dominated.allocation)} is "
+                          "faster and cheaper than the plan's prediction" if dominated is not None
                           else "the plan was measured already")
                 choice = pick.allocation
                 why = f"{reason}; largest expected improvement ({pick.expected_improvement:.1%})"
@@ -226,6 +235,9 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
             opt._say(f"closed loop stops: {stop}")
             rounds.append({"round": k, "planned": planned, "proposed_by": rec["agent"],
                            "action": "stop", "why": stop})
+            break
+        if budget is not None and not budget.allows(1, reserve):
+            rounds.append(_budget_stop(k, budget, reserve))
             break
         trial = opt._measure(manager, choice, f"refine-{k}", run_dir, opts, total)
         trial = opt._label_batch(trial, run_dir / "trials" / trial.trial_id, batch_settable)
@@ -262,7 +274,11 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
     rec["rounds"] = rounds
     peak = setting_peak(final, trials)
     rec["goodput"] = goodput_comparison(trials, cfg, opt.user_preference, final, eff)
-    if getattr(opts, "lr_arg", None):
+    if getattr(opts, "lr_arg", None) and budget is not None and not budget.allows(2):
+        rec["learning_rate"] = {"flag": opts.lr_arg, "note": f"the budget of {budget.total} "
+                                "runs left none to measure the learning rate: it is kept"}
+        rec["goodput"]["learning_rate"] = rec["learning_rate"]["note"]
+    elif getattr(opts, "lr_arg", None):
         rec["learning_rate"] = tune_learning_rate(
             opt, manager, final, getattr(eff, "ref_batch", None), opts.lr_arg, run_dir, opts,
             total, batch_settable)
@@ -283,18 +299,59 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
                        "job_cost": float(best_row["job_cost"]), "throughput": final.throughput,
                        "time_is": "measured" if final.status == "completed" else
                        "predicted from a probe"}
-    rec["choice"] = (
-        f"the best measured trial for the preference is {final.trial_id} "
-        f"({'proposed by ' + from_plan if from_plan else 'a baseline trial'}); "
-        + (f"it won the run-off of {len(block)} back-to-back runs ("
-           + ", ".join(f"{r['setting']} {r['objective']:.4g} over {r['runs']} runs"
-                       for r in table) + f") among {len(trials)} trials" + tie_note(table)
-           if block else
-           f"objective {best_row['objective']:.4g} over {len(trials)} trials"))
+    rec["search"] = search_cost(list(iter_trials(run_dir)), reference, final,
+                                rec["measured"]["job_cost"], rec["measured"]["job_time_s"])
+    if budget is not None and budget.note:
+        rec["search"]["budget_note"] = budget.note
+    rec["choice"] = choice_words(opt.user_preference, rec["allocation"], best_row,
+                                 rec["measured"]["time_is"], from_plan, block, table, trials)
     rec["runoff"] = block
     rec["runoff_standings"] = table
     rec.setdefault("notes", []).append(rec["choice"])
+    rec["notes"].append(rec["search"]["note"])
     return rec, final, trials
+
+
+def choice_words(preference: Any, allocation: Allocation, row: dict[str, Any], time_is: str,
+                 from_plan: str | None, block: Sequence[str], table: list[dict[str, Any]],
+                 trials: Sequence[TrialSummary]) -> str:
+    """The final choice as a person reads it: the setting in words with the job's dollars and
+    seconds there, and how it won (the run-off's rivals likewise); the trial ids and objectives
+    stay in ``final_trial`` and ``runoff_standings``."""
+    gpus = any(t.allocation.gpus for t in trials)
+    runs = int(row.get("replicates", 1) or 1)
+    how = time_is + (f", mean of {runs} runs" if runs > 1 else "")
+    head = (f"the best measured setting for {_preference_words(preference)} is "
+            f"{describe_allocation(allocation, gpus=gpus)}: "
+            f"{job_words(row['job_cost'], row['job_time_s'])} ({how}; "
+            f"{'proposed by ' + from_plan if from_plan else 'a baseline setting'})")
+    if not block:
+        return head + f"; the best of {len(trials)} trials"
+    ahead = [r for r in table[1:] if not r.get("tied")]
+    return (head + f"; it won a run-off of {len(block)} back-to-back runs among {len(trials)} "
+            "trials" + ("" if not ahead else ", ahead of " + ", ".join(
+                f"{r['words']} ({job_words(r['job_cost'], r['job_time_s'], whole=False)}, "
+                f"{r['margin']:+.1%})" for r in ahead)) + tie_note(table))
+
+
+def _preference_words(preference: Any) -> str:
+    if isinstance(preference, str):
+        return f"'{preference}'"
+    return "the weights " + ", ".join(f"{w:g}" for w in preference) + " (cost, time, resource)"
+
+
+def reserved_runs(cfg: Any, opts: Any) -> int:
+    """Runs the closed loop leaves to later stages: one run-off round, and the two
+    learning-rate probes with ``--lr-arg``."""
+    return (cfg.run.runoff_size if cfg.run.runoff_rounds else 0) + (
+        2 if getattr(opts, "lr_arg", None) else 0)
+
+
+def _budget_stop(k: int, budget: Any, reserve: int) -> dict[str, Any]:
+    return {"round": k, "action": "stop", "proposed_by": "budget",
+            "why": f"the budget of {budget.total} real runs is spent ({budget.spent()} made"
+                   + (f", {reserve} kept for the run-off and the learning rate)" if reserve
+                      else ")")}
 
 
 def _twin(trial: TrialSummary, trials: Sequence[TrialSummary]) -> str:

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from optimizer.foundation.allocation import Allocation, describe_allocation, job_words
 from optimizer.search.choice import objective_table, same_setting, separated
 from optimizer.trials.records import TrialSummary
 
@@ -98,13 +99,23 @@ def runoff(opt: Any, manager: Any, trials: list[TrialSummary], total: float | No
                        "why": why})
         return trial
 
+    gpus = any(t.allocation.gpus for t in before)
     if len(allocs) == 1:
-        if not bool(field["alone"].iloc[0]):
+        budget = getattr(opt, "budget", None)
+        if not bool(field["alone"].iloc[0]) and (budget is None or budget.allows(1)):
             measure(allocs[0], f"{PREFIX}alone-{_tag(preference)}",
-                    f"{field['trial_id'].iloc[0]} ran beside other trials: measured again "
-                    "alone")
+                    f"{describe_allocation(allocs[0], gpus=gpus)} ran beside other trials: "
+                    "measured again alone")
         return []
-    names = ", ".join(a.key() for a in allocs)
+    budget = getattr(opt, "budget", None)
+    if budget is not None:  # whole rounds only: a round compares every contender back to back
+        n_rounds = budget.limit(n_rounds * len(allocs)) // len(allocs)
+        if n_rounds == 0:
+            rounds.append({"round": len(rounds), "action": "stop", "proposed_by": "budget",
+                           "why": f"no run-off: the budget of {budget.total} real runs is "
+                                  "spent; the choice is made over the trials as measured"})
+            return []
+    names = "; ".join(describe_allocation(a, gpus=gpus) for a in allocs)
     done: list[TrialSummary] = []
     left = list(allocs)
     for r in range(n_rounds):
@@ -129,11 +140,12 @@ def runoff(opt: Any, manager: Any, trials: list[TrialSummary], total: float | No
 
 def standings(trials: list[TrialSummary], block: list[str], config: Any,
               preference: Any, efficiency: Any = None) -> list[dict[str, Any]]:
-    """The run-off's settings, best first: each one's objective, job seconds and runs there,
-    its ``margin`` behind the winner (a share of the winner's objective) and whether the runs'
-    noise leaves it ``tied`` with the winner (not :func:`separated`; the winner: False). A tie
-    is the honest reading of most short run-offs: the winner is the better bet, not a proven
-    better setting."""
+    """The run-off's settings, best first: each one's objective, job seconds and dollars and runs
+    there, its ``margin`` behind the winner (a share of the winner's objective) and whether the
+    runs' noise leaves it ``tied`` with the winner (not :func:`separated`; the winner: False). A
+    tie is the honest reading of most short run-offs: the winner is the better bet, not a proven
+    better setting. ``words``: the setting as people read it, at the memory it would be given
+    (the one its dollars are priced at)."""
     ids = set(block)
     table = objective_table([t for t in trials if t.trial_id in ids], config, preference,
                             efficiency)
@@ -141,9 +153,15 @@ def standings(trials: list[TrialSummary], block: list[str], config: Any,
         return []
     table = table.sort_values("objective")
     best = table.iloc[0]
-    return [{"setting": next(t.allocation for t in trials if t.trial_id == row["trial_id"]).key(),
+    gpus = any(t.allocation.gpus for t in trials)
+    setting = {t.trial_id: t.allocation for t in trials}
+    return [{"setting": setting[row["trial_id"]].key(),
+             "words": describe_allocation(Allocation(
+                 setting[row["trial_id"]].gpus, setting[row["trial_id"]].cpus,
+                 float(row["memory_gb"]), setting[row["trial_id"]].batch_size,
+                 setting[row["trial_id"]].workers), gpus=gpus),
              "objective": float(row["objective"]), "job_time_s": float(row["job_time_s"]),
-             "runs": int(row.get("replicates", 1)),
+             "job_cost": float(row["job_cost"]), "runs": int(row.get("replicates", 1)),
              "margin": float(row["objective"]) / float(best["objective"]) - 1.0,
              "tied": bool(i > 0 and not separated(best, row))}
             for i, (_, row) in enumerate(table.iterrows())]
@@ -156,9 +174,18 @@ def tie_note(table: list[dict[str, Any]]) -> str:
     if not tied:
         return ""
     return ("; within the runs' noise of it: "
-            + ", ".join(f"{r['setting']} ({r['margin']:+.1%})" for r in tied)
+            + ", ".join(f"{r.get('words', r['setting'])} ({_figures(r)}, {r['margin']:+.1%})"
+                        for r in tied)
             + (", so either serves" if len(tied) == 1 else ", so any of them serves")
             + ": the winner is the better bet, not a proven better setting")
+
+
+def _figures(row: dict[str, Any]) -> str:
+    """A standings row's dollars and seconds (a row recorded before rows carried dollars: its
+    seconds alone)."""
+    if row.get("job_cost") is None:
+        return f"{row['job_time_s']:.3g} s"
+    return job_words(row["job_cost"], row["job_time_s"], whole=False)
 
 
 __all__ = ["CONFIRM_BAND", "SHARED_SLOWDOWN", "contenders",

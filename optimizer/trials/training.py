@@ -37,14 +37,15 @@ import shlex
 import socket
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from optimizer.foundation.allocation import Allocation
+# describe_allocation lives with Allocation; imported here for the callers that found it here
+from optimizer.foundation.allocation import Allocation, describe_allocation
 from optimizer.foundation.atomic_files import atomic_write_json, read_json
 from optimizer.foundation.config import ResourceConfig
 from optimizer.foundation.errors import CloudoptError
@@ -483,11 +484,3 @@ class TrainingModuleManager:
             finished_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
             node=socket.gethostname(), job_size_source=size_source, probe=fig.info,
         )
-
-
-def describe_allocation(allocation: Allocation | Mapping[str, Any]) -> str:
-    """``2 CPU, 0 GPU, 4 GB, batch 128`` (``, 0 workers`` where set) for tables and logs."""
-    a = allocation if isinstance(allocation, Allocation) else Allocation(**allocation)
-    bs = "default" if a.batch_size is None else str(a.batch_size)
-    w = "" if a.workers is None else f", {a.workers} workers"
-    return f"{a.cpus} CPU, {a.gpus} GPU, {a.memory_gb:g} GB, batch {bs}{w}"

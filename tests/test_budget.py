@@ -1,0 +1,126 @@
+"""The user's budget of real runs (issue 41): every stage draws on it, the closed loop keeps a
+run-off round in reserve, ``auto`` sizes it from the job's price, and the search's cost and
+break-even are reported."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.config import load_config
+from optimizer.foundation.errors import ConfigError
+from optimizer.search import refine as refine_module
+from optimizer.search.budget import RunBudget, auto_budget, make_budget, search_cost
+from optimizer.trials.records import TrialSummary
+
+
+def _trial(tid: str, cpus: int = 1, cost: float = 0.01, wall: float = 10.0,
+           job_cost: float = 0.1, job_time: float = 100.0) -> TrialSummary:
+    return TrialSummary(tid, "probe", Allocation(0, cpus, 4.0, 64), wall_time_s=wall,
+                        throughput=100.0, hourly_cost=cost * 3600 / wall, cost=cost,
+                        total_samples=1e4, predicted_total_time_s=job_time,
+                        predicted_total_cost=job_cost, mem_gb_peak=1.0)
+
+
+def _record(folder, tid):
+    (folder / tid).mkdir(parents=True)
+    _trial(tid).save(folder / tid)
+
+
+def test_every_recorded_trial_counts_and_the_reserve_is_kept(tmp_path):
+    budget = make_budget(5, tmp_path)
+    assert budget.left() == 5 and budget.allows(5)
+    for tid in ("a", "b", "c"):
+        _record(tmp_path, tid)
+    (tmp_path / "unfinished").mkdir()  # no summary: not a run made
+    assert budget.spent() == 3 and budget.left() == 2
+    assert not budget.allows(1, reserve=2) and budget.limit(4) == 2
+    unlimited = make_budget(0, tmp_path)
+    assert unlimited.left() is None and unlimited.limit(9) == 9
+    with pytest.raises(ConfigError, match=r"\[run\].budget"):
+        load_config(None, {"run": {"budget": -1}})
+
+
+def test_auto_buys_the_runs_a_share_of_the_job_pays_for(tmp_path):
+    trials = [_trial(f"t{i}", cost=0.01) for i in range(4)]
+    big = auto_budget(make_budget("auto", tmp_path), trials, whole=2.0, share=0.10, floor=5)
+    assert big.total == 20 and "20 run(s)" in big.note  # $0.20 / $0.01
+    small = auto_budget(make_budget("auto", tmp_path), trials, whole=0.05, share=0.10, floor=5)
+    assert small.total == 5 and "costs more than 10% of a job this short" in small.note
+    huge = auto_budget(make_budget("auto", tmp_path), trials, whole=1e6, share=0.10, floor=5)
+    assert huge.total == 40
+
+
+def test_the_search_cost_and_its_break_even():
+    trials = [_trial(f"t{i}", cost=0.01, wall=10.0) for i in range(6)]
+    reference = _trial("ref", job_cost=0.10)
+    final = _trial("best", job_cost=0.04)
+    out = search_cost(trials, reference, final, 0.04, 360.0)
+    assert out["runs"] == 6 and out["dollars"] == pytest.approx(0.06)
+    assert out["seconds"] == 60 and out["share_of_default_job"] == pytest.approx(0.6)
+    assert out["break_even_jobs"] == pytest.approx(1.0)  # $0.06 search / $0.06 saved per job
+    assert out["break_even_hours"] == pytest.approx(0.1) and "6.0 min" in out["note"]
+    never = search_cost(trials, reference, final, 0.12, 360.0)
+    assert never["break_even_jobs"] is None and "never pays back" in never["note"]
+
+
+class _Opt:
+    def __init__(self, config, budget):
+        self.config, self.user_preference, self.budget = config, "cost", budget
+        self.measured, self.said = [], []
+
+    def _recommend(self, usable, reference, total, profile, run_dir, opts, k):
+        return {"agent": "reinforce", "allocation": Allocation(0, 2, 4.0, 64 * (k + 2)),
+                "fit": {"max_rel_error": 0.0}}, None
+
+    def _measure(self, manager, alloc, prefix, run_dir, opts, total):
+        self.measured.append(alloc)
+        tid = f"{prefix}-{alloc.key()}"
+        _record(run_dir / "trials", tid)
+        return _trial(tid, cpus=alloc.cpus)
+
+    def _label_batch(self, trial, trial_dir, settable):
+        return trial
+
+    def _say(self, text, always=False):
+        self.said.append(text)
+
+
+def test_the_closed_loop_stops_when_the_budget_leaves_only_the_run_off(tmp_path, monkeypatch):
+    cfg = load_config(None, {"run": {"refine_rounds": 8, "runoff_rounds": 2, "runoff_size": 2}})
+    for tid in ("00", "01", "02"):  # the baseline's three runs
+        _record(tmp_path / "trials", tid)
+    opt = _Opt(cfg, RunBudget(7, tmp_path / "trials"))
+    monkeypatch.setattr(refine_module, "runoff", lambda *a, **k: [])
+    trials = [_trial(t) for t in ("00", "01", "02")]
+    more = [Allocation(0, 2, 4.0, 64 * k) for k in range(2, 12)]
+    manager = SimpleNamespace(workers_arg=None, default_batch_size=lambda: 64)
+    rec, _, _ = refine_module.refine(opt, manager, trials, trials[0], 1e4, None, tmp_path,
+                                     SimpleNamespace(), more, True)
+    assert len(opt.measured) == 2  # 7 runs - 3 made - 2 kept for one run-off round
+    stop = rec["rounds"][-1]
+    assert stop["action"] == "stop" and stop["proposed_by"] == "budget"
+    assert "budget of 7 real runs" in stop["why"] and "2 kept" in stop["why"]
+    assert rec["search"]["runs"] == 5
+
+
+def test_the_main_job_keeps_to_its_budget_and_prints_the_search_cost(tmp_path, repo_root):
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "optimizer", "--train-file", "tests/data/tiny_train.py",
+         "--preference", "cost", "--train-args", "--samples 8000", "--baseline-samples", "3",
+         "--probe-seconds", "0", "--agent-seconds", "1", "--budget", "5", "--output", str(out),
+         "--quiet"], capture_output=True, text=True, cwd=repo_root, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert len([d for d in (out / "trials").iterdir() if (d / "summary.json").exists()]) <= 5
+    rec = json.loads((out / "recommendation.json").read_text())
+    assert rec["search"]["runs"] <= 5 and "the search made" in proc.stdout
+    bad = subprocess.run([sys.executable, "-m", "optimizer", "--train-file",
+                          "tests/data/tiny_train.py", "--budget", "lots"], capture_output=True,
+                         text=True, cwd=repo_root, timeout=60)
+    assert bad.returncode == 2 and "--budget 'lots'" in bad.stderr
