@@ -10,7 +10,10 @@ For each script of ``benchmarks/workloads/workloads.toml``:
    probe, random search and Optuna's TPE and GP samplers (``regret_peers.py``);
 3. regret, search cost and memory slack of every recommendation (``regret_score.py``): a table
    per method, a table per case, a JSON row per script x preference x method, and a plot of
-   regret against search cost.
+   regret against search cost;
+4. under ``--ruler loss`` or ``both`` (the default), a second ruler: every recommendation's
+   regret by the time and cost to reach the loss the default allocation's job ends at
+   (``regret_loss.py``), cells that miss it run again for longer.
 
     python benchmarks/recommendation_regret.py --quick --json out.json     # <= 15 min, 2 cores
     python benchmarks/recommendation_regret.py --json runs/regret/full.json
@@ -22,10 +25,20 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from regret_loss import (
+    EMA_SHARE,
+    LONG_FACTOR,
+    add_loss_summary,
+    describe_cells,
+    loss_fields,
+    loss_truth,
+    target_loss,
+)
 from regret_peers import (
     CloudoptRunner,
     cloudopt_picks,
@@ -54,6 +67,7 @@ from regret_truth import (
     describe_machine,
     grid_cells,
     load_workloads,
+    read_loss_curve,
 )
 
 from optimizer.foundation.config import OptimizerConfig, load_config
@@ -85,6 +99,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--plot", default=None, metavar="PNG",
                    help="regret against search cost (default: next to --json, or the cache)")
     p.add_argument("--no-optuna", action="store_true", help="leave the Optuna peers out")
+    p.add_argument("--ruler", choices=("samples", "loss", "both"), default="both",
+                   help="score by the whole job's time and cost (samples), by the time and cost "
+                   "to reach the default allocation's final loss (loss), or both")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
     args.budgets = [int(b) for b in (args.budgets or ("4" if args.quick else "2,4,8")).split(",")]
@@ -106,6 +123,33 @@ def prices_of(config: OptimizerConfig) -> Prices:
                   tuple(config.multi_objective.vector("balanced")))
 
 
+def loss_ruler(store: TruthStore, truth: GroundTruth,
+               say: Callable[..., None]) -> tuple[GroundTruth | None, dict[str, Any]]:
+    """The ground truth under the loss ruler for every measured cell (``regret_loss``), running
+    the repetitions that miss the default's loss again for longer; and what the JSON records."""
+    d = truth.default
+    curves = [read_loss_curve(store.cell_dir(d) / f"rep{k}", d.batch)
+              for k in range(store.repeats)]
+    if any(c is None for c in curves):
+        say(f"{store.w.name}: the probe recorded no loss at the default allocation: no loss ruler")
+        return None, {"note": "no loss recorded at the default allocation"}
+    tau = EMA_SHARE * float(np.mean([c.samples[-1] for c in curves]))
+    target = target_loss(curves, tau)
+    t0 = time.monotonic()
+    times = {c: store.times_to_target(c, target, tau) for c in sorted(truth.cells)}
+    lt = loss_truth(truth, times)
+    longs = sum(store.long_dir(c, k).is_dir() for c in times for k in range(store.repeats))
+    never = [c.key() for c, ts in times.items() if np.median(ts) == np.inf]
+    say(f"{store.w.name}: loss ruler: target {target:.4f} (EMA over {tau:.0f} samples), "
+        f"{longs} repetitions run {LONG_FACTOR}x longer, never reached: {never or 'none'} "
+        f"({time.monotonic() - t0:.0f} s this run)")
+    info = {"target_loss": target, "ema_samples": tau, "long_factor": LONG_FACTOR,
+            "long_runs": longs, "cells": describe_cells(times)}
+    if lt is not None:
+        info["optimum"] = {p: lt.optimum(p)[0].key() for p in PREFERENCES}
+    return lt, info
+
+
 def bench_script(w: Any, config: OptimizerConfig, args: argparse.Namespace,
                  has_gpu: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Ground truth, cloudopt and the peers for one script: its JSON rows and its grid."""
@@ -125,9 +169,25 @@ def bench_script(w: Any, config: OptimizerConfig, args: argparse.Namespace,
         f"({time.monotonic() - t0:.0f} s this run)")
     seeds_random = args.seeds or 200
     seeds_optuna = args.seeds or 10
-    rows: list[dict[str, Any]] = []
+    # Each row with the picks behind it: the loss ruler judges the same picks once every cell
+    # they name (cloudopt's off the grid too) is measured.
+    scored: list[tuple[dict[str, Any], list[Pick]]] = []
+
+    def score(pick: Pick, pref: str) -> dict[str, Any]:
+        scored.append((evaluate(truth, pick, pref, w.name), [pick]))
+        return scored[-1][0]
+
+    def score_seeds(make: Callable[[int], Pick], pref: str, seeds: int) -> None:
+        picks: list[Pick] = []
+
+        def kept(seed: int) -> Pick:
+            picks.append(make(seed))
+            return picks[-1]
+
+        scored.append((mean_of_picks(truth, kept, pref, seeds, w.name), picks))
+
     for pref in args.preferences:
-        rows.append(evaluate(truth, Pick("default", dcell, dmem), pref, w.name))
+        score(Pick("default", dcell, dmem), pref)
     for budget in args.budgets:
         runner = CloudoptRunner(store, budget, agent_seconds=args.agent_seconds,
                                 probe_seconds=args.probe_seconds, extra=args.cloudopt_args,
@@ -138,27 +198,29 @@ def bench_script(w: Any, config: OptimizerConfig, args: argparse.Namespace,
             body = runner.run(pref, seed_from=first)
             first = first or pref
             rec, probe = cloudopt_picks(body, w, truth, store, pref, budget)
-            rows += [evaluate(truth, rec, pref, w.name), evaluate(truth, probe, pref, w.name)]
+            r = score(rec, pref)
+            score(probe, pref)
             n = rec.trials
             if n < 1:
                 say(f"{w.name} {pref} budget {budget}: cloudopt ran no trial ({rec.note})")
                 continue
-            rows.append(mean_of_picks(truth, lambda s, n=n, p=pref: random_search(
-                truth, n, p, np.random.default_rng(s)), pref, seeds_random,
-                w.name))
+            score_seeds(lambda s, n=n, p=pref: random_search(
+                truth, n, p, np.random.default_rng(s)), pref, seeds_random)
             if not args.no_optuna:
                 for sampler in ("tpe", "gp"):
-                    rows.append(mean_of_picks(
-                        truth, lambda s, n=n, p=pref, sm=sampler: optuna_pick(truth, n, p, s, sm),
-                        pref, seeds_optuna, w.name))
-            r = rows[-4 if args.no_optuna else -5]
+                    score_seeds(lambda s, n=n, p=pref, sm=sampler: optuna_pick(truth, n, p, s, sm),
+                                pref, seeds_optuna)
             say(f"{w.name} {pref} budget {budget}: cloudopt ({rec.note or 'failed'}) regret "
                 f"{pct(r['regret'])} in {n} trials ({time.monotonic() - t1:.0f} s)")
     grid = {"dir": str(store.dir), "default": dcell.key(), "cells": [
         {**t.cell.as_dict(), "on_grid": t.on_grid, "time_s": t.time_s, "peak_gb": t.peak,
          "wall_s": t.wall_s} for t in sorted(truth.cells.values(), key=lambda t: t.cell)],
         "optimum": {p: truth.optimum(p)[0].key() for p in args.preferences}}
-    return rows, grid
+    if args.ruler != "samples":
+        lt, grid["loss"] = loss_ruler(store, truth, say)
+        for row, picks in scored:
+            row.update(loss_fields(lt, picks, row["preference"]))
+    return [row for row, _ in scored], grid
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,11 +246,17 @@ def main(argv: list[str] | None = None) -> int:
         rows += r
         grids[w.name] = g
     summary = summarize(rows)
+    if args.ruler != "samples":
+        add_loss_summary(summary, rows)
     print("\nPer method (over scripts x preferences; regret of randomised peers is their mean "
-          "over seeds):")
-    print(format_summary(summary))
-    print("\nRegret per case:")
-    print(format_rows(rows))
+          "over seeds; '(loss)': time and cost to the default's final loss):")
+    print(format_summary(summary, args.ruler))
+    if args.ruler != "loss":
+        print("\nRegret per case (samples/s ruler: the whole job):")
+        print(format_rows(rows))
+    if args.ruler != "samples":
+        print("\nRegret per case (loss ruler: time and cost to the default's final loss):")
+        print(format_rows(rows, key="regret_loss"))
     print(f"\n{len(rows)} rows in {time.monotonic() - t0:.0f} s")
     out_dir = Path(args.json).parent if args.json else Path(args.root)
     plot_path = Path(args.plot) if args.plot else out_dir / "regret_vs_search_cost.png"

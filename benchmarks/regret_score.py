@@ -271,20 +271,33 @@ def _method_order(method: str) -> tuple[int, int, str]:
     return (int(n) if n.isdigit() else -1, rank, method)
 
 
-def format_summary(summary: Sequence[dict[str, Any]]) -> str:
-    head = ["method", "rows", "trials", "median regret", "worst regret", "failed",
-            "search cost", "memory slack"]
+def format_summary(summary: Sequence[dict[str, Any]], ruler: str = "samples") -> str:
+    """The per-method table under the samples/s ruler, the loss ruler (``regret_loss``: the
+    ``*_regret_loss`` and ``never_reached`` entries) or both."""
+    head = ["method", "rows", "trials"]
+    if ruler in ("samples", "both"):
+        head += ["median regret", "worst regret"]
+    if ruler in ("loss", "both"):
+        head += ["median regret (loss)", "worst regret (loss)", "never reached"]
+    head += ["failed", "search cost", "memory slack"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in summary:
-        lines.append("| " + " | ".join([
-            s["method"], str(s["rows"]), f"{s['median_trials']:g}", pct(s["median_regret"]),
-            pct(s["worst_regret"]), str(s["failed"]), f"{s['median_search_cost']:.2f}x",
-            pct(s["median_memory_slack"])]) + " |")
+        cells = [s["method"], str(s["rows"]), f"{s['median_trials']:g}"]
+        if ruler in ("samples", "both"):
+            cells += [pct(s["median_regret"]), pct(s["worst_regret"])]
+        if ruler in ("loss", "both"):
+            never = s.get("never_reached")
+            cells += [pct(s.get("median_regret_loss")), pct(s.get("worst_regret_loss")),
+                      "-" if never is None else f"{round(never, 2):g}"]
+        cells += [str(s["failed"]), f"{s['median_search_cost']:.2f}x",
+                  pct(s["median_memory_slack"])]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def format_rows(rows: Sequence[dict[str, Any]]) -> str:
-    """Regret of every method, one line per script x preference."""
+def format_rows(rows: Sequence[dict[str, Any]], key: str = "regret") -> str:
+    """Regret of every method, one line per script x preference (``key``: ``regret`` under the
+    samples/s ruler, ``regret_loss`` under the loss ruler)."""
     methods = sorted({r["method"] for r in rows}, key=_method_order)
     keys = sorted({(r["script"], r["preference"]) for r in rows})
     lines = ["| script | preference | " + " | ".join(methods) + " |",
@@ -294,8 +307,8 @@ def format_rows(rows: Sequence[dict[str, Any]]) -> str:
         for m in methods:
             r = next((r for r in rows if (r["script"], r["preference"], r["method"])
                       == (script, pref, m)), None)
-            cells.append("-" if r is None else ("fail" if r["regret"] is None and r.get("failed")
-                                                  else pct(r["regret"])))
+            cells.append("-" if r is None else ("fail" if r.get(key) is None and r.get("failed")
+                                                  else pct(r.get(key))))
         lines.append(f"| {script} | {pref} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -5,13 +5,16 @@ thread variables, ``CUDA_VISIBLE_DEVICES``, the monitor) with no time box and a 
 limit, so the measured peak is the script's own. Each repetition is a trial folder
 ``runs/regret/<machine>/<script>-<hash>/cells/<cell>/rep<k>/``; one with a ``summary.json`` is
 complete, so an interrupted measurement resumes and a second run of the benchmark reruns
-nothing. The machine key holds the CPU model, the core count and the GPU name; the hash holds
-the script's bytes, its arguments and the batch mechanism.
+nothing. The loss ruler (``regret_loss``) reads each repetition's probe events and runs a
+repetition that misses the target again for longer, in ``cells/<cell>/long3x-rep<k>/``, cached
+the same way. The machine key holds the CPU model, the core count and the GPU name; the hash
+holds the script's bytes, its arguments and the batch mechanism (not the manifest's epochs).
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import platform
 import re
@@ -20,9 +23,12 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from regret_loss import LONG_FACTOR, LossCurve, time_to_target
 from regret_score import Cell, CellTruth
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,6 +37,7 @@ if str(ROOT) not in sys.path:
 
 from optimizer.foundation.allocation import Allocation  # noqa: E402
 from optimizer.foundation.config import OptimizerConfig, read_toml  # noqa: E402
+from optimizer.trials.probe.events import read_probe  # noqa: E402
 from optimizer.trials.records import TrialSummary  # noqa: E402
 from optimizer.trials.training import TrainingModuleManager  # noqa: E402
 
@@ -54,10 +61,41 @@ class Workload:
     workers: list[int] = field(default_factory=list)
     needs_gpu: bool = False
     quick: bool = False
+    epochs_flag: str | None = None
+    epochs: int | None = None
+    """The script's own epoch count, for arguments that do not give ``epochs_flag``."""
 
     @property
     def train_args(self) -> list[str]:
         return shlex.split(self.args)
+
+    def job_epochs(self) -> int | None:
+        """Epochs of the job as the benchmark runs it (None when the manifest does not say)."""
+        if not self.epochs_flag:
+            return None
+        args = self.train_args
+        for i, a in enumerate(args):
+            if a == self.epochs_flag and i + 1 < len(args):
+                return int(args[i + 1])
+            if a.startswith(self.epochs_flag + "="):
+                return int(a.split("=", 1)[1])
+        return self.epochs
+
+    def longer_args(self, factor: int) -> list[str] | None:
+        """The job's arguments with ``factor`` times its epochs; None when the epochs are
+        unknown."""
+        epochs = self.job_epochs()
+        if epochs is None or not self.epochs_flag:
+            return None
+        args, out, skip = self.train_args, [], False
+        for a in args:
+            if skip:
+                skip = False
+            elif a == self.epochs_flag:
+                skip = True
+            elif not a.startswith(self.epochs_flag + "="):
+                out.append(a)
+        return out + [self.epochs_flag, str(epochs * factor)]
 
     def cloudopt_reaches_batch(self) -> bool:
         """Whether the main command, run with ``cloudopt_args``, can change the batch size."""
@@ -98,7 +136,8 @@ def load_workloads(quick: bool = False, manifest: Path = MANIFEST) -> list[Workl
             description=spec.get("description", ""), args=pick("args", ""),
             cloudopt_args=pick("cloudopt_args", ""), workers_flag=spec.get("workers_flag"),
             default_workers=spec.get("default_workers"), workers=list(pick("workers", [])),
-            needs_gpu=bool(spec.get("needs_gpu", False)), quick=bool(spec.get("quick"))))
+            needs_gpu=bool(spec.get("needs_gpu", False)), quick=bool(spec.get("quick")),
+            epochs_flag=spec.get("epochs_flag"), epochs=spec.get("epochs")))
     return out
 
 
@@ -188,12 +227,14 @@ class TruthStore:
     def _run(self, cell: Cell, rep: int) -> TrialSummary:
         return self.run_in(cell, self.cell_dir(cell) / f"rep{rep}")
 
-    def run_in(self, cell: Cell, trial_dir: Path) -> TrialSummary:
-        """One full run of ``cell`` recorded in ``trial_dir`` (reloaded when recorded)."""
+    def run_in(self, cell: Cell, trial_dir: Path,
+               train_args: Sequence[str] | None = None) -> TrialSummary:
+        """One full run of ``cell`` recorded in ``trial_dir`` (reloaded when recorded), with
+        the job's arguments or ``train_args``."""
         if (trial_dir / "summary.json").exists():
             return TrialSummary.load(trial_dir)
         w = self.w
-        args = list(w.train_args)
+        args = list(w.train_args if train_args is None else train_args)
         if w.workers_flag and cell.workers is not None:
             args += [w.workers_flag, str(cell.workers)]
         flag = w.batch.split(":", 1)[1] if w.batch.startswith("flag:") else None
@@ -217,6 +258,51 @@ class TruthStore:
                          disable=quiet or not todo, leave=False):
             self._run(c, k)
         return [t for t in (self.measure(c) for c in cells) if t is not None]
+
+    def long_dir(self, cell: Cell, rep: int) -> Path:
+        return self.cell_dir(cell) / f"long{LONG_FACTOR}x-rep{rep}"
+
+    def times_to_target(self, cell: Cell, target: float, tau: float) -> list[float]:
+        """Each repetition's time to ``target`` (``regret_loss.time_to_target``).
+
+        A repetition that misses it is run again for ``LONG_FACTOR`` times the epochs; its time
+        is the long run's time from its first loss to the target plus the repetition's own
+        start-up (up to its first loss). It is ``inf`` if the long run misses the target too,
+        or if the script's epochs are unknown.
+        """
+        out, longer = [], self.w.longer_args(LONG_FACTOR)
+        for k in range(self.repeats):
+            curve = read_loss_curve(self.cell_dir(cell) / f"rep{k}", cell.batch)
+            t = time_to_target(curve, target, tau) if curve is not None else math.inf
+            if math.isinf(t) and curve is not None and longer is not None:
+                # A long run cut short (a timeout) still counts up to where it got.
+                self.run_in(cell, self.long_dir(cell, k), train_args=longer)
+                long = read_loss_curve(self.long_dir(cell, k), cell.batch)
+                if long is not None:
+                    # Start-up drifts between sessions (0.2-0.4 s on a 2-core machine, a tenth
+                    # of a quick job): the long run, taken later, keeps the repetition's own.
+                    t = time_to_target(long, target, tau) - long.t[0] + curve.t[0]
+            out.append(float(t))
+        return out
+
+
+def read_loss_curve(trial_dir: Path, batch: int) -> LossCurve | None:
+    """The sampled losses of a recorded run, each at the samples seen (steps x the batch the
+    probe saw, else ``batch``) and the seconds since the trial started; None without a
+    probe record with losses."""
+    rec = read_probe(trial_dir / "probe.jsonl")
+    if rec is None or not rec.losses or not (trial_dir / "summary.json").exists():
+        return None
+    summary = TrialSummary.load(trial_dir)
+    # Probe times count from the interpreter's start; the trial's clock from its launch, a few
+    # tens of milliseconds earlier.
+    offset = 0.0
+    if summary.started_at and "wall" in rec.header:
+        offset = float(rec.header["wall"]) - datetime.fromisoformat(
+            summary.started_at).timestamp()
+    steps, t, loss = zip(*rec.losses, strict=True)
+    return LossCurve(np.asarray(steps, dtype=float) * (rec.samples_per_step or batch),
+                     np.asarray(t, dtype=float) + max(offset, 0.0), np.asarray(loss))
 
 
 def describe_machine(config: OptimizerConfig) -> dict[str, Any]:
