@@ -15,8 +15,7 @@ folder so that ``--resume`` continues where an interrupted run stopped:
 5. the recommendation: the best *measured* trial by goodput, memory right-sized;
 6. metric CSVs, ``recommendation.json``, ``k8s-resources.yaml`` and the report.
 
-If the trials cannot identify the workload model, more probes are taken; the best measured
-trial is recommended whatever happens, and the report says how it was found.
+Without an identifiable model, more probes; the best measured trial is recommended anyway.
 """
 
 from __future__ import annotations
@@ -35,8 +34,8 @@ from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import OptimizerConfig, load_config, validate_preference
 from optimizer.foundation.errors import CloudoptError
 from optimizer.foundation.gpu import nvml_device_count, visible_device_indices
-from optimizer.search.baseline import memory_for, plan_baseline, run_baseline
-from optimizer.search.budget import RunBudget, auto_budget, make_budget
+from optimizer.search.baseline import memory_for, plan_baseline, run_baseline, trial_name
+from optimizer.search.budget import RunBudget, auto_budget, make_budget, within_budget
 from optimizer.search.choice import same_setting
 from optimizer.trials.batch import label_batch
 from optimizer.trials.cost import ResourceCostCalculator, cost_time_flags, trial_figures
@@ -108,8 +107,7 @@ class CloudResourceOptimizer:
         self.offline_analyzer: Any = None
         self.training_manager: TrainingModuleManager | None = None
         self.oom_chain: list[TrialSummary] = []
-        self.budget = RunBudget(None, Path("."))  # set per run (optimizer.search.budget)
-        self.efficiency: Any = None  # statistical efficiency by batch (optimizer.search.efficiency)
+        self.budget, self.efficiency = RunBudget(None, Path(".")), None  # set per run
         self.cloud_env: Any = None
         self.agent: Any = None
         self.user_preference: str | tuple[float, float, float] = "balanced"
@@ -274,7 +272,9 @@ class CloudResourceOptimizer:
                   run_dir: Path, opts: JobOptions) -> list[TrialSummary]:
         cfg = self.config
         allocations = self._planned_probes(manager, analysis, opts)
-        allocations = allocations[: max(1, self.budget.limit(len(allocations)))]
+        done = [(run_dir / "trials" / trial_name(i, a) / "summary.json").exists()
+                for i, a in enumerate(allocations)]
+        allocations = within_budget(self.budget, allocations, done)
         if manager.batch_control() is None:
             hint = manager.batch_knob_hint()
             self._say("batch size: the script neither takes --batch-size-arg nor reads "

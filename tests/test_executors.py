@@ -215,7 +215,7 @@ def test_runoff_rounds_and_size_are_the_users(tmp_path):
     # Two runs each, 2% apart: the runs' noise cannot separate them, and the choice says so.
     table = standings(trials, block, machine.config, "time")
     assert table[1]["tied"] and 0 < table[1]["margin"] < 0.05
-    assert f"within the runs' noise of it: {table[1]['setting']} (+" in tie_note(table)
+    assert f"within the runs' noise of it: {table[1]['words']} ($" in tie_note(table)
     assert tie_note(table[:1]) == ""
     # runoff_rounds = 0: nothing is measured again and the choice is left to all trials.
     machine = _DriftingMachine({64: 100, 128: 98, 256: 97})

@@ -33,7 +33,7 @@ def test_a_worker_count_is_part_of_the_setting_and_its_key():
     assert zero.key() == "g0-c2-m8-b64-w0"
     assert not same_setting(plain, zero)
     assert same_setting(zero, Allocation(0, 2, 4.0, 64, workers=0))
-    assert describe_allocation(zero).endswith("batch 64, 0 workers")
+    assert describe_allocation(zero).endswith("batch 64, no data-loader workers")
     assert TrialSummary.from_dict(TrialSummary("t", "completed", zero).to_dict()).allocation == zero
 
 

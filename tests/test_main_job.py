@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -65,7 +66,7 @@ def test_every_output_file_and_key(tiny_run):
     assert "None |" not in md and "(nan" not in md and "0000000" not in md
     # The answer first: what to run, what it saves, how it was verified.
     assert md.splitlines()[2].startswith("**Run it with") and "- Measured:" in md
-    assert "- Verified on trial" in md
+    assert "- Verified by real runs of this setting" in md
 
     k8s = yaml.safe_load((out / "k8s-resources.yaml").read_text())
     alloc = rec["allocation"]
@@ -259,9 +260,16 @@ def _chromium() -> str | None:
                  if p), None)
 
 
+TRIAL_ID = re.compile(r"\bg\d+-c\d+-m[\d.]+-b\w+")
+"""A setting's key (``g0-c1-m4-b1024``, :meth:`Allocation.key`), which every trial id carries
+after its prefix (``00-``, ``refine-0-``, ``runoff-1-cost-``, ``workers-``, ``whole-``)."""
+
+
 def test_report_in_a_browser_fits_the_window_and_loads_everything(tiny_run):
     """Playwright drives Chromium (skipped where either is missing): no console errors, every
-    image loaded, nothing wider than a 1280 px window, the answer on the first screen."""
+    image loaded, nothing wider than a 1280 px window (the page never scrolls sideways; a wide
+    table scrolls in its own box), the answer on the first screen and its notes in words: no
+    trial id, no bare objective."""
     sync_api = pytest.importorskip("playwright.sync_api")
     chromium = _chromium()
     if chromium is None:
@@ -280,6 +288,16 @@ def test_report_in_a_browser_fits_the_window_and_loads_everything(tiny_run):
             images = page.evaluate(
                 "Array.from(document.images).map(i => [i.complete, i.naturalWidth])")
             width = page.evaluate("document.documentElement.scrollWidth")
+            client = page.evaluate("document.documentElement.clientWidth")
+            page.evaluate("window.scrollTo(10000, 0)")
+            scrolled = page.evaluate("window.scrollX")
+            boxes = page.evaluate(
+                "Array.from(document.querySelectorAll('table')).map(t => {"
+                "const box = t.parentElement, r = box.getBoundingClientRect();"
+                "return [box.className, getComputedStyle(box).overflowX, r.left, r.right]})")
+            notes = page.evaluate(
+                "Array.from(document.querySelectorAll('.note, .answer')).filter(e => "
+                "e.getBoundingClientRect().top < 800).map(e => e.textContent)")
             first_screen = page.evaluate(
                 "Array.from(document.body.querySelectorAll('*')).filter(e => "
                 "e.getBoundingClientRect().top < 800 && e.children.length === 0)"
@@ -288,5 +306,11 @@ def test_report_in_a_browser_fits_the_window_and_loads_everything(tiny_run):
             browser.close()
     assert errors == []
     assert len(images) >= 4 and all(done and w > 0 for done, w in images)
-    assert width <= 1280
+    assert width <= client <= 1280 and scrolled == 0
+    assert boxes and all(cls == "scroll" and overflow == "auto" and 0 <= left
+                         and right <= client for cls, overflow, left, right in boxes), boxes
     assert "Recommended" in first_screen or "recommended" in first_screen
+    assert len(notes) >= 2 and notes[0].startswith("Run it with ")
+    for text in notes:
+        assert not TRIAL_ID.search(text), text
+        assert not re.search(r"objective \d|\d\.\d+e-\d+", text), text

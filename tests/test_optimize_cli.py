@@ -68,7 +68,7 @@ def test_small_real_run_then_resume(tmp_path, repo_root):
             "--output", str(out), "--quiet"]
     proc = cli(*args, cwd=repo_root)
     assert proc.returncode == 0, proc.stderr
-    assert "samples/s" in proc.stdout and "best baseline trial for preference 'time'" in proc.stdout
+    assert "samples/s" in proc.stdout and "best baseline setting for 'time': " in proc.stdout
     assert "SLA baseline: time met" in proc.stdout
     trials = pd.read_csv(out / "trials.csv")
     # three baseline trials, then the closed loop's own (none when nothing is expected to

@@ -24,7 +24,7 @@ body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:11
 padding:0 1em;color:#1f2328;line-height:1.45}
 h1{border-bottom:2px solid #d0d7de;padding-bottom:.3em}h2{border-bottom:1px solid #d0d7de;
 padding-bottom:.2em;margin-top:1.8em}
-.scroll{overflow-x:auto;max-width:100%}
+.scroll{overflow-x:auto;max-width:100%}p,.answer{overflow-wrap:anywhere}
 table{border-collapse:collapse;margin:.8em 0;font-size:.92em}
 .answer{background:#ddf4ff;border:1px solid #54aeff;padding:.6em 1em;border-radius:6px}
 th,td{border:1px solid #d0d7de;padding:4px 9px;text-align:right}

@@ -13,9 +13,9 @@ from typing import Any
 
 import pandas as pd
 
-from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.allocation import Allocation, describe_allocation, job_words
 from optimizer.foundation.atomic_files import atomic_write_json, atomic_write_text
-from optimizer.foundation.memory import right_size_memory
+from optimizer.foundation.memory import memory_words, right_size_memory
 from optimizer.reports.goodput import goodput_section, plot_efficiency
 from optimizer.reports.k8s import k8s_job_yaml, k8s_resources_yaml
 from optimizer.reports.plots import (
@@ -278,13 +278,11 @@ def _build_report(opt: Any, result: Any, reference: TrialSummary, rec: dict[str,
     mgr = opt.training_manager
     r = Report(f"cloudopt report: {Path(str(mgr.module_path)).name if mgr else 'run'}")
     alloc = _alloc(rec["allocation"])
-    r.answer(_answer(result, reference, rec, alloc))
-    r.paragraph(f"Preference: {result.preference}. Recommended allocation: {alloc.gpus} GPU, "
-                f"{alloc.cpus} CPU threads, {alloc.memory_gb:g} GB memory, batch "
-                f"{alloc.batch_size or 'default'}"
-                + ("" if alloc.workers is None else f", {alloc.workers} data-loader workers")
-                + f" (policy: {rec['agent']}). Run folder: "
-                f"{result.run_dir}.")
+    gpus = bool(alloc.gpus or reference.allocation.gpus)
+    r.answer(_answer(result, reference, rec, alloc, gpus))
+    r.paragraph(f"Preference: {result.preference}. Recommended allocation: "
+                f"{describe_allocation(alloc, gpus=gpus)} (policy: {rec['agent']}). "
+                f"Run folder: {result.run_dir}.")
     for note in rec.get("notes", []):
         r.note(note)
     for w in result.comparison.get("monitor", {}).get("warnings", []):
@@ -401,22 +399,23 @@ def _change(new: float | None, old: float | None, less: str, more: str) -> str:
 
 
 def _answer(result: Any, reference: TrialSummary, rec: dict[str, Any],
-            alloc: Allocation) -> str:
-    """What to run, what it saves against the default allocation, and how it was verified."""
-    batch = alloc.batch_size or "the script's default"
-    lines = [f"Run it with {alloc.gpus} GPU, {alloc.cpus} CPU threads, "
-             f"{alloc.memory_gb:g} GB memory, batch {batch}."]
+            alloc: Allocation, gpus: bool = False) -> str:
+    """What to run, what it saves against the default allocation, and how it was verified (in
+    words and dollars: the trial ids are in the tables below)."""
+    lines = [f"Run it with {describe_allocation(alloc, gpus=gpus)}."]
     m, t0, c0 = rec.get("measured") or {}, job_time(reference), job_cost(reference)
     if m and t0 and c0:
         lines.append(
-            f"Measured: {m['job_time_s']:.1f} s and {dollars(m['job_cost'])} per job, "
+            f"Measured: {job_words(m['job_cost'], m['job_time_s'], whole=False)} per job, "
             f"{_change(m['job_cost'], c0, 'cheaper', 'dearer')} and "
             f"{_change(m['job_time_s'], t0, 'faster', 'slower')} than the default allocation "
-            f"({reference.allocation.cpus} CPU threads, {reference.allocation.memory_gb:g} GB: "
-            f"{t0:.1f} s, {dollars(c0)}).")
+            f"({describe_allocation(reference.allocation, gpus=gpus)}: "
+            f"{job_words(c0, t0, whole=False)}).")
     rounds = rec.get("rounds") or []
     fit = rec.get("fit") or {}
-    how = (f"Verified on trial {m['trial']} ({m['time_is']})" if m else "Verified")
+    how = "Verified by real runs of this setting" + (
+        f" (the job's time and cost {m['time_is']})" if m.get("time_is", "measured") != "measured"
+        else "")
     loop = sum(1 for row in rounds if row.get("trial"))
     lines.append(f"{how}: the best measured of the run's trials for '{result.preference}', "
                  f"{loop} of them chosen by the closed loop"
@@ -454,9 +453,9 @@ def _rounds_section(r: Report, rec: dict[str, Any]) -> None:
         r.table(rows)
     mem = rec.get("memory") or {}
     if mem:
-        r.paragraph(f"Memory: peak {mem['peak_gb']:.2f} GB measured on the chosen allocation, "
-                    f"request {mem['request_gb']:g} GB (peak + 15%, rounded up to 1/16 of itself; "
-                    f"slack {100 * mem['slack']:.0f}%).")
+        r.paragraph(f"Memory: peak {memory_words(mem['peak_gb'])} measured on the chosen "
+                    f"allocation, request {memory_words(mem['request_gb'])} (peak + 15%, "
+                    f"rounded up to 1/16 of itself; slack {100 * mem['slack']:.0f}%).")
     if rec.get("choice"):
         r.paragraph(f"Final choice: {rec['choice']}.")
 

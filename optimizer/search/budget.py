@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from optimizer.foundation.allocation import money_words
 from optimizer.trials.records import TrialSummary, job_cost
 
 MAX_AUTO = 40
@@ -93,8 +94,9 @@ def auto_budget(budget: RunBudget, trials: Sequence[TrialSummary], whole: float 
     per_run = sum(paid) / len(paid)
     fits = int(share * whole / per_run)
     budget.total = max(floor, min(MAX_AUTO, fits))
-    budget.note = (f"budget auto: a run costs about ${per_run:.4g} and the job ${whole:.4g}, so "
-                   f"{share:.0%} of the job buys {fits} run(s); the search makes {budget.total}"
+    budget.note = (f"budget auto: a run costs about {money_words(per_run)} and the job "
+                   f"{money_words(whole)}, so {share:.0%} of the job buys {fits} run(s); "
+                   f"the search makes {budget.total}"
                    + (f" (the least that still runs the baseline and one round: the search "
                       f"costs more than {share:.0%} of a job this short)" if fits < floor
                       else ""))
@@ -114,12 +116,13 @@ def search_cost(trials: Sequence[TrialSummary], reference: TrialSummary,
         out["share_of_default_job"] = dollars / base_cost
     if recommended is None or not base_cost or recommended_cost is None:
         out["note"] = (f"the search made {len(trials)} real runs: {seconds:,.0f} s, "
-                       f"${dollars:.4g}")
+                       f"{money_words(dollars)}")
         return out
     saving = base_cost - recommended_cost
     out["saving_per_job"] = saving
-    head = (f"the search made {len(trials)} real runs: {seconds:,.0f} s and ${dollars:.4g}, "
-            f"{dollars / base_cost:.1f}× one job at the default allocation")
+    head = (f"the search made {len(trials)} real runs: {seconds:,.0f} s and "
+            f"{money_words(dollars)}, {dollars / base_cost:.1f}× one job at the default "
+            "allocation")
     if saving <= 0:
         out["break_even_jobs"] = None
         out["note"] = head + "; the recommendation saves nothing per job, so it never pays back"
@@ -127,8 +130,8 @@ def search_cost(trials: Sequence[TrialSummary], reference: TrialSummary,
     jobs = dollars / saving
     hours = jobs * (recommended_time or 0.0) / 3600
     out.update(break_even_jobs=jobs, break_even_hours=hours)
-    out["note"] = (head + f"; it saves ${saving:.4g} per job, so it has paid for itself after "
-                   f"{jobs:,.1f} jobs ({_hours(hours)} of the recommended job)")
+    out["note"] = (head + f"; it saves {money_words(saving)} per job, so it has paid for itself "
+                   f"after {jobs:,.1f} jobs ({_hours(hours)} of the recommended job)")
     return out
 
 
@@ -139,3 +142,17 @@ def _hours(hours: float) -> str:
 
 
 __all__ = ["RunBudget", "auto_budget", "make_budget", "search_cost"]
+
+
+def within_budget(budget: RunBudget, planned: Sequence[Any], recorded: Sequence[bool]) -> list:
+    """The longest prefix of ``planned`` runs (at least one) whose runs not ``recorded`` yet fit
+    in the budget: a recorded run is reloaded, not made again, so it is always kept (a resumed
+    run's baseline comes back whole)."""
+    left, n = budget.left(), 0
+    for done in recorded:
+        if not done:
+            if left is not None and left <= 0:
+                break
+            left = None if left is None else left - 1
+        n += 1
+    return list(planned[: max(1, n)])
