@@ -93,6 +93,29 @@ def test_a_training_loop_seen_from_inside(tmp_path):
     assert path.read_text().splitlines()[0] == "start_s,end_s,stage"
 
 
+TWO_OPTIMIZERS = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+tables, head = torch.nn.Linear(8, 8), torch.nn.Linear(8, 1)
+sparse = torch.optim.SGD(tables.parameters(), lr=0.01)
+dense = torch.optim.Adam(head.parameters(), lr=0.01)
+X, y = torch.randn(640, 8), torch.randn(640, 1)
+for xb, yb in DataLoader(TensorDataset(X, y), batch_size=32):
+    sparse.zero_grad(); dense.zero_grad()
+    torch.nn.functional.mse_loss(head(tables(xb)), yb).backward()
+    sparse.step(); dense.step()
+"""
+
+
+def test_two_optimizers_on_one_batch_make_one_step(tmp_path):
+    """A two-tower model's sparse and dense optimizers both step on each batch: one training
+    step and one batch of samples, not two (the regret suite's memheavy counted double)."""
+    done, events = _run(tmp_path, TWO_OPTIMIZERS)
+    assert done.returncode == 0, done.stderr
+    rec = read_probe(events)
+    assert rec.steps == 20 and rec.samples == 640
+
+
 def test_data_loader_workers_do_not_write_events(tmp_path):
     done, events = _run(tmp_path, LOOP, extra_env={"WORKERS": "2", "EPOCHS": "1"})
     assert done.returncode == 0, done.stderr

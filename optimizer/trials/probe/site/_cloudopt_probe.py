@@ -51,6 +51,10 @@ class _State:
         self.control_mtime = None
         self.last_control_check = -CONTROL_EVERY_S
         self.loader_steps = {}
+        # One training step per backward pass: a second optimizer stepping on the same batch
+        # (sparse and dense parameters, say) is not a second step (0: no backward seen).
+        self.backward_seq = 0
+        self.counted_seq = -1
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
@@ -166,6 +170,8 @@ def _install(torch):
 
     @_guard("grad")
     def pre_step(s, optimizer, args, kwargs):
+        if s.backward_seq and s.backward_seq == s.counted_seq:
+            return  # another optimizer on the step already counted
         if s.window is None and s.now() - s.last_window_t < GRAD_EVERY_S and s.steps >= 1:
             return
         grads = [p.grad for g in optimizer.param_groups for p in g["params"]
@@ -201,6 +207,9 @@ def _install(torch):
 
     @_guard("steps")
     def post_step(s, optimizer, args, kwargs):
+        if s.backward_seq and s.backward_seq == s.counted_seq:
+            return
+        s.counted_seq = s.backward_seq
         s.steps += 1
         b = s.batch if s.batch is not None else s.env_batch
         s.samples += b or 0
@@ -221,6 +230,7 @@ def _install(torch):
     original_backward = torch.Tensor.backward
 
     def backward(self, *args, **kwargs):
+        s.backward_seq += 1  # the install's state: never None here
         _note_loss(self)
         return original_backward(self, *args, **kwargs)
 
