@@ -114,7 +114,7 @@ def test_two_optimizers_on_one_batch_make_one_step(tmp_path):
     assert done.returncode == 0, done.stderr
     rec = read_probe(events)
     assert rec.steps == 20 and rec.samples == 640
-
+    assert rec.windows and rec.grads  # gradient windows still taken, over one optimizer
 
 def test_data_loader_workers_do_not_write_events(tmp_path):
     done, events = _run(tmp_path, LOOP, extra_env={"WORKERS": "2", "EPOCHS": "1"})

@@ -170,8 +170,8 @@ def _install(torch):
 
     @_guard("grad")
     def pre_step(s, optimizer, args, kwargs):
-        if s.backward_seq and s.backward_seq == s.counted_seq:
-            return  # another optimizer on the step already counted
+        if s.window is not None and s.window["opt"] != id(optimizer):
+            return  # a window follows one optimizer's parameters (the first with dense ones)
         if s.window is None and s.now() - s.last_window_t < GRAD_EVERY_S and s.steps >= 1:
             return
         grads = [p.grad for g in optimizer.param_groups for p in g["params"]
@@ -189,7 +189,8 @@ def _install(torch):
                     s.last_window_t = s.now()
                     return
                 s.window = {"acc": [g.detach().float().clone() for g in grads],
-                            "small": [sq], "samples": [samples], "step": s.steps + 1}
+                            "small": [sq], "samples": [samples], "step": s.steps + 1,
+                            "opt": id(optimizer)}
                 return
             if len(w["acc"]) != len(grads):
                 s.window = None
