@@ -112,3 +112,28 @@ def test_the_model_the_agents_plan_on_uses_goodput_when_measured():
     assert off.workload.efficiency(512) == 1.0
     assert on.workload.params.ref_batch == 128
     assert on.workload.efficiency(512) == pytest.approx(428 / 812)
+
+
+def test_a_measured_progress_beyond_what_batch_size_can_do_corrects_nothing(tmp_path,
+                                                                            monkeypatch):
+    """16x the script's per-sample progress at 8x its batch (env_batch.py's short probes, one
+    in the loss's fast early drop) is not a batch-size effect: efficiency stays off, and says
+    why."""
+    from optimizer.search import efficiency as eff_module
+    from optimizer.search.efficiency import Measured, efficiency_from_trials
+
+    monkeypatch.setattr(eff_module, "probe_records", lambda trials, run_dir: {256: [], 2048: []})
+    monkeypatch.setattr(eff_module, "estimate_noise_scale",
+                        lambda records: NoiseScaleEstimate(why="no measurable gradient noise"))
+    monkeypatch.setattr(eff_module, "_progress", lambda records: ({}, True))
+    monkeypatch.setattr(eff_module, "measured_efficiency",
+                        lambda progress, ref: {256: Measured(1.0, 1.0, 1.0),
+                                               2048: Measured(16.4, 15.0, 18.0)})
+    out = efficiency_from_trials([], tmp_path, 256)
+    assert not out.on and out.decided_by == "nothing measured"
+    assert "different stretches of training" in out.note
+    monkeypatch.setattr(eff_module, "measured_efficiency",
+                        lambda progress, ref: {256: Measured(1.0, 1.0, 1.0),
+                                               2048: Measured(0.5, 0.45, 0.55)})
+    plausible = efficiency_from_trials([], tmp_path, 256)
+    assert plausible.decided_by == "measured progress" and plausible(2048) == 0.5

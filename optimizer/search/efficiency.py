@@ -396,7 +396,17 @@ def efficiency_from_trials(trials: Iterable[TrialSummary], run_dir: str | Path,
     measured = measured_efficiency(progress, ref_batch)
     phi = noise.value
     prior = {b: (phi + ref_batch) / (phi + b) for b in sorted(records)} if phi is not None else {}
-    corrected = [b for b, m in measured.items() if b != ref_batch and m.value is not None
+    # Per-sample progress between batch sizes lies between 1 and B0/B (the noise-scale form at
+    # phi = infinity and 0); a measurement outside compares different stretches of training
+    # (a fast early drop against a flat later one), not the batch sizes: it corrects nothing.
+    plausible = {b for b, m in measured.items() if m.value is not None
+                 and min(1.0, ref_batch / b) * 0.9 <= m.value <= max(1.0, ref_batch / b) * 1.1}
+    measured = {b: m if m.value is None or b in plausible else replace(
+        m, why=f"the loss progress at batch {b} ({m.value:.2f}x the script's) is outside what "
+        f"batch size alone can do ({min(1.0, ref_batch / b):.2f}x to "
+        f"{max(1.0, ref_batch / b):.2f}x): the runs covered different stretches of training")
+        for b, m in measured.items()}
+    corrected = [b for b, m in measured.items() if b != ref_batch and b in plausible
                  and (b not in prior or not (m.low or 0) <= prior[b] <= (m.high or 0))]
     efficiency = {**prior, **{b: float(measured[b].value or 0) for b in corrected}}
     efficiency |= {ref_batch: 1.0} if efficiency else {}  # by definition: work counted at B0
@@ -409,7 +419,8 @@ def efficiency_from_trials(trials: Iterable[TrialSummary], run_dir: str | Path,
 
 def _note(decided_by: str, noise: NoiseScaleEstimate, measured: Mapping[int, Measured],
           corrected: Sequence[int], prior: Mapping[int, float], aligned: bool) -> str:
-    checked = [b for b, m in measured.items() if m.value is not None and b not in corrected]
+    checked = [b for b, m in measured.items()
+               if m.value is not None and not m.why and b not in corrected]
     why_not = next((m.why for m in measured.values() if m.why), "one batch size measured")
     stretch = "" if aligned else " (over different stretches of training)"
     if decided_by == "nothing measured":
