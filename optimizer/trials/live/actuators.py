@@ -1,0 +1,156 @@
+"""Changing a running trial's resources: the actuators a live controller drives (issue 40).
+
+* CPUs: the affinity of every thread of every process in the trial's tree
+  (``os.sched_setaffinity`` per task: a process's affinity is per thread on Linux, and threads
+  a pool started earlier keep the old mask), and the job's intra-op threads through the
+  probe's control file (``torch.set_num_threads`` from the training thread: a thread pool
+  does not notice that its cores went away, and would oversubscribe the ones left).
+* Memory: the limit the monitor enforces (:class:`optimizer.trials.monitor.ProcessMonitor`),
+  never below what the tree holds now, so a change never kills a job whose peak fits.
+
+GPU count, data-loader workers and the batch size cannot change under a running script; they
+stay as the trial started them. Every change is one JSON line in ``changes.jsonl`` of the
+trial folder: its time, the cause, the phase it answered and what was applied.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from optimizer.foundation.atomic_files import atomic_write_json
+
+CHANGES_FILE = "changes.jsonl"
+
+
+@dataclass
+class Change:
+    """One change to a live trial, as logged."""
+
+    t: float
+    cause: str
+    phase: int | None = None
+    cpus: list[int] | None = None
+    num_threads: int | None = None
+    memory_limit_gb: float | None = None
+    tasks: int = 0
+    """Threads whose affinity was set."""
+    skipped: list[str] = field(default_factory=list)
+    """What could not be applied, and why (a task that ended meanwhile is not an error)."""
+
+
+def tree_tasks(root_pid: int) -> list[int]:
+    """Thread ids of every process in the tree under ``root_pid`` (the root included)."""
+    try:
+        root = psutil.Process(root_pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+    tids: list[int] = []
+    for p in procs:
+        try:
+            tids.extend(int(t) for t in os.listdir(f"/proc/{p.pid}/task"))
+        except OSError:
+            continue
+    return tids
+
+
+def set_tree_affinity(root_pid: int, cores: Iterable[int]) -> tuple[int, list[str]]:
+    """Pin every thread of the tree to ``cores``; (threads set, what was skipped)."""
+    cores = sorted(set(cores))
+    done, skipped = 0, []
+    for tid in tree_tasks(root_pid):
+        try:
+            os.sched_setaffinity(tid, cores)
+            done += 1
+        except ProcessLookupError:
+            continue  # the thread ended between the listing and the call
+        except OSError as exc:
+            skipped.append(f"thread {tid}: {exc.strerror or exc}")
+    return done, skipped
+
+
+class LiveTrial:
+    """The actuators of one running trial: its process tree, the probe's control file and the
+    monitor's memory limit, with every change logged to ``trial_dir/changes.jsonl``."""
+
+    def __init__(self, root_pid: int, trial_dir: str | os.PathLike,
+                 control_file: str | os.PathLike | None = None, monitor: Any = None) -> None:
+        self.root_pid = root_pid
+        self.trial_dir = Path(trial_dir)
+        self.control_file = Path(control_file) if control_file else None
+        self.monitor = monitor
+        self._seq = 0
+        self.t0 = time.monotonic()
+
+    def set_cpus(self, cores: Sequence[int], *, cause: str, phase: int | None = None) -> Change:
+        """Pin the tree to ``cores`` and ask the job for as many intra-op threads."""
+        tasks, skipped = set_tree_affinity(self.root_pid, cores)
+        threads = None
+        if self.control_file is not None:
+            self._seq += 1
+            threads = len(set(cores))
+            atomic_write_json(self.control_file, {"num_threads": threads, "seq": self._seq})
+        return self._log(Change(self._now(), cause, phase, sorted(set(cores)), threads,
+                                tasks=tasks, skipped=skipped))
+
+    def set_memory_limit(self, gb: float, *, cause: str, phase: int | None = None) -> Change:
+        """The limit the monitor enforces from now on; never below what the tree holds now (a
+        lower phase limit waits until the job's memory falls under it)."""
+        skipped: list[str] = []
+        applied = float(gb)
+        held = self._resident_gb()
+        if held is not None and held > applied:
+            skipped.append(f"asked {gb:g} GB while the job holds {held:.2f} GB: kept at "
+                           f"{held:.2f} GB until it falls")
+            applied = held
+        if self.monitor is not None:
+            self.monitor.memory_limit_gb = applied
+        else:
+            skipped.append("no monitor: the limit is not enforced")
+        return self._log(Change(self._now(), cause, phase, memory_limit_gb=applied,
+                                skipped=skipped))
+
+    def _resident_gb(self) -> float | None:
+        try:
+            root = psutil.Process(self.root_pid)
+            procs = [root, *root.children(recursive=True)]
+            return sum(p.memory_info().rss for p in procs) / 1024**3
+        except psutil.Error:
+            return None
+
+    def _now(self) -> float:
+        return round(time.monotonic() - self.t0, 3)
+
+    def _log(self, change: Change) -> Change:
+        self.trial_dir.mkdir(parents=True, exist_ok=True)
+        # One writer (the controller), appended line by line: a cut last line is dropped by
+        # the reader, never the ones before it.
+        with open(self.trial_dir / CHANGES_FILE, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(asdict(change), separators=(",", ":")) + "\n")
+        return change
+
+
+def read_changes(trial_dir: str | os.PathLike) -> list[Change]:
+    """The changes logged for a trial (a cut last line is skipped)."""
+    path = Path(trial_dir) / CHANGES_FILE
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(Change(**json.loads(line)))
+        except (ValueError, TypeError):
+            continue
+    return out
+
+
+__all__ = ["CHANGES_FILE", "Change", "LiveTrial", "read_changes", "set_tree_affinity",
+           "tree_tasks"]
