@@ -82,7 +82,7 @@ def test_format_value():
     assert format_value(0.000866) == "0.000866" and format_value(-0.0005) == "-0.000500"
     assert format_value(3e-12) == "3.000e-12" and format_value(2.5e7) == "2.500e+07"
     assert dollars(8.666e-05) == "$0.0000867" and dollars(12.345) == "$12.35"
-    assert format_value(12.3456) == "12.35"
+    assert format_value(12.3456) == "12.35" and format_value(10320.5) == "10,320"
     assert format_value((128, 256)) == "128 → 256"  # a (before, after) pair, not a repr
     assert format_value([]) == "none" and format_value(["a", 1.5]) == "a, 1.5"
     assert format_value(1.0000000000000002) == "1"

@@ -76,6 +76,8 @@ def format_value(value: Any) -> str:
             return f"{value:.3e}"
         if value != 0 and abs(value) < 1e-3:  # small prices: 0.0000867, not 8.666e-05
             return f"{value:.{2 - math.floor(math.log10(abs(value)))}f}"
+        if abs(value) >= 1e4:  # samples/s: 10,320, not 1.032e+04
+            return f"{value:,.0f}"
         return f"{value:.4g}"
     return str(value)
 
