@@ -283,7 +283,7 @@ from torch.utils.data import DataLoader, TensorDataset
 def main():
     batch, seconds, mode = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
     torch.manual_seed(batch)
-    data = torch.load("data.pt")
+    data = torch.load("data.pt", weights_only=True)
     model = torch.nn.Linear(data["w0"].numel(), 1, bias=False)
     with torch.no_grad():
         model.weight.copy_(data["w0"].view(1, -1))
