@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from optimizer.foundation.allocation import money_words
+from optimizer.foundation.allocation import money_words, seconds_words
 from optimizer.trials.records import TrialSummary, job_cost
 
 MAX_AUTO = 40
@@ -131,14 +131,8 @@ def search_cost(trials: Sequence[TrialSummary], reference: TrialSummary,
     hours = jobs * (recommended_time or 0.0) / 3600
     out.update(break_even_jobs=jobs, break_even_hours=hours)
     out["note"] = (head + f"; it saves {money_words(saving)} per job, so it has paid for itself "
-                   f"after {jobs:,.1f} jobs ({_hours(hours)} of the recommended job)")
+                   f"after {jobs:,.1f} jobs ({seconds_words(hours * 3600)} of the recommended job)")
     return out
-
-
-def _hours(hours: float) -> str:
-    if hours < 1 / 60:
-        return f"{hours * 3600:.0f} s"
-    return f"{hours * 60:.1f} min" if hours < 1 else f"{hours:,.1f} h"
 
 
 __all__ = ["RunBudget", "auto_budget", "make_budget", "search_cost"]

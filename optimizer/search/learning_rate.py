@@ -23,6 +23,7 @@ from typing import Any
 from optimizer.search.efficiency import loss_points
 from optimizer.trials.probe import EVENTS_FILE, read_probe
 from optimizer.trials.records import TrialSummary
+from optimizer.trials.runner import with_flag
 from optimizer.trials.script_scan import flag_float_default
 from optimizer.trials.training import TrainingModuleManager
 
@@ -52,18 +53,8 @@ def script_lr(manager: Any, flag: str) -> tuple[float | None, str]:
 
 def _with_lr(manager: Any, flag: str, lr: float) -> TrainingModuleManager:
     """A manager for the same script whose runs get ``flag lr`` (replacing a given one)."""
-    args, skip = [], False
-    for a in manager.train_args:
-        if skip:
-            skip = False
-            continue
-        if a == flag:
-            skip = True
-            continue
-        if a.startswith(flag + "="):
-            continue
-        args.append(a)
-    twin = TrainingModuleManager(manager.module_path, args + [flag, f"{lr:.6g}"],
+    twin = TrainingModuleManager(manager.module_path,
+                                 with_flag(list(manager.train_args), flag, f"{lr:.6g}"),
                                  manager.batch_size_arg, manager.batch_size_env,
                                  manager.workers_arg)
     twin.in_process_probe = manager.in_process_probe

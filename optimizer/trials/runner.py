@@ -75,7 +75,7 @@ def build_command(info: ScriptInfo, args: Sequence[str]) -> list[str]:
     return [sys.executable, "-c", _BOOT, script, info.entry, *args]
 
 
-def with_flag(args: list[str], flag: str, value: int) -> list[str]:
+def with_flag(args: list[str], flag: str, value: int | str) -> list[str]:
     """``args`` with ``flag`` set to ``value``, replacing a value already there. ``flag`` is
     ``--batch-size`` (``--batch-size 128``) or a template (``--bs={}`` gives ``--bs=128``)."""
     if "{" in flag:
