@@ -97,9 +97,15 @@ def _events(path):
 def test_a_memory_change_never_goes_below_what_the_job_holds(tmp_path):
     monitor = SimpleNamespace(memory_limit_gb=4.0)
     live = LiveTrial(os.getpid(), tmp_path, monitor=monitor)  # this process: tens of MB
-    held = live._resident_gb()
     change = live.set_memory_limit(0.001, cause="phase 0 needs little", phase=0)
-    assert monitor.memory_limit_gb == pytest.approx(held, rel=0.2) and change.skipped
+    # Below what the job holds: the limit it had stays until the job holds less.
+    assert monitor.memory_limit_gb == 4.0 and change.skipped
+    assert live.set_memory_limit(0.001, cause="asked again", phase=0) is None  # said once
+    monitor.memory_limit_gb = None  # no limit before: the job's own size is the floor
+    live._waiting = None
+    held = live._resident_gb()
+    live.set_memory_limit(0.001, cause="phase 0 needs little", phase=0)
+    assert monitor.memory_limit_gb == pytest.approx(held, rel=0.2)
     live.set_memory_limit(2.0, cause="phase 1", phase=1)
     assert monitor.memory_limit_gb == 2.0
     assert [c.memory_limit_gb for c in read_changes(tmp_path)][-1] == 2.0

@@ -86,6 +86,12 @@ class TrialSummary:
     ``loss_last``, ``printed_throughput`` (a rate the script printed, and ``printed_gap``, its
     relative difference), ``errors``."""
 
+    live: dict[str, Any] = field(default_factory=dict)
+    """A trial whose allocation a controller changed while it ran
+    (:mod:`optimizer.trials.live`): ``decider``, ``changes``, ``phases_seen``, ``timeline``
+    (``[t, cpus, memory_gb]`` from each change on), ``cpu_seconds``, ``gb_seconds``,
+    ``error``; its ``cost`` is billed per interval at the allocation held. Empty otherwise."""
+
     @property
     def ok(self) -> bool:
         return self.status in ("completed", "probe")
@@ -199,6 +205,7 @@ def summaries_to_frame(summaries: Iterable[TrialSummary | dict[str, Any]]) -> An
         alloc = d.pop("allocation") or {}
         info = d.pop("model_info") or {}
         d.pop("probe", None)
+        d.pop("live", None)
         d.pop("stderr_tail", None)
         d["train_args"] = " ".join(str(a) for a in d.get("train_args") or [])
         d["concurrent_with"] = " ".join(d.get("concurrent_with") or [])
@@ -209,7 +216,7 @@ def summaries_to_frame(summaries: Iterable[TrialSummary | dict[str, Any]]) -> An
         rows.append(row)
     columns = ["trial_id", "status", *alloc_fields,
                *[f for f in fields if f not in ("trial_id", "status", "allocation",
-                                                "model_info", "stderr_tail")],
+                                                "model_info", "stderr_tail", "live")],
                *MODEL_INFO_COLUMNS]
     frame = pd.DataFrame(rows, columns=columns)
     # Integer columns with gaps stay integers (batch size 64, not 64.0).

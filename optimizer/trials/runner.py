@@ -46,7 +46,7 @@ from optimizer.trials.script_scan import ScriptInfo
 
 STDERR_TAIL_CHARS = 2000
 TRIAL_FILES = ("trace.csv", "metrics.csv", "stdout.log", "stderr.log", "probe.jsonl",
-               "stages.csv")
+               "stages.csv", "changes.jsonl")
 RECORDED_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                         "NUMEXPR_NUM_THREADS")
 

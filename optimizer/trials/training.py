@@ -50,6 +50,7 @@ from optimizer.foundation.atomic_files import atomic_write_json, read_json
 from optimizer.foundation.config import ResourceConfig
 from optimizer.foundation.errors import CloudoptError
 from optimizer.trials.cost import ResourceCostCalculator
+from optimizer.trials.live.session import bill_live_trial, start_controller
 from optimizer.trials.monitor import CSVMonitor
 from optimizer.trials.output import (
     BATCH_SIZE_PATTERN,
@@ -329,6 +330,7 @@ class TrainingModuleManager:
         steady_windows: int = 4,
         steady_tol: float = 0.03,
         cpu_ids: Sequence[int] | None = None,
+        live: Any = None,
     ) -> TrialSummary:
         """Run the script once under ``allocation`` and record it in ``trial_dir``.
 
@@ -363,6 +365,9 @@ class TrainingModuleManager:
             The cores to pin to (an executor running trials side by side leases them, see
             :mod:`optimizer.trials.core_lease`); default: the first ``allocation.cpus`` of this
             process's affinity mask.
+        live : LiveSetup, optional
+            A controller that changes the allocation while the script runs
+            (:mod:`optimizer.trials.live`); the cost is then billed at what it held.
 
         Returns
         -------
@@ -397,14 +402,19 @@ class TrainingModuleManager:
         self.training_process = run.proc
         self.csv_monitor = run.csv_monitor
         self.output_csv_path = metrics_part
+        ctl = start_controller(live, run, work, cpus, allocation) if live is not None else None
         try:
             wall = wait_trial(run, probe_seconds, timeout_s, monitor_interval, quiet,
                               steady_windows, steady_tol)
         finally:
+            if ctl is not None:
+                ctl.stop()
             stop_trial(run)
         poll_outputs(run, time.monotonic() - run.t0, quiet)
         summary = self.generate_summary(run, allocation, trial_id, wall, resource_config,
                                         total_samples, work, started_at)
+        if ctl is not None:
+            bill_live_trial(summary, ctl, live, resource_config)
         finalize_trial(trial_dir, work, summary)
         return summary
 

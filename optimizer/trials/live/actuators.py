@@ -36,7 +36,7 @@ class Change:
 
     t: float
     cause: str
-    phase: int | None = None
+    phase: int | str | None = None
     cpus: list[int] | None = None
     num_threads: int | None = None
     memory_limit_gb: float | None = None
@@ -82,15 +82,19 @@ class LiveTrial:
     monitor's memory limit, with every change logged to ``trial_dir/changes.jsonl``."""
 
     def __init__(self, root_pid: int, trial_dir: str | os.PathLike,
-                 control_file: str | os.PathLike | None = None, monitor: Any = None) -> None:
+                 control_file: str | os.PathLike | None = None, monitor: Any = None,
+                 t0: float | None = None) -> None:
         self.root_pid = root_pid
         self.trial_dir = Path(trial_dir)
         self.control_file = Path(control_file) if control_file else None
         self.monitor = monitor
         self._seq = 0
-        self.t0 = time.monotonic()
+        self._waiting: float | None = None
+        self.t0 = time.monotonic() if t0 is None else t0
+        """``time.monotonic()`` the change times count from (the trial's launch)."""
 
-    def set_cpus(self, cores: Sequence[int], *, cause: str, phase: int | None = None) -> Change:
+    def set_cpus(self, cores: Sequence[int], *, cause: str,
+                 phase: int | str | None = None) -> Change:
         """Pin the tree to ``cores`` and ask the job for as many intra-op threads."""
         tasks, skipped = set_tree_affinity(self.root_pid, cores)
         threads = None
@@ -98,25 +102,35 @@ class LiveTrial:
             self._seq += 1
             threads = len(set(cores))
             atomic_write_json(self.control_file, {"num_threads": threads, "seq": self._seq})
-        return self._log(Change(self._now(), cause, phase, sorted(set(cores)), threads,
+        return self.log(Change(self.now(), cause, phase, sorted(set(cores)), threads,
                                 tasks=tasks, skipped=skipped))
 
-    def set_memory_limit(self, gb: float, *, cause: str, phase: int | None = None) -> Change:
-        """The limit the monitor enforces from now on; never below what the tree holds now (a
-        lower phase limit waits until the job's memory falls under it)."""
+    def set_memory_limit(self, gb: float, *, cause: str,
+                         phase: int | str | None = None) -> Change | None:
+        """The limit the monitor enforces from now on. A limit below what the job holds now
+        waits: the current one stays until the job's memory falls under the new one (asked
+        again, it is applied then), so a phase change never kills a job whose use fits.
+        Returns the change logged, or None when a waiting limit still waits."""
         skipped: list[str] = []
         applied = float(gb)
         held = self._resident_gb()
+        current = getattr(self.monitor, "memory_limit_gb", None)
         if held is not None and held > applied:
+            if self._waiting == applied:
+                return None  # said once already
+            self._waiting = applied
+            keep = current if current is not None and current >= held else held
             skipped.append(f"asked {gb:g} GB while the job holds {held:.2f} GB: kept at "
-                           f"{held:.2f} GB until it falls")
-            applied = held
+                           f"{keep:.2f} GB until it holds less")
+            applied = keep
+        else:
+            self._waiting = None
         if self.monitor is not None:
             self.monitor.memory_limit_gb = applied
         else:
             skipped.append("no monitor: the limit is not enforced")
-        return self._log(Change(self._now(), cause, phase, memory_limit_gb=applied,
-                                skipped=skipped))
+        return self.log(Change(self.now(), cause, phase, memory_limit_gb=applied,
+                               skipped=skipped))
 
     def _resident_gb(self) -> float | None:
         try:
@@ -126,10 +140,12 @@ class LiveTrial:
         except psutil.Error:
             return None
 
-    def _now(self) -> float:
+    def now(self) -> float:
+        """Seconds since ``t0``."""
         return round(time.monotonic() - self.t0, 3)
 
-    def _log(self, change: Change) -> Change:
+    def log(self, change: Change) -> Change:
+        """Append ``change`` to ``changes.jsonl``."""
         self.trial_dir.mkdir(parents=True, exist_ok=True)
         # One writer (the controller), appended line by line: a cut last line is dropped by
         # the reader, never the ones before it.

@@ -59,12 +59,13 @@ class _State:
     def now(self) -> float:
         return time.perf_counter() - self.t0
 
-    def emit(self, event: dict) -> None:
+    def emit(self, event: dict, flush: bool = False) -> None:
         if os.getpid() != self.pid or self.file.closed:
             return  # a forked child (a data-loader worker) never writes
         event.setdefault("t", round(self.now(), 6))
         self.file.write(json.dumps(event, separators=(",", ":")) + "\n")
-        if event["t"] - (self.last_flush - self.t0) >= FLUSH_S:
+        # Stage changes go out at once: a live controller acts on them within its interval.
+        if flush or event["t"] - (self.last_flush - self.t0) >= FLUSH_S:
             self.file.flush()
             self.last_flush = time.perf_counter()
 
@@ -216,7 +217,7 @@ def _install(torch):
         s.samples += b or 0
         s.pending_steps += 1
         if s.steps == 1:
-            s.emit({"e": "first_step", "samples": b})
+            s.emit({"e": "first_step", "samples": b}, flush=True)
         if s.loader_current is not None:
             s.loader_steps[s.loader_current] = s.loader_steps.get(s.loader_current, 0) + 1
         _steps_event(s)
@@ -318,11 +319,33 @@ def _install(torch):
         if s.depth == 0 and bool(getattr(module, "training", mode)) != bool(mode):
             _steps_event(s, force=True)
             s.emit({"e": "mode", "train": bool(mode), "module": type(module).__name__,
-                    "step": s.steps})
+                    "step": s.steps}, flush=True)
             if mode:
                 _anchor(s)
 
     module_cls.train = train
+
+    original_save = torch.save
+
+    def save(*args, **kwargs):
+        # A checkpoint is a stage of its own: a live controller may hold fewer cores while
+        # the job serialises. Nested saves count once.
+        _note_save(True)
+        try:
+            return original_save(*args, **kwargs)
+        finally:
+            _note_save(False)
+
+    @_guard("save")
+    def _note_save(s, starting):
+        s.save_depth += 1 if starting else -1
+        if s.save_depth == (1 if starting else 0):
+            if starting:
+                _steps_event(s, force=True)
+            s.emit({"e": "save" if starting else "save_end", "step": s.steps}, flush=True)
+
+    s.save_depth = 0
+    torch.save = save
 
 
 class _TorchFinder(importlib.abc.MetaPathFinder):

@@ -1,0 +1,215 @@
+"""The live controller: every interval, the job's phase in, an allocation out (issue 40).
+
+A :class:`Controller` is a thread beside a running trial. Each decision it reads the job's
+phase (the probe's stage, :mod:`optimizer.trials.live.stages`) and its recent resource use
+(the monitor's samples), asks a *decider* for the allocation to hold, and moves the job there
+through :class:`~optimizer.trials.live.actuators.LiveTrial`. Deciders, one class each:
+
+* :class:`PlanDecider`: the allocation a :class:`~optimizer.trials.live.plan.LivePlan` names
+  for the phase (the agents' per-phase policy, or a static plan);
+* :class:`ScheduleDecider`: an allocation by the share of the expected job time gone (the
+  agents' plan with the phase hidden from their state: it can only follow the clock);
+* :class:`ReactiveDecider`: phase-free rules on the last interval's use (``reactive-max``:
+  its peak; ``reactive-trend``: for memory, the peak or the last sample plus its rise).
+
+If the controller fails, it logs why and stops: the job keeps running at the allocation it
+last held (nothing is undone), which is what a user wants from a helper that cannot act.
+The time each allocation was held is kept (:attr:`Controller.timeline`), so the run is billed
+per interval at the allocation it held (:func:`billed_cost`).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from optimizer.trials.live.actuators import Change, LiveTrial
+from optimizer.trials.live.plan import LivePlan, PhaseAllocation
+
+SATURATED = 0.9
+"""A window whose CPU peak is this share of the cores held wants more (use cannot show a
+demand above the cores it has)."""
+MEMORY_HEADROOM = 1.15
+"""Memory limits of the phase-free rules sit this far above the level they track (the
+limit is enforced: a rule without headroom kills the job it sizes)."""
+
+
+class Decider(Protocol):
+    name: str
+
+    def decide(self, phase: str | None, usage: Sequence[dict[str, Any]], elapsed_s: float,
+               held: PhaseAllocation) -> tuple[PhaseAllocation, str]:
+        """The allocation to hold now, and why (in words)."""
+
+
+@dataclass
+class PlanDecider:
+    """The plan's allocation for the phase; an unknown phase keeps the plan's fallback."""
+
+    plan: LivePlan
+    name: str = "plan"
+
+    def decide(self, phase, usage, elapsed_s, held):
+        entry = self.plan.phases.get(phase) if phase is not None else None
+        if entry is None:
+            return self.plan.fallback, (f"phase {phase!r} is not in the plan: its static "
+                                        "allocation" if phase else "phase not known yet")
+        return entry.allocation, f"phase {phase}" + (f": {entry.why}" if entry.why else "")
+
+
+@dataclass
+class ScheduleDecider:
+    """Allocations by the share of the expected job time gone: ``steps`` are ``(share,
+    allocation)`` pairs, each held from its share on."""
+
+    steps: Sequence[tuple[float, PhaseAllocation]]
+    expected_s: float
+    name: str = "schedule"
+
+    def decide(self, phase, usage, elapsed_s, held):
+        share = elapsed_s / self.expected_s if self.expected_s > 0 else 1.0
+        current = self.steps[0][1]
+        for start, alloc in self.steps:
+            if share >= start:
+                current = alloc
+        return current, f"{min(share, 9.99):.0%} of the expected time"
+
+
+@dataclass
+class ReactiveDecider:
+    """Phase-free rules on the last ``window_s`` of samples, as the trace policies of the
+    same names (``phases/policies/reactive_max.py``, ``reactive_trend.py``) but live: CPU is
+    the peak's cores, one more when the window was saturated; memory the peak (``max``) or
+    the last sample plus the window's rise (``trend``) with headroom."""
+
+    max_cpus: int
+    kind: str = "reactive-max"
+    window_s: float = 2.0
+    memory_floor_gb: float | None = None
+
+    @property
+    def name(self) -> str:
+        return self.kind
+
+    def decide(self, phase, usage, elapsed_s, held):
+        recent = [r for r in usage if r.get("time_s", 0.0) >= elapsed_s - self.window_s]
+        if not recent:
+            return held, "no samples yet"
+        peak = max(float(r["cpu_cores"]) for r in recent)
+        if peak >= SATURATED * held.cpus:
+            cpus = held.cpus + 1
+        else:
+            # A single busy thread reads 0.9-1.1 cores: round down what noise adds.
+            cpus = math.ceil(peak - 0.25)
+        cpus = int(min(max(cpus, 1), self.max_cpus))
+        mem = [float(r["mem_gb"]) for r in recent]
+        level = max(mem)
+        if self.kind == "reactive-trend" and len(mem) >= 2:
+            level = max(level, mem[-1] + (mem[-1] - mem[0]))
+        memory = level * MEMORY_HEADROOM
+        if self.memory_floor_gb is not None:
+            memory = max(memory, self.memory_floor_gb)
+        return (PhaseAllocation(cpus, round(memory, 3)),
+                f"peak {peak:.2f} cores, {level:.2f} GB over the last {self.window_s:g} s")
+
+
+class Controller(threading.Thread):
+    """Acts every ``interval_s`` on one live trial until :meth:`stop` or the job's end."""
+
+    def __init__(self, live: LiveTrial, decider: Decider,
+                 phase_source: Callable[[], str | None], *, cores: Sequence[int],
+                 initial: PhaseAllocation, interval_s: float = 1.0,
+                 usage: Callable[[], Sequence[dict[str, Any]]] | None = None,
+                 alive: Callable[[], bool] | None = None) -> None:
+        super().__init__(name=f"controller-{live.root_pid}", daemon=True)
+        self.live = live
+        self.decider = decider
+        self.phase_source = phase_source
+        self.cores = list(cores)
+        self.interval_s = float(interval_s)
+        self.usage = usage or (lambda: [])
+        self.alive = alive or (lambda: True)
+        self.held = initial
+        self.timeline: list[tuple[float, int, float | None]] = [
+            (0.0, initial.cpus, initial.memory_gb)]
+        """``(t, cpus, memory_gb)`` from each change on (seconds since the trial started)."""
+        self.phases_seen: dict[str, int] = {}
+        self.error: str | None = None
+        self._halt = threading.Event()
+
+    def stop(self, timeout: float | None = 5.0) -> None:
+        self._halt.set()
+        if self.is_alive():
+            self.join(timeout)
+
+    def run(self) -> None:
+        try:
+            while self.alive():
+                self.step()
+                if self._halt.wait(self.interval_s):
+                    break
+        except Exception as exc:  # noqa: BLE001 - the job outlives its controller
+            self.error = f"{type(exc).__name__}: {exc}"
+            self.live.log(Change(self.live.now(), f"controller stopped ({self.error}); the "
+                                  "job keeps its last allocation", skipped=[self.error]))
+
+    def step(self) -> list[Change]:
+        """One decision: read the phase, decide, apply what changed."""
+        phase = self.phase_source()
+        if phase is not None:
+            self.phases_seen[phase] = self.phases_seen.get(phase, 0) + 1
+        target, why = self.decider.decide(phase, self.usage(), self.live.now(), self.held)
+        target = PhaseAllocation(min(target.cpus, len(self.cores)), target.memory_gb)
+        done = []
+        cause = f"{self.decider.name}: {why}"
+        if target.cpus != self.held.cpus:
+            done.append(self.live.set_cpus(self.cores[:target.cpus], cause=cause, phase=phase))
+        memory = self.held.memory_gb
+        if target.memory_gb is not None and target.memory_gb != self.held.memory_gb:
+            change = self.live.set_memory_limit(target.memory_gb, cause=cause, phase=phase)
+            if change is not None:
+                memory = change.memory_limit_gb
+                done.append(change)
+        if done:
+            self.held = PhaseAllocation(target.cpus, memory)
+            self.timeline.append((done[-1].t, self.held.cpus, self.held.memory_gb))
+        return done
+
+
+def held_seconds(timeline: Sequence[tuple[float, int, float | None]],
+                 wall_s: float) -> tuple[float, float]:
+    """CPU-seconds and GB-seconds held over a run of ``wall_s`` seconds."""
+    cpu_s = gb_s = 0.0
+    for i, (t, cpus, mem) in enumerate(timeline):
+        end = timeline[i + 1][0] if i + 1 < len(timeline) else wall_s
+        dt = max(min(end, wall_s) - t, 0.0)
+        cpu_s += cpus * dt
+        gb_s += (mem or 0.0) * dt
+    return cpu_s, gb_s
+
+
+def billed_cost(timeline: Sequence[tuple[float, int, float | None]], wall_s: float, *,
+                gpus: int, cost_per_cpu_hour: float, cost_per_gb_hour: float,
+                cost_per_gpu_hour: float) -> float:
+    """Dollars for the run, each interval billed at the allocation held in it."""
+    cpu_s, gb_s = held_seconds(timeline, wall_s)
+    return (cpu_s * cost_per_cpu_hour + gb_s * cost_per_gb_hour
+            + gpus * wall_s * cost_per_gpu_hour) / 3600.0
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float, poll_s: float = 0.05) -> bool:
+    """Poll ``predicate`` until it holds or ``timeout_s`` passes (tests and the wrapper)."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(poll_s)
+    return predicate()
+
+
+__all__ = ["Controller", "Decider", "PlanDecider", "ReactiveDecider", "ScheduleDecider",
+           "billed_cost", "held_seconds", "wait_for"]

@@ -1,0 +1,75 @@
+"""A controller attached to one trial the runner launches, and the trial's bill afterwards.
+
+:class:`LiveSetup` is what a caller hands :meth:`TrainingModuleManager.run_training`
+(``live=``): the decider and the decision interval. The trial starts with the largest
+allocation the decider may ask for (its cores leased for the whole run); the controller
+narrows and widens it from there, and the summary's cost is billed per interval at what was
+held (:func:`optimizer.trials.live.controller.billed_cost`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.config import ResourceConfig
+from optimizer.trials.live.actuators import LiveTrial
+from optimizer.trials.live.controller import Controller, Decider, billed_cost, held_seconds
+from optimizer.trials.live.plan import PhaseAllocation
+from optimizer.trials.live.stages import PAUSE_S, ProbeTail
+from optimizer.trials.records import TrialSummary
+
+
+@dataclass
+class LiveSetup:
+    """How a trial is adapted while it runs."""
+
+    decider: Decider
+    interval_s: float = 1.0
+    pause_s: float = PAUSE_S
+    label: str = ""
+    """The run's name in reports (e.g. ``live plan``, ``reactive-max``)."""
+
+
+def start_controller(setup: LiveSetup, run: Any, work: Path, cpus: list[int],
+                     allocation: Allocation) -> Controller:
+    """A started controller on the runner's :class:`~optimizer.trials.runner.TrialRun`."""
+    live = LiveTrial(run.proc.pid, work, control_file=work / "probe-control.json",
+                     monitor=run.monitor, t0=run.t0)
+    tail = ProbeTail(run.probe_path) if run.probe_path is not None else None
+    if tail is not None:
+        tail.tracker.pause_s = setup.pause_s
+    ctl = Controller(live, setup.decider, tail.current if tail is not None else (lambda: None),
+                     cores=cpus, initial=PhaseAllocation(allocation.cpus, allocation.memory_gb),
+                     interval_s=setup.interval_s, usage=lambda: run.monitor.rows,
+                     alive=lambda: not run.exited.is_set())
+    ctl.start()
+    return ctl
+
+
+def bill_live_trial(summary: TrialSummary, ctl: Controller, setup: LiveSetup,
+                    resources: ResourceConfig) -> TrialSummary:
+    """``summary`` with its cost billed at the allocations held and ``live`` filled in."""
+    wall = summary.wall_time_s
+    cost = billed_cost(ctl.timeline, wall, gpus=summary.allocation.gpus,
+                       cost_per_cpu_hour=resources.cost_per_cpu_hour,
+                       cost_per_gb_hour=resources.cost_per_gb_hour,
+                       cost_per_gpu_hour=resources.cost_per_gpu_hour)
+    cpu_s, gb_s = held_seconds(ctl.timeline, wall)
+    summary.cost = cost
+    summary.hourly_cost = cost * 3600 / wall if wall > 0 else summary.hourly_cost
+    if summary.predicted_total_time_s:
+        # A probe's job beyond what it ran is billed at its average rate so far.
+        summary.predicted_total_cost = summary.hourly_cost * summary.predicted_total_time_s / 3600
+    summary.live = {
+        "decider": setup.label or setup.decider.name, "interval_s": setup.interval_s,
+        "changes": len(ctl.timeline) - 1, "phases_seen": dict(ctl.phases_seen),
+        "timeline": [[round(t, 3), c, m] for t, c, m in ctl.timeline],
+        "cpu_seconds": round(cpu_s, 3), "gb_seconds": round(gb_s, 3), "error": ctl.error,
+    }
+    return summary
+
+
+__all__ = ["LiveSetup", "bill_live_trial", "start_controller"]
