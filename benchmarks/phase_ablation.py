@@ -71,6 +71,7 @@ from agents.train import (  # noqa: E402
     train_reinforce,
 )
 from envs import CloudEnvironment, EnvConfig  # noqa: E402
+from envs.masks import MASKED_FIELDS, FieldMask, PhaseMask  # noqa: E402,F401
 from envs.oracle import optimal_policy, rollout  # noqa: E402
 from optimizer.foundation.allocation import Allocation  # noqa: E402
 from optimizer.foundation.atomic_files import atomic_write_json  # noqa: E402
@@ -90,55 +91,6 @@ FIT_WIDTH = 256
 """Throughput and memory are fitted on the autoencoder_stream executions of d013's model width."""
 SLA_SLACK = 1.2
 """Time and cost limits: 20% above the whole job at d013's allocation (as mlp-cpu's preset)."""
-
-
-MASKED_FIELDS = {
-    "phase": lambda name: name.startswith("phase_"),
-    "clock": lambda name: name in ("progress", "time_used", "cost_used"),
-}
-"""Groups of observation entries an arm may hide. ``clock``: how far the job has gone, which
-tells the step (and so the phase of a fixed schedule) without the one-hot."""
-
-
-class FieldMask(gym.ObservationWrapper):
-    """Zero some entries of a ``CloudEnvironment``'s observation (groups of
-    :data:`MASKED_FIELDS`).
-
-    Every other entry, the spaces, rewards and ``info`` pass through unchanged; zero lies in the
-    observation space, so the wrapped environment still satisfies Gymnasium's checks.
-    """
-
-    def __init__(self, env: gym.Env, groups: Sequence[str]) -> None:
-        super().__init__(env)
-        self.groups = tuple(groups)
-        index = env.unwrapped.state.index
-        self.columns = np.array(
-            sorted(i for name, i in index.items() if any(MASKED_FIELDS[g](name) for g in groups)),
-            dtype=np.int64,
-        )
-        if self.columns.size == 0:
-            raise ValueError(f"{type(env.unwrapped).__name__} has no {'/'.join(groups)} "
-                             "observation fields")
-
-    def observation(self, observation: np.ndarray) -> np.ndarray:
-        masked = np.array(observation, dtype=np.float32, copy=True)
-        masked[..., self.columns] = 0.0
-        return masked
-
-    def action_masks(self) -> np.ndarray:
-        """Every action valid where the phase is hidden: the environment's own masks are the
-        moves that fit in memory *in the coming phase*, so they would tell the phase."""
-        if "phase" in self.groups:
-            return np.ones(self.action_space.n, dtype=bool)
-        return self.env.unwrapped.action_masks()
-
-
-class PhaseMask(FieldMask):
-    """Zero the phase one-hot (``phase_*`` entries) and nothing else."""
-
-    def __init__(self, env: gym.Env) -> None:
-        super().__init__(env, ("phase",))
-        self.phase_columns = self.columns
 
 
 def make_env_fn(config: EnvConfig, arm: str) -> Callable[[], gym.Env]:

@@ -259,8 +259,10 @@ class EnvModel:
         v = r.grid.values()
         cpu_s = np.array([p.cpu_scale for p in r.phases])[:, None]
         mem_s = np.array([p.mem_scale for p in r.phases])[:, None]
+        base = r.workload.params.parallel_fraction
+        par = np.array([base if p.parallel is None else p.parallel for p in r.phases])[:, None]
         pred = r.workload.predict(
-            v["gpus"], v["cpus"], v["memory_gb"], v["batch_size"], cpu_s, mem_s
+            v["gpus"], v["cpus"], v["memory_gb"], v["batch_size"], cpu_s, mem_s, par
         )
         self.pred = pred
         self.oom = pred["oom"]

@@ -151,6 +151,10 @@ class PhaseSpec:
     cpu_scale: float = 1.0
     mem_scale: float = 1.0
     name: str = ""
+    parallel: float | None = None
+    """The phase's own Amdahl parallel fraction (None: the model's ``parallel_fraction``): a
+    single-threaded data preparation or evaluation gains nothing from more cores while
+    training does."""
 
 
 def phase_sequence(phases: Sequence[PhaseSpec], n_steps: int) -> np.ndarray:
@@ -300,6 +304,7 @@ class WorkloadModel:
         batch_size: Any,
         cpu_scale: Any = 1.0,
         mem_scale: Any = 1.0,
+        parallel: Any = None,
     ) -> dict[str, np.ndarray]:
         """Predictions for allocations, broadcast over array arguments.
 
@@ -312,7 +317,8 @@ class WorkloadModel:
         g, c, m, b_total = (np.asarray(x, dtype=float) for x in (gpus, cpus, memory_gb, batch_size))
         cpu_scale = np.asarray(cpu_scale, dtype=float)
         mem_scale = np.asarray(mem_scale, dtype=float)
-        amdahl = (1.0 - p.parallel_fraction) + p.parallel_fraction / c
+        par = p.parallel_fraction if parallel is None else np.asarray(parallel, dtype=float)
+        amdahl = (1.0 - par) + par / c
         if p.device == "cpu":
             work = (p.alpha_c + p.beta_c * b_total) * cpu_scale
             step = work * amdahl
@@ -417,6 +423,7 @@ class WorkloadModel:
                         float(ph.get("cpu_scale", 1.0)),
                         float(ph.get("mem_scale", 1.0)),
                         str(ph.get("name", "")),
+                        None if ph.get("parallel") is None else float(ph["parallel"]),
                     )
                 )
             except (KeyError, TypeError, ValueError) as exc:

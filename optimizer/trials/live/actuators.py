@@ -40,6 +40,9 @@ class Change:
     cpus: list[int] | None = None
     num_threads: int | None = None
     memory_limit_gb: float | None = None
+    memory_request_gb: float | None = None
+    """A memory request (billed, not enforced: the limit stays at the largest phase's, as a
+    Burstable pod's in-place resize keeps it)."""
     tasks: int = 0
     """Threads whose affinity was set."""
     skipped: list[str] = field(default_factory=list)
@@ -131,6 +134,12 @@ class LiveTrial:
             skipped.append("no monitor: the limit is not enforced")
         return self.log(Change(self.now(), cause, phase, memory_limit_gb=applied,
                                skipped=skipped))
+
+    def set_memory_request(self, gb: float, *, cause: str,
+                           phase: int | str | None = None) -> Change:
+        """Record a new memory request; the enforced limit does not move, so no phase change
+        can kill the job (the limit is the plan's largest phase)."""
+        return self.log(Change(self.now(), cause, phase, memory_request_gb=float(gb)))
 
     def _resident_gb(self) -> float | None:
         try:

@@ -90,6 +90,10 @@ class ReactiveDecider:
     kind: str = "reactive-max"
     window_s: float = 2.0
     memory_floor_gb: float | None = None
+    adapt_memory: bool = True
+    """False: CPU only, the memory limit stays as the trial started (a rule that sees only
+    the past cannot lower an enforced limit under a job that is about to grow without
+    killing it; a Job's VPA in ``Initial`` mode also keeps its memory)."""
 
     @property
     def name(self) -> str:
@@ -108,6 +112,9 @@ class ReactiveDecider:
         cpus = int(min(max(cpus, 1), self.max_cpus))
         mem = [float(r["mem_gb"]) for r in recent]
         level = max(mem)
+        if not self.adapt_memory:
+            return (PhaseAllocation(cpus, None),
+                    f"peak {peak:.2f} cores over the last {self.window_s:g} s")
         if self.kind == "reactive-trend" and len(mem) >= 2:
             level = max(level, mem[-1] + (mem[-1] - mem[0]))
         memory = level * MEMORY_HEADROOM
@@ -124,7 +131,7 @@ class Controller(threading.Thread):
                  phase_source: Callable[[], str | None], *, cores: Sequence[int],
                  initial: PhaseAllocation, interval_s: float = 1.0,
                  usage: Callable[[], Sequence[dict[str, Any]]] | None = None,
-                 alive: Callable[[], bool] | None = None) -> None:
+                 alive: Callable[[], bool] | None = None, memory_mode: str = "request") -> None:
         super().__init__(name=f"controller-{live.root_pid}", daemon=True)
         self.live = live
         self.decider = decider
@@ -134,6 +141,10 @@ class Controller(threading.Thread):
         self.usage = usage or (lambda: [])
         self.alive = alive or (lambda: True)
         self.held = initial
+        self.memory_mode = memory_mode
+        """``request``: a phase's memory is billed, the limit stays where the trial started
+        (the plan's largest phase, as in a Burstable pod); ``limit``: the monitor enforces
+        each phase's memory (a lower one waits until the job fits under it)."""
         self.timeline: list[tuple[float, int, float | None]] = [
             (0.0, initial.cpus, initial.memory_gb)]
         """``(t, cpus, memory_gb)`` from each change on (seconds since the trial started)."""
@@ -170,10 +181,15 @@ class Controller(threading.Thread):
             done.append(self.live.set_cpus(self.cores[:target.cpus], cause=cause, phase=phase))
         memory = self.held.memory_gb
         if target.memory_gb is not None and target.memory_gb != self.held.memory_gb:
-            change = self.live.set_memory_limit(target.memory_gb, cause=cause, phase=phase)
-            if change is not None:
-                memory = change.memory_limit_gb
-                done.append(change)
+            if self.memory_mode == "request":
+                done.append(self.live.set_memory_request(target.memory_gb, cause=cause,
+                                                         phase=phase))
+                memory = target.memory_gb
+            else:
+                change = self.live.set_memory_limit(target.memory_gb, cause=cause, phase=phase)
+                if change is not None:
+                    memory = change.memory_limit_gb
+                    done.append(change)
         if done:
             self.held = PhaseAllocation(target.cpus, memory)
             self.timeline.append((done[-1].t, self.held.cpus, self.held.memory_gb))

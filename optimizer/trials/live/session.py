@@ -31,6 +31,11 @@ class LiveSetup:
     pause_s: float = PAUSE_S
     label: str = ""
     """The run's name in reports (e.g. ``live plan``, ``reactive-max``)."""
+    memory_mode: str = "request"
+    """See :class:`~optimizer.trials.live.controller.Controller`."""
+    cores: list[int] | None = None
+    """The cores the controller may give the job (default: those the trial started on); a
+    trial may start on fewer, at its first phase's allocation."""
 
 
 def start_controller(setup: LiveSetup, run: Any, work: Path, cpus: list[int],
@@ -42,9 +47,10 @@ def start_controller(setup: LiveSetup, run: Any, work: Path, cpus: list[int],
     if tail is not None:
         tail.tracker.pause_s = setup.pause_s
     ctl = Controller(live, setup.decider, tail.current if tail is not None else (lambda: None),
-                     cores=cpus, initial=PhaseAllocation(allocation.cpus, allocation.memory_gb),
+                     cores=setup.cores or cpus,
+                     initial=PhaseAllocation(allocation.cpus, allocation.memory_gb),
                      interval_s=setup.interval_s, usage=lambda: run.monitor.rows,
-                     alive=lambda: not run.exited.is_set())
+                     alive=lambda: not run.exited.is_set(), memory_mode=setup.memory_mode)
     ctl.start()
     return ctl
 

@@ -1,0 +1,216 @@
+"""The agents' per-phase policy as a live plan for the running job (issue 40).
+
+From the recorded trials' stages (:mod:`optimizer.search.live.stage_model`) the environment
+gets the job's real phases: each stage's share of the run, its own parallel fraction and
+memory. The agents are trained on it with no restart cost (a live change of affinity, threads
+or the monitor's limit does not restart the job) and the batch size and GPUs held where the
+static recommendation put them (neither changes under a running script). Their greedy plan
+on the noise-free model gives, per stage, the CPU count it holds for most of that stage's
+chunks; memory per stage is the stage's measured peak, right-sized. The result is a
+:class:`~optimizer.trials.live.plan.LivePlan` whose fallback is the static recommendation.
+
+:func:`hidden_phase_schedule` is the peer with the phase hidden from the agents' state: its
+plan can only follow the clock, so it becomes a schedule by elapsed share of the job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.config import OptimizerConfig, ResourceConfig, SLAConfig
+from optimizer.foundation.memory import right_size_memory
+from optimizer.search.live.stage_model import (
+    STAGE_IDS,
+    StageModel,
+    build_stage_model,
+    stage_phases,
+    trial_stage_rows,
+)
+from optimizer.trials.live.plan import LivePlan, PhaseAllocation, PhaseEntry
+from optimizer.trials.records import TrialSummary
+
+MIN_STEPS, MAX_STEPS = 12, 60
+TIME_SLACK = 0.05
+"""A live plan may take this much longer than the static recommendation (the issue's bound)."""
+
+
+@dataclass
+class PlanResult:
+    """A live plan and how it was made."""
+
+    plan: LivePlan | None
+    why: str
+    """In words: what decided it, or why there is no plan."""
+    stage_model: StageModel | None = None
+    outcomes: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per policy (agents, best static, optimum) on the stage model: return, share of the
+    optimum, forecast time and cost."""
+    env_config: Any = None
+
+
+def stage_env_config(env_config: Any, model: StageModel, static: Allocation) -> Any:
+    """``env_config`` with the stage model's phases, sized so the reference run's time is the
+    measured one, the batch and GPUs fixed at ``static``'s and no restart cost."""
+    workload = env_config.workload
+    params = workload.params
+    phases = stage_phases(model, params.parallel_fraction)
+    shortest = min(p.fraction for p in phases)
+    n_steps = int(min(max(math.ceil(3 / shortest), MIN_STEPS), MAX_STEPS))
+    ref = Allocation(static.gpus, model.reference_cpus, static.memory_gb, static.batch_size)
+    goodput = float(workload.predict(ref.gpus, ref.cpus, ref.memory_gb, ref.batch_size)
+                    ["goodput"])
+    # Only the cores are the agents' to move: GPUs cannot change under a running script,
+    # and each stage's memory is its measured peak (a coarser grid step would only add
+    # moves to learn). Fewer actions, the same decision.
+    base = env_config.resources or ResourceConfig()
+    resources = dataclasses.replace(
+        base, gpu_count_min=static.gpus, gpu_count_max=static.gpus,
+        memory_min=float(static.memory_gb), memory_max=float(static.memory_gb))
+    cfg = env_config.replace(
+        resources=resources,
+        phase_sequence=phases, phase_scales=None, n_steps=n_steps, restart_s=0.0,
+        change_penalty=0.0, total_samples=goodput * model.reference_seconds,
+        batch_sizes=[int(static.batch_size)] if static.batch_size else None,
+        batch_actions=False, initial=static, max_phases=max(4, len(STAGE_IDS)))
+    # The SLA of a live plan is the static recommendation itself: no dearer, and at most
+    # TIME_SLACK slower. Per step, the rewards are relative to these limits, so they are also
+    # what makes a stage's cheaper cores worth taking.
+    time_s, cost = static_forecast(cfg, static)
+    sla = dataclasses.replace(cfg.sla or SLAConfig(), time_max=time_s * (1 + TIME_SLACK),
+                              cost_max=cost)
+    return cfg.replace(sla=sla)
+
+
+def static_forecast(cfg: Any, static: Allocation) -> tuple[float, float]:
+    """The model's time and cost of the whole job held at ``static``."""
+    from envs.model import EnvModel
+
+    loose = cfg.replace(sla=SLAConfig(time_max=1e12, cost_max=1e12))
+    m = EnvModel(loose)
+    a = m.grid.index_of(static)
+    steps = m.step_phase
+    return (float(m.step_time[steps, a, 0].sum()), float(m.step_cost[steps, a, 0].sum()))
+
+
+def build_live_plan(trials: list[tuple[TrialSummary, Path]], env_config: Any,
+                    config: OptimizerConfig, static: Allocation, *,
+                    time_budget_s: float, quiet: bool = True,
+                    interval_s: float = 1.0) -> PlanResult:
+    """The agents' live plan from the trials' stages; ``plan`` is None (and ``why`` says
+    why) when the trials show no stages or one only."""
+    from optimizer.search.recommend import recommend
+
+    rows = [r for s, d in trials for r in trial_stage_rows(d, s)]
+    model = build_stage_model(rows, reference_cpus=static.cpus)
+    if model is None:
+        return PlanResult(None, "no completed trial with the probe's stages: nothing to plan "
+                          "phases on")
+    if not model.has_phases:
+        return PlanResult(None, f"one stage only ({model.sequence[0][0] if model.sequence else '-'}"
+                          "): the static allocation is the plan", model)
+    cfg = stage_env_config(env_config, model, static)
+    rec = recommend(cfg, config, time_budget_s=time_budget_s, quiet=quiet)
+    outcomes = {o.name: {"return": o.total_return, "share_of_optimum": o.share_of_optimum,
+                         "time_s": o.total_time_s, "cost": o.total_cost}
+                for o in rec.outcomes}
+    plan = plan_from_decisions(rec.decisions.to_dict("records"), model, static, rec.agent,
+                               interval_s)
+    why = (f"{plan.source}; on the stage model it reaches "
+           f"{outcomes.get(rec.agent, {}).get('share_of_optimum', float('nan')):.1%} of the "
+           "optimum")
+    return PlanResult(plan, why, model, outcomes, cfg)
+
+
+def plan_from_decisions(decisions: list[dict[str, Any]], model: StageModel, static: Allocation,
+                        agent: str, interval_s: float = 1.0) -> LivePlan:
+    """The live plan of a greedy episode on the stage model (a row per step with its
+    ``phase`` id and ``cpus``): per stage, the cores it held for most of the stage's steps,
+    and the stage's measured memory peak, right-sized."""
+    ids = {v: k for k, v in STAGE_IDS.items()}
+    by_stage: dict[str, Counter] = {}
+    for row in decisions:
+        stage = ids.get(int(row["phase"]))
+        if stage is not None:
+            by_stage.setdefault(stage, Counter())[int(row["cpus"])] += 1
+    phases = {}
+    for stage, counts in by_stage.items():
+        cpus = counts.most_common(1)[0][0]
+        st = model.stats[stage]
+        mem = right_size_memory(st.mem_peak_gb) if st.mem_peak_gb > 0 else static.memory_gb
+        share = sum(x for s, x in model.sequence if s == stage)
+        phases[stage] = PhaseEntry(
+            PhaseAllocation(int(cpus), float(mem)), round(share, 4),
+            f"{agent}: {cpus} core{'s' if cpus > 1 else ''} (parallel fraction "
+            f"{st.parallel:.2f}, {st.parallel_source})")
+    memory_max = max([static.memory_gb, *(e.allocation.memory_gb or 0 for e in phases.values())])
+    plan = LivePlan(
+        phases=phases, fallback=PhaseAllocation(int(static.cpus), float(static.memory_gb)),
+        interval_s=interval_s, source=_source_words(agent),
+        static={"gpus": static.gpus, "batch_size": static.batch_size,
+                "workers": static.workers},
+        schedule=[s for s, _ in model.sequence], memory_max_gb=float(memory_max))
+    return plan
+
+
+def _source_words(agent: str) -> str:
+    if agent in ("reinforce", "morl"):
+        return f"{agent}, the phase in its state, trained on the job's measured stages"
+    return ("the best static allocation: no agent beat it on the job's measured stages "
+            f"({agent})")
+
+
+
+
+
+def hidden_phase_schedule(cfg: Any, config: OptimizerConfig, *, time_budget_s: float,
+                          quiet: bool = True) -> tuple[list[tuple[float, PhaseAllocation]],
+                                                        float]:
+    """The peer with the phase hidden: REINFORCE trained on ``cfg`` (a stage environment)
+    with the phase one-hot and the moves it would reveal masked; its greedy plan on the
+    noise-free model as ``(share of the job's time, allocation)`` steps, and the model's
+    time of that plan (the schedule's clock)."""
+    from agents.train import (
+        cloud_action_factors,
+        recommended_config,
+        reinforce_train_kwargs,
+        train_reinforce,
+    )
+    from envs import CloudEnvironment
+    from envs.masks import FieldMask
+
+    noisy = cfg.replace(noise=cfg.noise or 0.05)
+    clean = cfg.replace(noise=0.0)
+
+    def env_fn() -> Any:
+        return FieldMask(CloudEnvironment(noisy), ("phase",))
+
+    result = train_reinforce(
+        env_fn, recommended_config("reinforce", config.rl.seed, config.rl), quiet=quiet,
+        time_budget_s=time_budget_s, action_factors=cloud_action_factors(env_fn()),
+        **reinforce_train_kwargs())
+    env = FieldMask(CloudEnvironment(clean), ("phase",))
+    obs, _ = env.reset(seed=0)
+    times, cpus, done = [], [], False
+    elapsed = 0.0
+    while not done:
+        action = int(result.agent.select_action(obs, evaluate=True, mask=env.action_masks()))
+        obs, _, term, trunc, info = env.step(action)
+        done = term or trunc
+        times.append(elapsed)
+        cpus.append(int(env.unwrapped.current_allocation.cpus))
+        elapsed = float(info["elapsed_s"])
+    total = elapsed or 1.0
+    steps: list[tuple[float, PhaseAllocation]] = []
+    for t, c in zip(times, cpus, strict=True):
+        if not steps or steps[-1][1].cpus != c:
+            steps.append((t / total, PhaseAllocation(c)))
+    return steps, total
+
+__all__ = ["PlanResult", "build_live_plan", "hidden_phase_schedule", "plan_from_decisions",
+           "stage_env_config", "static_forecast"]

@@ -1,0 +1,93 @@
+"""The job's stages as the environment's phases (issue 40): parallel fractions from stage
+durations or busy cores, the order and shares of a reference run, and a per-stage plan whose
+cores differ where the stages' scaling does."""
+
+from __future__ import annotations
+
+import pytest
+
+from envs import CloudEnvironment, EnvConfig
+from envs.model import EnvModel
+from envs.oracle import optimal_policy
+from optimizer.foundation.allocation import Allocation
+from optimizer.search.live.live_plan import (
+    plan_from_decisions,
+    stage_env_config,
+    static_forecast,
+)
+from optimizer.search.live.stage_model import (
+    STAGE_IDS,
+    _parallel,
+    build_stage_model,
+    stage_phases,
+)
+
+
+def _rows(trial, cpus, spans, busy, status="completed"):
+    t, out = 0.0, []
+    for stage, seconds in spans:
+        out.append({"trial": trial, "status": status, "stage": stage, "start_s": t,
+                    "end_s": t + seconds, "seconds": seconds, "cores_busy": busy[stage],
+                    "mem_peak_gb": {"startup": 0.3, "train": 0.5, "eval": 0.45}[stage],
+                    "cpus": cpus, "wall_s": sum(s for _, s in spans)})
+        t += seconds
+    return out
+
+
+def _model():
+    one = _rows("c1", 1, [("startup", 10), ("train", 20), ("eval", 5)],
+                {"startup": 1.0, "train": 1.0, "eval": 1.0})
+    two = _rows("c2", 2, [("startup", 10), ("train", 11), ("eval", 5)],
+                {"startup": 1.0, "train": 1.8, "eval": 1.0})
+    return build_stage_model(one + two, reference_cpus=2)
+
+
+def test_parallel_fraction_from_durations_then_from_busy_cores():
+    assert _parallel({1: 20.0, 2: 11.0}, {})[0] == pytest.approx(0.9)
+    assert _parallel({1: 10.0, 2: 10.0}, {})[0] == pytest.approx(0.0)
+    # 1.8 cores busy out of 2: 1 / ((1 - p) + p / 2) = 1.8
+    p, why = _parallel({2: 11.0}, {2: 1.8})
+    assert p == pytest.approx((1 - 1 / 1.8) / 0.5) and "busy" in why
+    assert _parallel({1: 5.0}, {1: 1.0}) == (0.0, "not measured above one core: taken as "
+                                               "serial")
+
+
+def test_stage_model_order_shares_and_statistics():
+    model = _model()
+    assert model.reference_cpus == 2 and model.reference_seconds == pytest.approx(26)
+    assert [s for s, _ in model.sequence] == ["startup", "train", "eval"]
+    assert [round(x, 3) for _, x in model.sequence] == [round(10 / 26, 3), round(11 / 26, 3),
+                                                         round(5 / 26, 3)]
+    assert model.stats["train"].parallel == pytest.approx(0.9)
+    assert model.stats["startup"].parallel == pytest.approx(0.0) and model.has_phases
+    assert build_stage_model(_rows("p", 2, [("train", 5)], {"train": 1.9}, "probe")) is None
+
+
+def test_stage_phases_keep_the_measured_time_at_the_reference_cores():
+    phases = stage_phases(_model(), train_parallel=0.9)
+    assert [p.name for p in phases] == ["startup", "train", "eval"]
+    assert [p.phase_id for p in phases] == [STAGE_IDS[s] for s in ("startup", "train", "eval")]
+    startup = phases[0]
+    # Serial start-up: at 2 cores its work takes as long per chunk as training's does.
+    assert startup.parallel == 0.0 and startup.cpu_scale == pytest.approx((0.1 + 0.45) / 1.0)
+    assert startup.mem_scale == pytest.approx(0.3 / 0.5)
+
+
+def test_the_stage_environment_wants_fewer_cores_only_in_the_serial_stages():
+    config = EnvConfig(workload="mlp-cpu", preference="balanced")
+    workload = CloudEnvironment(config).resolved.workload
+    static = Allocation(0, 2, 2.0, 128)
+    cfg = stage_env_config(config.replace(workload=workload), _model(), static)
+    assert cfg.sla.time_max == pytest.approx(26 * 1.05, rel=0.05)  # the static run, +5%
+    res = optimal_policy(cfg)
+    m = EnvModel(cfg)
+    rows = [{"phase": m.phases[int(p)].phase_id, "cpus": a.cpus}
+            for p, a in zip(m.step_phase, res.allocations, strict=True)]
+    plan = plan_from_decisions(rows, _model(), static, "optimal")
+    assert plan.phases["startup"].allocation.cpus == 1
+    assert plan.phases["train"].allocation.cpus == 2
+    assert plan.phases["eval"].allocation.cpus == 1
+    assert plan.memory_max_gb == 2.0 and plan.fallback.cpus == 2
+    assert plan.phases["startup"].allocation.memory_gb < plan.phases["train"].allocation.memory_gb
+    time_s, cost = static_forecast(cfg, static)
+    assert res.total_cost < 0.9 * cost and res.total_time_s <= time_s * 1.05
