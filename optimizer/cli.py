@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "phases": ("optimizer.commands.phases", "discover workload phases in resource traces (CRBM)"),
     "autoscale": ("optimizer.commands.autoscale", "evaluate phase-based autoscaling policies"),
     "analyze": ("optimizer.commands.analyze", "predict resources for a job from training logs"),
+    "run": ("optimizer.commands.run_plan", "run a job under a recorded live plan (per stage)"),
 }
 
 

@@ -48,16 +48,18 @@ class Decider(Protocol):
 
 @dataclass
 class PlanDecider:
-    """The plan's allocation for the phase; an unknown phase keeps the plan's fallback."""
+    """The plan's allocation for the phase; a phase the plan does not name gets the plan's
+    fallback (the static allocation); before any phase is known, the job keeps what it has."""
 
     plan: LivePlan
     name: str = "plan"
 
     def decide(self, phase, usage, elapsed_s, held):
-        entry = self.plan.phases.get(phase) if phase is not None else None
+        if phase is None:
+            return held, "phase not known yet"  # the job has not started its interpreter
+        entry = self.plan.phases.get(phase)
         if entry is None:
-            return self.plan.fallback, (f"phase {phase!r} is not in the plan: its static "
-                                        "allocation" if phase else "phase not known yet")
+            return self.plan.fallback, f"phase {phase!r} is not in the plan: its static allocation"
         return entry.allocation, f"phase {phase}" + (f": {entry.why}" if entry.why else "")
 
 
