@@ -12,7 +12,8 @@ folder so that ``--resume`` continues where an interrupted run stopped:
 4. the closed loop (:mod:`optimizer.search.refine`), within the budget of real runs: the
    workload model fitted to the trials, agents trained on a ``CloudEnvironment`` over it
    (``rl/``), their plan (or the largest expected improvement) measured, refit, re-plan;
-5. the recommendation: the best *measured* trial by goodput, memory right-sized;
+5. the recommendation: the best *measured* trial by goodput, memory right-sized; for a job
+   with stages, the agents' per-stage live plan (``live-plan.json``), measured beside it;
 6. metric CSVs, ``recommendation.json``, ``k8s-resources.yaml`` and the report.
 
 Without an identifiable model, more probes; the best measured trial is recommended anyway.
@@ -37,17 +38,12 @@ from optimizer.foundation.gpu import nvml_device_count, visible_device_indices
 from optimizer.search.baseline import memory_for, plan_baseline, run_baseline, trial_name
 from optimizer.search.budget import RunBudget, auto_budget, make_budget, within_budget
 from optimizer.search.choice import same_setting
+from optimizer.trials import oom_retry
 from optimizer.trials.batch import label_batch
 from optimizer.trials.cost import ResourceCostCalculator, cost_time_flags, trial_figures
 from optimizer.trials.executors import TrialExecutor, TrialRequest, make_executor
 from optimizer.trials.failures import cause_of, explain_unusable
 from optimizer.trials.guard import clean_stale_work
-from optimizer.trials.oom_retry import (
-    OutgrewMemory,
-    killed_for_memory,
-    next_memory,
-    outgrew_message,
-)
 from optimizer.trials.records import TrialSummary, job_cost, job_size, job_time
 from optimizer.trials.training import TrainingModuleManager
 
@@ -75,6 +71,9 @@ class JobOptions:
     """Training budget of each agent (default: the configuration's)."""
     image: str | None = None
     """Container image of the Kubernetes Job (default: a placeholder)."""
+    live_plan: str = "measure"
+    """``measure``: the per-stage live plan written and run beside the static one; ``write``:
+    written only; ``off``."""
 
 
 @dataclass
@@ -197,7 +196,7 @@ class CloudResourceOptimizer:
                   opts: JobOptions) -> OptimizationResult:
         run_dir.mkdir(parents=True, exist_ok=True)
         self._log_path = run_dir / "main.log"
-        for line in clean_stale_work(run_dir / "trials"):
+        for line in clean_stale_work(run_dir / "trials") + clean_stale_work(run_dir / "live"):
             self._say(line)
         recorded = {d.name for d in (run_dir / "trials").glob("*") if (d / "summary.json").exists()}
         manager = TrainingModuleManager(train_file, opts.train_args, opts.batch_size_arg,
@@ -228,8 +227,8 @@ class CloudResourceOptimizer:
             whole = self._label_batch(whole, run_dir / "trials" / whole.trial_id,
                                       manager.batch_control() is not None)
             if self.oom_chain:
-                raise OutgrewMemory(outgrew_message(str(train_file), self.oom_chain,
-                                                    self.config.resources.memory_max, run_dir))
+                raise oom_retry.OutgrewMemory(oom_retry.outgrew_message(
+                    str(train_file), self.oom_chain, self.config.resources.memory_max, run_dir))
             if not whole.ok:  # no job size: the trials cannot be compared as whole jobs
                 cause = cause_of(whole, None, self.config.run.trial_timeout_s)
                 raise CloudoptError(f"{train_file}: the job's size is unknown (no trial "
@@ -414,16 +413,16 @@ class CloudResourceOptimizer:
                            alloc.workers if manager.workers_arg else None)
         chain = [self._measure_once(manager, alloc, prefix, run_dir, opts, total)]
         # Killed at its limit: again only with more memory (optimizer.trials.oom_retry).
-        while killed_for_memory(chain[-1]):
-            more = next_memory(chain[-1], run_dir / "trials" / chain[-1].trial_id,
-                               self.config.resources.memory_max)
+        while oom_retry.killed_for_memory(chain[-1]):
+            more = oom_retry.next_memory(chain[-1], run_dir / "trials" / chain[-1].trial_id,
+                                         self.config.resources.memory_max)
             if more is None:
                 break
             self._say(f"{chain[-1].trial_id} was killed at its {alloc.memory_gb:g} GB limit "
                       f"(peak {chain[-1].mem_gb_peak:.2f} GB): again with {more:g} GB")
             alloc = dataclasses.replace(alloc, memory_gb=more)
             chain.append(self._measure_once(manager, alloc, prefix, run_dir, opts, total))
-        self.oom_chain = chain if killed_for_memory(chain[-1]) else []
+        self.oom_chain = chain if oom_retry.killed_for_memory(chain[-1]) else []
         return chain[-1]
 
     def _measure_once(self, manager: TrainingModuleManager, alloc: Allocation, prefix: str,

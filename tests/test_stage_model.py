@@ -60,7 +60,16 @@ def test_stage_model_order_shares_and_statistics():
                                                          round(5 / 26, 3)]
     assert model.stats["train"].parallel == pytest.approx(0.9)
     assert model.stats["startup"].parallel == pytest.approx(0.0) and model.has_phases
-    assert build_stage_model(_rows("p", 2, [("train", 5)], {"train": 1.9}, "probe")) is None
+    # No whole run: a probe's start-up, its cut training run on to the job's predicted end.
+    probe = _rows("p", 2, [("startup", 2), ("train", 3)], {"startup": 1.0, "train": 1.9},
+                  "probe")
+    probe[-1]["complete"] = False
+    for r in probe:
+        r["job_s"] = 20.0
+    model = build_stage_model(probe)
+    assert model.sequence == [("startup", pytest.approx(0.1)), ("train", pytest.approx(0.9))]
+    assert model.stats["startup"].seconds == {2: 2.0} and model.stats["train"].seconds == {}
+    assert build_stage_model(_rows("f", 2, [("train", 5)], {"train": 1.9}, "failed")) is None
 
 
 def test_stage_phases_keep_the_measured_time_at_the_reference_cores():

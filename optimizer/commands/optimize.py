@@ -90,6 +90,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                    "configuration they predict")
     p.add_argument("--agent-seconds", type=float, default=None, metavar="S",
                    help="training budget of each RL agent (default: [run].agent_seconds)")
+    p.add_argument("--live-plan", choices=("measure", "write", "off"), default="measure",
+                   help="for a job with stages (start-up, training, evaluation, checkpoints): "
+                   "the agents' per-stage plan written to live-plan.json and run beside the "
+                   "static recommendation (measure, the default), written only, or not made")
     p.add_argument("--refine-rounds", type=int, default=None, metavar="N",
                    help="closed-loop rounds after the baseline: measure the plan, refit, "
                    "re-plan (default: [run].refine_rounds)")
@@ -203,7 +207,7 @@ def optimize_file(optimizer: CloudResourceOptimizer, manager: TrainingModuleMana
         probe_seconds=args.probe_seconds, total_samples=args.total_samples,
         dataset_path=args.dataset_path, offline_logs=args.offline_logs,
         phase_model=args.phase_model, sla_given=_sla_given(args),
-        agent_seconds=args.agent_seconds, image=args.image)
+        agent_seconds=args.agent_seconds, image=args.image, live_plan=args.live_plan)
     result = optimizer.optimize_training(manager.module_path, run_dir, options)
     ranked = rank_trials(result.baseline, config, args.preference)
     print(format_trials_table(ranked))

@@ -309,6 +309,12 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
     rec["runoff_standings"] = table
     rec.setdefault("notes", []).append(rec["choice"])
     rec["notes"].append(rec["search"]["note"])
+    mode = getattr(opts, "live_plan", "off")
+    if mode != "off" and env_config is not None:  # the job's stages, planned per stage
+        from optimizer.search.live.live_check import live_round
+
+        rec["live"] = live_round(opt, manager, env_config, rec["allocation"], run_dir, opts,
+                                 measure=mode == "measure")
     return rec, final, trials
 
 

@@ -99,7 +99,8 @@ def trial_stage_rows(trial_dir: str | Path, summary: TrialSummary,
     except (ValueError, OSError):
         samples = None
     rows = []
-    for a, b, stage in spans:
+    cut = summary.status != "completed"  # a time-boxed probe: its last stage was cut short
+    for i, (a, b, stage) in enumerate(spans):
         start, end = a + offset, b + offset
         cores = mem = float("nan")
         if samples is not None and len(samples):
@@ -112,7 +113,9 @@ def trial_stage_rows(trial_dir: str | Path, summary: TrialSummary,
         rows.append({"trial": summary.trial_id, "status": summary.status, "stage": stage,
                      "start_s": start, "end_s": end, "seconds": end - start,
                      "cores_busy": cores, "mem_peak_gb": mem,
-                     "cpus": summary.allocation.cpus, "wall_s": summary.wall_time_s})
+                     "cpus": summary.allocation.cpus, "wall_s": summary.wall_time_s,
+                     "complete": not (cut and i == len(spans) - 1),
+                     "job_s": summary.predicted_total_time_s or summary.wall_time_s})
     return rows
 
 
@@ -152,31 +155,46 @@ def _solve_ratio(ratio: float, lo: int, hi: int) -> float:
 
 def build_stage_model(rows: Sequence[dict[str, Any]],
                       reference_cpus: int | None = None) -> StageModel | None:
-    """Pool the stage rows of several trials (``trial_stage_rows``); None without a completed
-    run (the order and shares of the stages need a whole run)."""
+    """Pool the stage rows of several trials (``trial_stage_rows``). The order and shares of
+    the stages come from a whole run at ``reference_cpus`` (else the most cores), or, with
+    none, from a probe whose cut training stage is extended to the job's predicted time;
+    None without either."""
     frame = pd.DataFrame(list(rows))
     if frame.empty:
         return None
+    frame["complete"] = (frame["complete"].fillna(True).astype(bool)
+                         if "complete" in frame else True)
+    if "job_s" not in frame:
+        frame["job_s"] = frame["wall_s"]
+    frame = frame[frame.status.isin(("completed", "probe"))]
+    # Whole runs give the order and shares of every stage; without one, a probe gives its
+    # start-up whole and its training up to the job's predicted end.
     done = frame[frame.status == "completed"]
-    if done.empty:
+    runs = done if not done.empty else frame
+    if runs.empty:
         return None
+    whole = frame[frame.complete]
     stats: dict[str, StageStats] = {}
     for stage, g in frame.groupby("stage"):
-        per_run = done[done.stage == stage].groupby(["trial", "cpus"])["seconds"].sum()
+        per_run = whole[whole.stage == stage].groupby(["trial", "cpus"])["seconds"].sum()
         seconds = {int(c): float(s.mean()) for c, s in per_run.groupby(level="cpus")}
         busy = {int(c): float(x["cores_busy"].mean()) for c, x in g.groupby("cpus")}
         p, why = _parallel(seconds, busy)
         stats[str(stage)] = StageStats(str(stage), p, why, seconds, busy,
                                        float(np.nanmax(g["mem_peak_gb"].to_numpy(float)))
                                        if g["mem_peak_gb"].notna().any() else 0.0)
-    cpus = sorted(done.cpus.unique())
+    cpus = sorted(runs.cpus.unique())
     ref_cpus = int(reference_cpus if reference_cpus in cpus else max(cpus))
-    ref_runs = done[done.cpus == ref_cpus]
+    ref_runs = runs[runs.cpus == ref_cpus]
     ref_trial = str(ref_runs.groupby("trial")["wall_s"].first().idxmax())
     run = ref_runs[ref_runs.trial == ref_trial].sort_values("start_s")
-    total = float(run["seconds"].sum())
-    sequence = _fold([(str(s), float(x) / total) for s, x in zip(run.stage, run.seconds,
-                                                                strict=True)])
+    spans = list(zip(run.stage, run.seconds, run.complete, strict=True))
+    total = float(run["job_s"].iloc[0]) if done.empty else float(run["seconds"].sum())
+    if done.empty:  # the cut stage runs on to the job's predicted end
+        known = sum(x for _, x, ok in spans if ok)
+        spans = [(s, x if ok else max(total - known, x), ok) for s, x, ok in spans]
+        total = sum(x for _, x, _ in spans)
+    sequence = _fold([(str(s), float(x) / total) for s, x, _ in spans])
     return StageModel(stats, sequence, ref_cpus, total, ref_trial)
 
 

@@ -35,6 +35,9 @@ class TrialRequest:
     timeout_s: float = 600.0
     monitor_interval: float = 0.5
     total_samples: float | None = None
+    live: Any = None
+    """A :class:`~optimizer.trials.live.session.LiveSetup`: the allocation changes while the
+    trial runs (billed per interval)."""
 
 
 class TrialExecutor(Protocol):

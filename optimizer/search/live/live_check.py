@@ -1,0 +1,118 @@
+"""The main job's last step for a phased job: the live plan, measured beside the static one.
+
+After the closed loop has chosen a static allocation, the agents plan per stage on the
+stages the recorded trials went through (:func:`optimizer.search.live.live_plan.
+build_live_plan`). The plan is written to ``live-plan.json`` (``python -m optimizer run
+--plan`` runs a job under it). Where it changes something and the job is short enough to run
+whole within the time box, the static allocation and the live plan then run back to back,
+each to its end, the live one billed per interval at what it held (in ``live/``, not
+``trials/``: a live run measures no single allocation); the live plan is recommended only
+where it measured cheaper at no more than 5% more time. They run only where the budget of
+real runs has room for both; otherwise the plan is written but not measured, and
+``rec["live"]`` says why.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from optimizer.foundation.allocation import Allocation
+from optimizer.search.live.live_plan import TIME_SLACK, build_live_plan
+from optimizer.trials.executors.base import TrialRequest
+from optimizer.trials.live.controller import PlanDecider
+from optimizer.trials.live.plan import LivePlan
+from optimizer.trials.live.session import LiveSetup
+from optimizer.trials.records import TrialSummary
+
+LIVE_RUNS = 2
+"""The static allocation and the live plan, back to back."""
+
+
+def _recorded(run_dir: Path) -> list[tuple[TrialSummary, Path]]:
+    out = []
+    for d in sorted((run_dir / "trials").glob("*")):
+        if (d / "summary.json").is_file():
+            try:
+                out.append((TrialSummary.load(d), d))
+            except Exception:  # noqa: BLE001 - an unreadable record is no stage evidence
+                continue
+    return out
+
+
+def live_round(opt: Any, manager: Any, env_config: Any, static: Allocation, run_dir: Path,
+               opts: Any, measure: bool = True) -> dict[str, Any]:
+    """Plan, write and (budget and job length allowing) measure the live plan; the dict that
+    goes into ``recommendation.json`` as ``live``."""
+    agent_s = (opts.agent_seconds or opt.config.run.agent_seconds) / 2
+    result = build_live_plan(_recorded(run_dir), env_config, opt.config, static,
+                             time_budget_s=agent_s, quiet=opt.quiet)
+    out: dict[str, Any] = {"why": result.why, "recommended": False, "measured": None}
+    if result.plan is None:
+        return out
+    plan: LivePlan = result.plan
+    out["plan"] = plan.to_dict()
+    out["plan_file"] = str(plan.save(run_dir))
+    out["model"] = result.outcomes
+    opt._say(f"live plan: {result.why}; written to {out['plan_file']}", always=True)
+    if plan.is_static:
+        out["not_measured"] = "the plan holds the static allocation in every stage"
+        return out
+    if not measure:
+        out["not_measured"] = "--live-plan write: written, not measured"
+        return out
+    budget = getattr(opt, "budget", None)
+    if budget is not None and not budget.allows(LIVE_RUNS):
+        out["not_measured"] = (f"the budget of {budget.total} real runs is spent; raise "
+                               "--budget to measure it, or run it with `python -m optimizer "
+                               f"run --plan {run_dir} -- …`")
+        return out
+    run = opt.config.run
+    longest = max((t.predicted_total_time_s or t.wall_time_s) for t, _ in _recorded(run_dir))
+    box = opts.probe_seconds if opts.probe_seconds is not None else run.probe_seconds
+    if box and longest > 2 * max(box, 1.0) and longest > 0.5 * run.trial_timeout_s:
+        out["not_measured"] = (f"the job takes about {longest:.0f} s, too long to run whole "
+                               "twice here; run it with `python -m optimizer run --plan`")
+        return out
+    most = max(e.allocation.cpus for e in plan.phases.values())
+    live_alloc = Allocation(static.gpus, max(most, static.cpus),
+                            float(plan.memory_max_gb or static.memory_gb),
+                            static.batch_size, static.workers)
+    setup = LiveSetup(PlanDecider(plan), plan.interval_s, label="live plan")
+    # Not in trials/: a live run is no measurement of one allocation, and the search's
+    # choices (and a resumed run's) must not take it for one.
+    static_t = _run(opt, manager, static, run_dir / "live" / f"static-{static.key()}", None)
+    live_t = _run(opt, manager, live_alloc, run_dir / "live" / f"plan-{static.key()}", setup)
+    out["measured"] = {name: {"trial": t.trial_id, "status": t.status,
+                              "time_s": t.wall_time_s, "cost": t.cost,
+                              "changes": t.live.get("changes", 0),
+                              "phases_seen": t.live.get("phases_seen", {})}
+                       for name, t in (("static", static_t), ("live", live_t))}
+    if static_t.status == "completed" and live_t.status == "completed":
+        dt = live_t.wall_time_s / static_t.wall_time_s - 1
+        dc = live_t.cost / static_t.cost - 1
+        out["time_change"], out["cost_change"] = dt, dc
+        out["recommended"] = dc < 0 and dt <= TIME_SLACK
+        out["verdict"] = (f"measured {-dc:.0%} cheaper at {dt:+.0%} time: recommended"
+                          if out["recommended"] else
+                          f"measured {dc:+.0%} cost at {dt:+.0%} time: the static allocation "
+                          "stays the recommendation")
+    else:
+        out["verdict"] = "a measuring run did not complete: the static allocation stays"
+    opt._say(f"live plan: {out['verdict']}", always=True)
+    return out
+
+
+def _run(opt: Any, manager: Any, alloc: Allocation, trial_dir: Path,
+         live: LiveSetup | None) -> TrialSummary:
+    recorded = manager.recorded_trial(trial_dir)
+    if recorded is not None:
+        return recorded
+    run = opt.config.run
+    request = TrialRequest(alloc, trial_dir, probe_seconds=None, timeout_s=run.trial_timeout_s,
+                           monitor_interval=run.monitor_interval, live=live)
+    return [s for _, s in opt.trial_executor().run(manager, [request],
+                                                   opt.config.resources)][0]
+
+
+__all__ = ["LIVE_RUNS", "live_round"]
