@@ -18,6 +18,7 @@ from optimizer.foundation.atomic_files import atomic_write_json, atomic_write_te
 from optimizer.foundation.memory import memory_words, right_size_memory
 from optimizer.reports.goodput import goodput_section, plot_efficiency
 from optimizer.reports.k8s import k8s_job_yaml, k8s_resources_yaml
+from optimizer.reports.live import live_section, plot_live
 from optimizer.reports.plots import (
     plot_allocation,
     plot_comparison,
@@ -26,8 +27,8 @@ from optimizer.reports.plots import (
     plot_phases,
 )
 from optimizer.reports.render import Report, dollars, format_value
+from optimizer.reports.sources import sources_section
 from optimizer.trials.phase_profile import phase_needs
-from optimizer.trials.probe.summary import disagreement
 from optimizer.trials.records import TrialSummary, iter_trials, job_cost, job_time
 from optimizer.trials.resources import ResourceManager
 from optimizer.trials.sla import calculate_sla_violations
@@ -228,6 +229,7 @@ def _write_recommendation(run_dir: Path, result: Any, reference: TrialSummary,
         "runoff_standings": rec.get("runoff_standings", []),
         "memory": rec.get("memory"), "search": rec.get("search"),
         "goodput": rec.get("goodput"), "learning_rate": rec.get("learning_rate"),
+        "live": rec.get("live"),
         "planned_allocation": rec.get("planned_allocation"),
         "rounds": rec.get("rounds", []),
         "notes": rec.get("notes", []),
@@ -244,8 +246,10 @@ def _figures(plots: Path, result: Any, reference: TrialSummary, profile: Any,
     if result.optimized is not None and result.optimized.ok:
         figs["comparison"] = plots / "baseline_vs_optimized.png"
         plot_comparison(figs["comparison"], reference, result.optimized, rec.get("predicted", {}))
-    if plot_efficiency(plots / "efficiency.png", rec.get("goodput") or {}):
-        figs["efficiency"] = plots / "efficiency.png"
+    for name, plot, data in (("efficiency", plot_efficiency, rec.get("goodput") or {}),
+                             ("live", plot_live, rec.get("live"))):
+        if plot(plots / f"{name}.png", data):
+            figs[name] = plots / f"{name}.png"
     figs["pareto"] = plots / "pareto.png"
     plot_pareto(figs["pareto"], sweep, result.baseline, rec.get("predicted", {}),
                  result.optimized)
@@ -299,9 +303,10 @@ def _build_report(opt: Any, result: Any, reference: TrialSummary, rec: dict[str,
         r.table([{"quantity": k, "value": v} for k, v in comp.items()])
     if "comparison" in figs:
         r.figure(figs["comparison"], "Baseline vs optimized: real runs; red mark: plan")
-    _sources_section(r, reference)
+    sources_section(r, reference)
     _rounds_section(r, rec)
     goodput_section(r, rec.get("goodput"), figs.get("efficiency"))
+    live_section(r, rec.get("live"), figs.get("live"))
     r.heading("SLA")
     sla = opt.config.sla
     r.paragraph(f"Limits: time ≤ {sla.time_max:.4g} s, cost ≤ {dollars(sla.cost_max)}, throughput ≥ "
@@ -458,40 +463,3 @@ def _rounds_section(r: Report, rec: dict[str, Any]) -> None:
                     f"rounded up to 1/16 of itself; slack {100 * mem['slack']:.0f}%).")
     if rec.get("choice"):
         r.paragraph(f"Final choice: {rec['choice']}.")
-
-
-_SOURCE_WORDS = {
-    "probe": "the optimizer steps the in-process probe counted",
-    "metrics_csv": "the rows the script wrote to OPTIMIZER_METRICS_CSV",
-    "stdout": "the rates the script printed",
-    "wall_time": "the run's wall time",
-}
-
-
-def _sources_section(r: Report, t: TrialSummary) -> None:
-    """Where the reference trial's figures came from, and what the probe saw of the script."""
-    r.heading("Where the figures come from")
-    lines = [f"Throughput: {_SOURCE_WORDS.get(t.throughput_source, t.throughput_source)}."]
-    lines.append(f"The job's size ({t.total_samples:.6g} samples): {t.job_size_source}."
-                 if t.total_samples and t.job_size_source else "The job's size: unknown.")
-    p = t.probe
-    if not p:
-        lines.append("The in-process probe was off.")
-    elif not p.get("steps"):
-        lines.append("The probe saw no optimizer step (a script that does not train with "
-                     "torch.optim): its figures come from what the script printed or its "
-                     "wall time.")
-    else:
-        seen = f"The probe saw {p['steps']} optimizer steps of {p.get('samples_per_step')} samples"
-        if p.get("dataset_len"):
-            seen += (f", a training set of {p['dataset_len']} samples over "
-                     f"{p.get('train_epochs', 0)} completed epochs")
-        if p.get("epochs"):
-            seen += f" ({p['epochs']} epochs in the job: {p.get('epochs_source')})"
-        if p.get("loss_first") is not None:
-            seen += f"; loss {p['loss_first']:.4g} → {p['loss_last']:.4g}"
-        lines.append(seen + ".")
-        gap = disagreement(p)
-        if gap:
-            lines.append(f"The script {gap}.")
-    r.paragraph(" ".join(lines))

@@ -86,7 +86,8 @@ def live_round(opt: Any, manager: Any, env_config: Any, static: Allocation, run_
     out["measured"] = {name: {"trial": t.trial_id, "status": t.status,
                               "time_s": t.wall_time_s, "cost": t.cost,
                               "changes": t.live.get("changes", 0),
-                              "phases_seen": t.live.get("phases_seen", {})}
+                              "phases_seen": t.live.get("phases_seen", {}),
+                              "timeline": t.live.get("timeline", [])}
                        for name, t in (("static", static_t), ("live", live_t))}
     if static_t.status == "completed" and live_t.status == "completed":
         dt = live_t.wall_time_s / static_t.wall_time_s - 1

@@ -1,0 +1,86 @@
+"""The main job's live round (issue 40) on recorded trials: the stages read from the probe's
+events and the monitor's samples, a plan written to live-plan.json, and no measuring run
+where the budget has no room for two."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from envs import CloudEnvironment, EnvConfig
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.config import OptimizerConfig
+from optimizer.search.live.live_check import live_round
+from optimizer.search.live.stage_model import build_stage_model, trial_stage_rows
+from optimizer.trials.live.plan import LivePlan
+from optimizer.trials.records import TrialSummary
+
+
+def _trial(root: Path, name: str, cpus: int, startup: float, train: float,
+           busy_train: float) -> tuple[TrialSummary, Path]:
+    """A recorded whole run: start-up on one busy core, then training until the exit."""
+    d = root / "trials" / name
+    d.mkdir(parents=True)
+    wall0 = 1_000_000.0
+    events = [{"e": "header", "t": 0.0, "wall": wall0}, {"e": "torch", "t": 0.3},
+              {"e": "first_step", "t": startup}]
+    t = startup
+    while t < startup + train:
+        t = round(t + 0.1, 3)
+        events.append({"e": "steps", "t": t, "n": 5, "step": 1, "samples": 1})
+    events.append({"e": "exit", "t": t + 0.05, "step": 1, "samples": 1})
+    (d / "probe.jsonl").write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    rows = ["exec_id,time_s,cpu_cores,mem_gb"]
+    for k in range(1, int((startup + train) / 0.5) + 1):
+        s = k * 0.5
+        rows.append(f"x,{s},{1.0 if s <= startup else busy_train},{0.3 if s <= startup else 0.5}")
+    (d / "trace.csv").write_text("\n".join(rows) + "\n")
+    summary = TrialSummary(trial_id=name, status="completed",
+                           allocation=Allocation(0, cpus, 2.0, 128),
+                           wall_time_s=startup + train, throughput=100.0, samples=1000.0,
+                           started_at="1970-01-12T13:46:40+00:00")
+    summary.save(d)
+    return summary, d
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    _trial(tmp_path, "c1", 1, startup=4.0, train=8.0, busy_train=1.0)
+    _trial(tmp_path, "c2", 2, startup=4.0, train=4.5, busy_train=1.8)
+    return tmp_path
+
+
+def test_stage_rows_from_recorded_files(run_dir):
+    summary = TrialSummary.load(run_dir / "trials" / "c2")
+    rows = trial_stage_rows(run_dir / "trials" / "c2", summary)
+    assert [r["stage"] for r in rows] == ["startup", "train"]
+    assert rows[0]["cores_busy"] == pytest.approx(1.0) and rows[1]["cores_busy"] > 1.5
+    assert rows[1]["mem_peak_gb"] == pytest.approx(0.5)
+    both = rows + trial_stage_rows(run_dir / "trials" / "c1",
+                                   TrialSummary.load(run_dir / "trials" / "c1"))
+    model = build_stage_model(both, reference_cpus=2)
+    assert model.stats["startup"].parallel == pytest.approx(0.0, abs=0.05)
+    assert model.stats["train"].parallel > 0.8
+
+
+def test_live_round_writes_the_plan_and_says_why_it_was_not_measured(run_dir):
+    config = OptimizerConfig()
+    config.run.agent_seconds = 1.0
+    base = EnvConfig(workload="mlp-cpu", preference="time")
+    env_config = base.replace(workload=CloudEnvironment(base).resolved.workload)
+    said = []
+    opt = SimpleNamespace(config=config, quiet=True, budget=SimpleNamespace(
+        total=2, allows=lambda n=1, reserve=0: False),
+        _say=lambda text, always=False: said.append(text))
+    opts = SimpleNamespace(agent_seconds=1.0, probe_seconds=None)
+    out = live_round(opt, None, env_config, Allocation(0, 2, 2.0, 128), run_dir, opts)
+    assert out["measured"] is None and not out["recommended"]
+    plan = LivePlan.load(run_dir)
+    assert set(plan.phases) == {"startup", "train"} and plan.schedule == ["startup", "train"]
+    assert plan.fallback.cpus == 2 and plan.memory_max_gb == 2.0
+    assert sum(e.share for e in plan.phases.values()) == pytest.approx(1.0, abs=0.01)
+    assert out["not_measured"]  # the budget had no room, or the plan changed nothing
+    assert any("live plan" in s for s in said)
