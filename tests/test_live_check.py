@@ -84,3 +84,33 @@ def test_live_round_writes_the_plan_and_says_why_it_was_not_measured(run_dir):
     assert sum(e.share for e in plan.phases.values()) == pytest.approx(1.0, abs=0.01)
     assert out["not_measured"]  # the budget had no room, or the plan changed nothing
     assert any("live plan" in s for s in said)
+
+
+class LevelDetector:
+    """A stand-in phase detector: phase 0 below one busy core, phase 1 above."""
+
+    delay = 1
+
+    def predict(self, traces):
+        return [(x[:, 0] > 1.2).astype(int) for x in traces]
+
+
+def test_a_job_the_probe_cannot_see_gets_the_detectors_phases(run_dir):
+    for name in ("c1", "c2"):
+        (run_dir / "trials" / name / "probe.jsonl").unlink()  # no torch: no probe stages
+    summary = TrialSummary.load(run_dir / "trials" / "c2")
+    assert trial_stage_rows(run_dir / "trials" / "c2", summary) == []
+    rows = trial_stage_rows(run_dir / "trials" / "c2", summary, detector=LevelDetector())
+    assert [r["stage"] for r in rows] == ["phase-0", "phase-1"]
+    assert rows[0]["end_s"] == pytest.approx(4.0)
+    config = OptimizerConfig()
+    base = EnvConfig(workload="mlp-cpu", preference="time")
+    env_config = base.replace(workload=CloudEnvironment(base).resolved.workload)
+    from optimizer.search.live.live_plan import build_live_plan
+
+    result = build_live_plan([(TrialSummary.load(d), d) for d in
+                              sorted((run_dir / "trials").iterdir())], env_config, config,
+                             Allocation(0, 2, 2.0, 128), time_budget_s=0.5,
+                             detector=lambda: LevelDetector())
+    assert result.plan is not None and result.plan.phase_source == "detector"
+    assert set(result.plan.phases) == {"phase-0", "phase-1"}

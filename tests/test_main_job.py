@@ -20,7 +20,7 @@ from optimizer.trials.records import TrialSummary
 yaml = pytest.importorskip("yaml")
 
 TINY_ARGS = ["--train-args", "--samples 16000", "--baseline-samples", "4", "--probe-seconds", "0",
-             "--agent-seconds", "2"]
+             "--agent-seconds", "2", "--live-plan", "write"]
 
 
 def cli(repo_root, *args, **kw):
@@ -56,6 +56,10 @@ def test_every_output_file_and_key(tiny_run):
     assert set(rec["optimized"]["sla"]) >= {"time", "cost"}
     for key in ("hourly_cost_baseline", "hourly_cost_optimized", "tradeoff_acceptable"):
         assert key in rec["comparison"]
+    # --live-plan write: a plan per stage (the detector's phases: the script has no torch),
+    # or the reason there is none; never a measuring run.
+    assert rec["live"]["why"] and rec["live"]["measured"] is None
+    assert (out / "live-plan.json").is_file() == ("plan" in rec["live"])
     # Strict JSON, and the configuration as applied (the SLA forecast from the baseline, not
     # the configured 3600 s placeholder).
     for path in out.rglob("*.json"):

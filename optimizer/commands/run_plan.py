@@ -32,7 +32,7 @@ from optimizer.foundation.errors import CloudoptError
 from optimizer.trials.live.actuators import LiveTrial
 from optimizer.trials.live.controller import Controller, PlanDecider, billed_cost, held_seconds
 from optimizer.trials.live.plan import LivePlan, PhaseAllocation
-from optimizer.trials.live.stages import PAUSE_S, ProbeTail
+from optimizer.trials.live.stages import PAUSE_S, DetectorPhases, ProbeTail
 from optimizer.trials.monitor import ProcessMonitor
 from optimizer.trials.probe import probe_environment
 
@@ -98,8 +98,13 @@ def run(args: argparse.Namespace) -> int:
     live = _actuator(args, proc.pid, out, control, monitor, t0)
     tail = ProbeTail(events)
     tail.tracker.pause_s = args.pause_s
+    source = tail.current
+    if plan.phase_source == "detector":  # a job the probe cannot see into
+        from optimizer.trials.phase_profile import load_detector
+
+        source = DetectorPhases(load_detector(None), lambda: monitor.rows).current
     initial = PhaseAllocation(len(start_cores), first.memory_gb)
-    ctl = Controller(live, PlanDecider(plan), tail.current, cores=cores, initial=initial,
+    ctl = Controller(live, PlanDecider(plan), source, cores=cores, initial=initial,
                      interval_s=interval, usage=lambda: monitor.rows,
                      alive=lambda: proc.poll() is None)
     ctl.start()

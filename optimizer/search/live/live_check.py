@@ -45,8 +45,11 @@ def live_round(opt: Any, manager: Any, env_config: Any, static: Allocation, run_
     """Plan, write and (budget and job length allowing) measure the live plan; the dict that
     goes into ``recommendation.json`` as ``live``."""
     agent_s = (opts.agent_seconds or opt.config.run.agent_seconds) / 2
+    from optimizer.trials.phase_profile import load_detector
+
     result = build_live_plan(_recorded(run_dir), env_config, opt.config, static,
-                             time_budget_s=agent_s, quiet=opt.quiet)
+                             time_budget_s=agent_s, quiet=opt.quiet,
+                             detector=lambda: load_detector(getattr(opts, "phase_model", None)))
     out: dict[str, Any] = {"why": result.why, "recommended": False, "measured": None}
     if result.plan is None:
         return out
@@ -78,7 +81,9 @@ def live_round(opt: Any, manager: Any, env_config: Any, static: Allocation, run_
     live_alloc = Allocation(static.gpus, max(most, static.cpus),
                             float(plan.memory_max_gb or static.memory_gb),
                             static.batch_size, static.workers)
-    setup = LiveSetup(PlanDecider(plan), plan.interval_s, label="live plan")
+    setup = LiveSetup(PlanDecider(plan), plan.interval_s, label="live plan",
+                      detector=load_detector(getattr(opts, "phase_model", None))
+                      if plan.phase_source == "detector" else None)
     # Not in trials/: a live run is no measurement of one allocation, and the search's
     # choices (and a resumed run's) must not take it for one.
     static_t = _run(opt, manager, static, run_dir / "live" / f"static-{static.key()}", None)

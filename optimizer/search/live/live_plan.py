@@ -29,6 +29,7 @@ from optimizer.search.live.stage_model import (
     STAGE_IDS,
     StageModel,
     build_stage_model,
+    stage_id,
     stage_phases,
     trial_stage_rows,
 )
@@ -101,13 +102,22 @@ def static_forecast(cfg: Any, static: Allocation) -> tuple[float, float]:
 def build_live_plan(trials: list[tuple[TrialSummary, Path]], env_config: Any,
                     config: OptimizerConfig, static: Allocation, *,
                     time_budget_s: float, quiet: bool = True,
-                    interval_s: float = 1.0) -> PlanResult:
+                    interval_s: float = 1.0, detector: Any = None) -> PlanResult:
     """The agents' live plan from the trials' stages; ``plan`` is None (and ``why`` says
-    why) when the trials show no stages or one only."""
+    why) when the trials show no stages or one only. The probe's stages come first; where
+    they show one stage or none and ``detector`` is given (or a callable returning one), the
+    phase detector's phases of the monitor's traces stand in (``phase-N``)."""
     from optimizer.search.recommend import recommend
 
     rows = [r for s, d in trials for r in trial_stage_rows(d, s)]
     model = build_stage_model(rows, reference_cpus=static.cpus)
+    source = "probe"
+    if (model is None or not model.has_phases) and detector is not None:
+        det = detector() if callable(detector) and not hasattr(detector, "predict") else detector
+        rows = [r for s, d in trials for r in trial_stage_rows(d, s, detector=det)]
+        by_detector = build_stage_model(rows, reference_cpus=static.cpus)
+        if by_detector is not None and by_detector.has_phases:
+            model, source = by_detector, "detector"
     if model is None:
         return PlanResult(None, "no completed trial with the probe's stages: nothing to plan "
                           "phases on")
@@ -121,6 +131,7 @@ def build_live_plan(trials: list[tuple[TrialSummary, Path]], env_config: Any,
                 for o in rec.outcomes}
     plan = plan_from_decisions(rec.decisions.to_dict("records"), model, static, rec.agent,
                                interval_s)
+    plan.phase_source = source
     why = (f"{plan.source}; on the stage model it reaches "
            f"{outcomes.get(rec.agent, {}).get('share_of_optimum', float('nan')):.1%} of the "
            "optimum")
@@ -132,7 +143,7 @@ def plan_from_decisions(decisions: list[dict[str, Any]], model: StageModel, stat
     """The live plan of a greedy episode on the stage model (a row per step with its
     ``phase`` id and ``cpus``): per stage, the cores it held for most of the stage's steps,
     and the stage's measured memory peak, right-sized."""
-    ids = {v: k for k, v in STAGE_IDS.items()}
+    ids = {stage_id(name): name for name in model.stats}
     by_stage: dict[str, Counter] = {}
     for row in decisions:
         stage = ids.get(int(row["phase"]))

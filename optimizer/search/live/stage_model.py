@@ -31,13 +31,22 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from optimizer.trials.live.stages import PAUSE_S, stage_intervals
+from optimizer.trials.live.stages import PAUSE_S, detector_intervals, stage_intervals
 from optimizer.trials.records import TrialSummary
 
 MIN_SHARE = 0.02
 """Stage intervals shorter than this share of the run are folded into their neighbour: a plan
 cannot act on them within its interval, and the environment would need tiny chunks."""
 STAGE_IDS = {"startup": 0, "train": 1, "eval": 2, "save": 3, "pause": 4}
+DETECTOR_BASE = 10
+"""``phase-N`` of the phase detector is the environment's phase id ``DETECTOR_BASE + N``."""
+
+
+def stage_id(stage: str) -> int:
+    """The environment's phase id of a stage name (probe stage or ``phase-N``)."""
+    if stage.startswith("phase-"):
+        return DETECTOR_BASE + int(stage.split("-", 1)[1])
+    return STAGE_IDS.get(stage, len(STAGE_IDS))
 
 
 @dataclass
@@ -78,26 +87,35 @@ def _epoch_seconds(iso: str) -> float | None:
 
 
 def trial_stage_rows(trial_dir: str | Path, summary: TrialSummary,
-                     pause_s: float = PAUSE_S) -> list[dict[str, Any]]:
+                     pause_s: float = PAUSE_S, detector: Any = None) -> list[dict[str, Any]]:
     """One row per stage interval of a recorded trial: ``stage, start_s, end_s, seconds,
-    cores_busy, mem_peak_gb, cpus`` (times on the monitor's clock, from the launch)."""
+    cores_busy, mem_peak_gb, cpus`` (times on the monitor's clock, from the launch). The
+    probe's stages; with ``detector``, the detector's phases (``phase-N``) of the monitor's
+    trace instead, for a job the probe saw no training step of."""
     d = Path(trial_dir)
     probe, trace = d / "probe.jsonl", d / "trace.csv"
-    if not probe.is_file() or summary.live:
+    if summary.live:
         return []  # a live trial held several allocations: no single core count per stage
-    spans = stage_intervals(probe, pause_s)
-    if not spans:
-        return []
-    # The probe counts from the interpreter's start, the monitor from the launch.
-    offset = 0.0
-    header_wall = _probe_wall(probe)
-    launched = _epoch_seconds(summary.started_at)
-    if header_wall is not None and launched is not None:
-        offset = min(max(header_wall - launched, 0.0), 5.0)
     try:
         samples = pd.read_csv(trace) if trace.is_file() and trace.stat().st_size else None
     except (ValueError, OSError):
         samples = None
+    offset = 0.0
+    if detector is not None:
+        if samples is None or len(samples) < int(getattr(detector, "delay", 3)) + 2:
+            return []
+        x = samples[["cpu_cores", "mem_gb"]].to_numpy(float)
+        spans = detector_intervals(samples["time_s"].to_numpy(float),
+                                   detector.predict([x])[0])
+    else:
+        spans = stage_intervals(probe, pause_s) if probe.is_file() else []
+        # The probe counts from the interpreter's start, the monitor from the launch.
+        header_wall = _probe_wall(probe)
+        launched = _epoch_seconds(summary.started_at)
+        if header_wall is not None and launched is not None:
+            offset = min(max(header_wall - launched, 0.0), 5.0)
+    if not spans:
+        return []
     rows = []
     cut = summary.status != "completed"  # a time-boxed probe: its last stage was cut short
     for i, (a, b, stage) in enumerate(spans):
@@ -228,18 +246,22 @@ def stage_phases(model: StageModel, train_parallel: float) -> list[Any]:
 
     c0 = model.reference_cpus
     train_amdahl = (1 - train_parallel) + train_parallel / c0
-    train_mem = model.stats["train"].mem_peak_gb if "train" in model.stats else 0.0
+    # Training's parallel fraction is the fitted model's; the detector's phases have no
+    # "train" (the phase with most of the run stands in for it).
+    main = "train" if "train" in model.stats else max(
+        model.stats, key=lambda k: sum(x for s, x in model.sequence if s == k))
+    train_mem = model.stats[main].mem_peak_gb
     out = []
     for stage, share in model.sequence:
         st = model.stats[stage]
-        par = train_parallel if stage == "train" else st.parallel
+        par = train_parallel if stage == main else st.parallel
         amdahl = (1 - par) + par / c0
         mem = st.mem_peak_gb / train_mem if train_mem > 0 and st.mem_peak_gb > 0 else 1.0
-        out.append(PhaseSpec(STAGE_IDS.get(stage, len(STAGE_IDS)), share,
+        out.append(PhaseSpec(stage_id(stage), share,
                              cpu_scale=train_amdahl / amdahl, mem_scale=min(mem, 4.0),
                              name=stage, parallel=par))
     return out
 
 
-__all__ = ["STAGE_IDS", "StageModel", "StageStats", "build_stage_model", "stage_phases",
+__all__ = ["DETECTOR_BASE", "STAGE_IDS", "stage_id", "StageModel", "StageStats", "build_stage_model", "stage_phases",
            "trial_stage_rows"]

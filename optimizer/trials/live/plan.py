@@ -77,6 +77,9 @@ class LivePlan:
     """The phases in the order a measured run went through them (repeats kept)."""
     memory_max_gb: float | None = None
     """The largest memory of any phase: a container's limit (its QoS class must not change)."""
+    phase_source: str = "probe"
+    """``probe`` (the probe's stages) or ``detector`` (the phase detector on the monitor's
+    windows, phases named ``phase-N``)."""
 
     def allocation_for(self, phase: str | None) -> PhaseAllocation:
         """The allocation to hold in ``phase``; the fallback for an unknown or absent one."""
@@ -93,6 +96,7 @@ class LivePlan:
             "version": PLAN_VERSION, "source": self.source, "interval_s": self.interval_s,
             "fallback": asdict(self.fallback), "static": self.static,
             "schedule": self.schedule, "memory_max_gb": self.memory_max_gb,
+            "phase_source": self.phase_source,
             "phases": {k: {"allocation": asdict(e.allocation), "share": e.share, "why": e.why}
                        for k, e in self.phases.items()},
         }
@@ -137,7 +141,8 @@ class LivePlan:
                    interval_s=float(interval), source=str(data.get("source", "")),
                    static=dict(data.get("static") or {}),
                    schedule=[str(s) for s in data.get("schedule") or []],
-                   memory_max_gb=data.get("memory_max_gb"))
+                   memory_max_gb=data.get("memory_max_gb"),
+                   phase_source=str(data.get("phase_source", "probe")))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> LivePlan:

@@ -18,7 +18,7 @@ from optimizer.foundation.config import ResourceConfig
 from optimizer.trials.live.actuators import LiveTrial
 from optimizer.trials.live.controller import Controller, Decider, billed_cost, held_seconds
 from optimizer.trials.live.plan import PhaseAllocation
-from optimizer.trials.live.stages import PAUSE_S, ProbeTail
+from optimizer.trials.live.stages import PAUSE_S, DetectorPhases, ProbeTail
 from optimizer.trials.records import TrialSummary
 
 
@@ -33,6 +33,9 @@ class LiveSetup:
     """The run's name in reports (e.g. ``live plan``, ``reactive-max``)."""
     memory_mode: str = "request"
     """See :class:`~optimizer.trials.live.controller.Controller`."""
+    detector: Any = None
+    """A phase detector: its ``phase-N`` on the monitor's windows is the phase (the slow
+    path, for a plan made from the detector's phases); None: the probe's stages."""
     cores: list[int] | None = None
     """The cores the controller may give the job (default: those the trial started on); a
     trial may start on fewer, at its first phase's allocation."""
@@ -46,7 +49,10 @@ def start_controller(setup: LiveSetup, run: Any, work: Path, cpus: list[int],
     tail = ProbeTail(run.probe_path) if run.probe_path is not None else None
     if tail is not None:
         tail.tracker.pause_s = setup.pause_s
-    ctl = Controller(live, setup.decider, tail.current if tail is not None else (lambda: None),
+    source = (DetectorPhases(setup.detector, lambda: run.monitor.rows).current
+              if setup.detector is not None else
+              tail.current if tail is not None else (lambda: None))
+    ctl = Controller(live, setup.decider, source,
                      cores=setup.cores or cpus,
                      initial=PhaseAllocation(allocation.cpus, allocation.memory_gb),
                      interval_s=setup.interval_s, usage=lambda: run.monitor.rows,

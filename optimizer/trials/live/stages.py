@@ -164,6 +164,49 @@ class ProbeTail:
         return None if t is None else tracker.stage_at(t)
 
 
+class DetectorPhases:
+    """The slow path, for a job the probe cannot see into: the phase detector on the monitor's
+    windows (``cpu_cores``, ``mem_gb``), named ``phase-N``. A sample's phase is known once the
+    detector's history window (``delay`` samples) is full, so it trails the job by that much;
+    only the last ``WINDOW`` samples are labelled each time (the cost stays flat in a long run).
+    """
+
+    WINDOW = 240
+
+    def __init__(self, detector: Any, usage: Any) -> None:
+        self.detector = detector
+        self.usage = usage
+        self.delay = int(getattr(detector, "delay", 3))
+
+    def current(self) -> str | None:
+        rows = list(self.usage())[-self.WINDOW:]
+        if len(rows) < self.delay + 2:
+            return None
+        import numpy as np
+
+        x = np.array([[float(r["cpu_cores"]), float(r["mem_gb"])] for r in rows])
+        label = int(self.detector.predict([x])[0][-1])
+        return f"phase-{label}" if label >= 0 else None
+
+
+def detector_intervals(times: Any, labels: Any) -> list[tuple[float, float, str]]:
+    """Runs of one detector label as ``(start_s, end_s, "phase-N")`` (warm-up samples, label
+    -1, join the first phase): each sample covers the interval since the one before."""
+    out: list[tuple[float, float, str]] = []
+    prev_t = 0.0
+    first = next((int(lab) for lab in labels if int(lab) >= 0), None)
+    if first is None:
+        return []
+    for t, lab in zip(times, labels, strict=True):
+        name = f"phase-{int(lab) if int(lab) >= 0 else first}"
+        if out and out[-1][2] == name:
+            out[-1] = (out[-1][0], float(t), name)
+        else:
+            out.append((prev_t if not out else out[-1][1], float(t), name))
+        prev_t = float(t)
+    return [(round(a, 3), round(b, 3), s) for a, b, s in out if b > a]
+
+
 def stage_intervals(events_path: str | os.PathLike,
                     pause_s: float = PAUSE_S) -> list[tuple[float, float, str]]:
     """The stages of a recorded run's probe events (probe time, seconds from its start)."""
@@ -172,4 +215,5 @@ def stage_intervals(events_path: str | os.PathLike,
     return tracker.closed_intervals(end_t=tracker.last_t)
 
 
-__all__ = ["PAUSE_S", "ProbeTail", "StageTracker", "stage_intervals"]
+__all__ = ["PAUSE_S", "DetectorPhases", "ProbeTail", "StageTracker", "detector_intervals",
+           "stage_intervals"]
