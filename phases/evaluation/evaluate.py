@@ -76,6 +76,7 @@ DEFAULT_POLICIES = (
     "phase-proactive",
     "phase-rules-pooled",
     "phase-adaptive",
+    "phase-window",
     "vpa",
     "static-peak",
 )

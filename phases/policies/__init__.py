@@ -33,6 +33,11 @@ Policies (``name`` → class)
     level this job has shown so far (its last peak; for memory, its recent trend), enveloped
     over the phases the transition graph expects within the coming cycle, given the time
     already spent in the current one (:mod:`.phase_adaptive`).
+``phase-window``
+    The level of ``reactive-max`` (CPU) or ``reactive-trend`` (memory), read only from the
+    current phase's run once the job has left the phase of the last cycle's peak, with a
+    headroom calibrated on the training executions so that they are short no more often
+    than under that phase-free level (:mod:`.phase_window`).
 ``vpa``
     The Kubernetes Vertical Pod Autoscaler recommender's scheme (see :class:`VPAPolicy`).
 ``static-peak``
@@ -70,6 +75,7 @@ from phases.policies.phase_proactive import (
 from phases.policies.phase_rules import PhaseRulesPolicy
 from phases.policies.phase_statistics import LEVELS as LEVELS
 from phases.policies.phase_statistics import PhaseStatistics, cycle_level
+from phases.policies.phase_window import PhaseWindowPolicy, window_level
 from phases.policies.reactive_max import ReactiveMaxPolicy
 from phases.policies.reactive_rules import ReactiveRulesPolicy
 from phases.policies.reactive_trend import ReactiveTrendPolicy
@@ -90,6 +96,7 @@ __all__ = [
     "PhaseRulesPolicy",
     "PhaseProactivePolicy",
     "PhaseAdaptivePolicy",
+    "PhaseWindowPolicy",
     "VPAPolicy",
     "PhaseStatistics",
     "POLICIES",
@@ -97,6 +104,7 @@ __all__ = [
     "cycle_stats",
     "cycle_level",
     "job_levels",
+    "window_level",
     "decaying_percentile",
     "transition_matrix",
     "visit_probabilities",
@@ -116,6 +124,7 @@ POLICIES: dict[str, type[AutoscalingPolicy] | tuple[type[AutoscalingPolicy], dic
         {"stats": "absolute", "conditioning": "sample", "phase_features": "raw"},
     ),
     "phase-adaptive": PhaseAdaptivePolicy,
+    "phase-window": PhaseWindowPolicy,
     "vpa": VPAPolicy,
     "static-peak": StaticPeakPolicy,
 }
