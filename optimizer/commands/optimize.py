@@ -105,9 +105,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--phase-model", default=None, metavar="DIR", help="saved phase model")
     p.add_argument("--image", default=None, metavar="IMAGE",
                    help="container image of the Kubernetes Job in k8s-job.yaml")
-    p.add_argument("--executor", choices=("local", "ray"), default=None,
-                   help="where trials run: local (default; one after another) or ray (Ray "
-                        "tasks, side by side where they fit; pip install 'cloudopt[ray]')")
+    p.add_argument("--executor", default=None, metavar="{local,ray,replay:DIR}",
+                   help="where trials run: local (default; one after another), ray (Ray "
+                        "tasks, side by side where they fit; pip install 'cloudopt[ray]'), or "
+                        "replay:DIR (answered from a recorded grid's runs, for benchmarks)")
     p.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="with --executor ray: a cluster to join (auto, ray://head:10001); "
                         "default: start a local Ray sized to this machine")

@@ -367,8 +367,8 @@ class RunConfig:
                "[run].runoff_size", "must be a whole number >= 2", self.runoff_size)
         _check(isinstance(self.refine_tolerance, (int, float)) and self.refine_tolerance > 0,
                "[run].refine_tolerance", "must be a positive share", self.refine_tolerance)
-        _check(self.executor in ("local", "ray"), "[run].executor",
-               'must be "local" or "ray"', self.executor)
+        _check(self.executor in ("local", "ray") or str(self.executor).startswith("replay:"),
+               "[run].executor", 'must be "local", "ray" or "replay:DIR"', self.executor)
         _check(isinstance(self.ray_address, str), "[run].ray_address", "must be a string",
                self.ray_address)
         for name in ("probe_seconds", "trial_timeout_s", "monitor_interval", "agent_seconds"):

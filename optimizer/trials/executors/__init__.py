@@ -1,4 +1,5 @@
-"""Where trials run: ``local`` (the default, one subprocess after another) or ``ray``.
+"""Where trials run: ``local`` (the default, one subprocess after another), ``ray``, or
+``replay:DIR`` (answered from a recorded grid, for regret curves over many seeds).
 
 :func:`make_executor` builds one from ``[run].executor`` and ``[run].ray_address``. Ray is an
 optional extra, imported only when chosen. To add an executor, copy ``local.py`` and add the
@@ -13,12 +14,16 @@ from optimizer.foundation.errors import ConfigError
 from optimizer.trials.executors.base import TrialExecutor, TrialRequest, record_concurrency
 from optimizer.trials.executors.local import LocalExecutor
 
-EXECUTORS = ("local", "ray")
+EXECUTORS = ("local", "ray", "replay:DIR")
 
 
 def check_available(name: str) -> None:
     """Fail now, before any trial or run folder, when the chosen executor cannot be used."""
-    if name == "ray":
+    if name.startswith("replay:"):
+        from optimizer.trials.executors.replay import ReplayExecutor
+
+        ReplayExecutor(name.split(":", 1)[1])
+    elif name == "ray":
         from optimizer.trials.executors.ray_executor import _ray
 
         _ray()
@@ -30,6 +35,10 @@ def make_executor(name: str = "local", address: str | None = None, **options: An
     """The executor called ``name`` (``address``: a Ray cluster to join)."""
     if name == "local":
         return LocalExecutor()
+    if name.startswith("replay:"):
+        from optimizer.trials.executors.replay import ReplayExecutor
+
+        return ReplayExecutor(name.split(":", 1)[1])
     if name == "ray":
         from optimizer.trials.executors.ray_executor import RayExecutor
 

@@ -1,0 +1,108 @@
+"""``replay:DIR``: trials answered from recorded runs instead of run again (issue 41).
+
+A search's regret against the number of real runs needs hundreds of searches over the same
+measured grid; running each trial again would take days. The replay executor answers a trial
+from a grid measured once: ``DIR/cells/<key>/rep<k>/`` holds the files of whole runs of the
+script at one setting (``summary.json``, ``trace.csv``, ``probe.jsonl``, ...; the layout that
+``benchmarks/regret_truth.py`` writes under ``runs/regret/<machine>/<script>-<hash>``), with
+``<key>`` = ``g<gpus>-c<cpus>-b<batch>`` and ``-w<workers>`` where workers were set.
+
+A trial at a setting gets the next recorded run of that cell (``rep0``, ``rep1``, … in turn,
+so a setting measured twice is answered by two different runs, as a real rerun would be). Its
+files are copied into the trial folder and its summary relabelled: the trial's id, the
+memory limit the search asked for (a recorded peak above it is an out-of-memory failure, as
+the monitor would have killed it), the cost priced at that limit, ``executor = "replay"``.
+What a replay cannot do: a time-boxed probe gets the whole recorded run (a replayed probe
+knows the job's end), and a setting outside the grid is a failed trial that says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.config import ResourceConfig
+from optimizer.foundation.errors import ConfigError
+from optimizer.trials.cost import ResourceCostCalculator
+from optimizer.trials.executors.base import TrialRequest
+from optimizer.trials.records import SUMMARY_FILE, TrialSummary
+
+PREFIX = "replay:"
+
+
+def cell_key(a: Allocation) -> str:
+    """The recorded cell of an allocation (the grid's folder name)."""
+    w = "" if a.workers is None else f"-w{a.workers}"
+    return f"g{a.gpus}-c{a.cpus}-b{a.batch_size}{w}"
+
+
+class ReplayExecutor:
+    """Answers each trial with a recorded run of its cell (see the module docstring)."""
+
+    name = "replay"
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        cells = self.root / "cells"
+        if not cells.is_dir():
+            raise ConfigError(f"--executor replay:{root}: no cells/ folder there (a grid "
+                              "recorded by benchmarks/regret_truth.py, e.g. "
+                              "runs/regret/<machine>/<script>-<hash>)")
+        self.served: Counter = Counter()
+
+    def _runs(self, key: str) -> list[Path]:
+        d = self.root / "cells" / key
+        return sorted(p for p in d.glob("rep*") if (p / SUMMARY_FILE).is_file())
+
+    def run(self, manager: Any, requests: Sequence[TrialRequest],
+            resource_config: ResourceConfig) -> Iterator[tuple[int, TrialSummary]]:
+        for i, req in enumerate(requests):
+            yield i, self.replay(req, resource_config)
+
+    def replay(self, req: TrialRequest, resources: ResourceConfig) -> TrialSummary:
+        trial_dir = Path(req.trial_dir)
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        key = cell_key(req.allocation)
+        runs = self._runs(key)
+        if not runs:
+            summary = TrialSummary(trial_id=trial_dir.name, status="failed",
+                                   allocation=req.allocation, reason="not-recorded",
+                                   stderr_tail=f"no recorded run of {key} in {self.root}",
+                                   executor=self.name)
+            summary.save(trial_dir)
+            return summary
+        src = runs[self.served[key] % len(runs)]
+        self.served[key] += 1
+        for f in src.iterdir():
+            if f.is_file() and f.name != SUMMARY_FILE:
+                shutil.copy2(f, trial_dir / f.name)
+        rec = TrialSummary.load(src)
+        alloc = dataclasses.replace(rec.allocation, memory_gb=req.allocation.memory_gb)
+        hourly = ResourceCostCalculator.from_config(resources).calculate_hourly_cost(alloc)
+        out = dataclasses.replace(
+            rec, trial_id=trial_dir.name, allocation=alloc, hourly_cost=hourly,
+            cost=hourly * rec.wall_time_s / 3600, executor=self.name, node=str(src),
+            predicted_total_cost=(hourly * rec.predicted_total_time_s / 3600
+                                  if rec.predicted_total_time_s else None))
+        if rec.mem_gb_peak > req.allocation.memory_gb:
+            out = dataclasses.replace(out, status="failed", reason="oom",
+                                      stderr_tail=f"recorded peak {rec.mem_gb_peak:.2f} GB is "
+                                      f"over the {req.allocation.memory_gb:g} GB limit")
+        if req.total_samples and not out.total_samples:
+            out.total_samples = req.total_samples
+        out.save(trial_dir)
+        return out
+
+    def map(self, fns: Sequence[Callable[[], Any]]) -> list[Any]:
+        return [f() for f in fns]
+
+    def close(self) -> None:
+        pass
+
+
+__all__ = ["PREFIX", "ReplayExecutor", "cell_key"]
