@@ -114,3 +114,23 @@ def test_a_job_the_probe_cannot_see_gets_the_detectors_phases(run_dir):
                              detector=lambda: LevelDetector())
     assert result.plan is not None and result.plan.phase_source == "detector"
     assert set(result.plan.phases) == {"phase-0", "phase-1"}
+
+
+def test_a_plan_gets_its_kubernetes_job_and_permissions(run_dir, tmp_path):
+    from optimizer.reports.live import write_live_k8s
+    from optimizer.trials.live.plan import PhaseAllocation, PhaseEntry
+
+    plan = LivePlan(phases={"startup": PhaseEntry(PhaseAllocation(1, 0.5)),
+                            "train": PhaseEntry(PhaseAllocation(2, 1.0))},
+                    fallback=PhaseAllocation(2, 1.0), schedule=["startup", "train"],
+                    memory_max_gb=1.0)
+    live = {"plan": plan.to_dict(), "why": "test"}
+    paths = write_live_k8s(tmp_path, live, {"OMP_NUM_THREADS": "2"}, name="demo",
+                           command=["python", "train.py"], image=None)
+    assert set(paths) == {"k8s_live_job", "k8s_live_rbac"}
+    job = paths["k8s_live_job"].read_text()
+    assert "resizePolicy" in job and '"--plan"' in job and "NotRequired" in job
+    assert "pods/resize" in paths["k8s_live_rbac"].read_text()
+    assert set(live["kubernetes"]["requests"]) >= {"startup", "train"}
+    assert write_live_k8s(tmp_path, {"why": "no plan"}, {}, name="x", command=[],
+                          image=None) == {}

@@ -149,7 +149,7 @@ def _actuator(args: argparse.Namespace, pid: int, out: Path, control: Path, moni
 
     resizer = PodResizer(pod, os.environ.get("POD_NAMESPACE", "default"),
                          os.environ.get("CONTAINER_NAME", "training"), trial_dir=out,
-                         control_file=control)
+                         control_file=control, interval_s=args.interval or 1.0)
     return ResizingTrial(live, resizer)
 
 

@@ -6,7 +6,32 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from optimizer.foundation.atomic_files import atomic_write_text
+from optimizer.reports.k8s_resize import (
+    k8s_live_job_yaml,
+    k8s_live_rbac_yaml,
+    live_recommendation,
+)
 from optimizer.reports.render import Report, dollars
+from optimizer.trials.live.plan import LivePlan
+
+
+def write_live_k8s(run_dir: Path, live: dict[str, Any] | None, env: dict[str, str], *,
+                   name: str, command: list[str], image: str | None) -> dict[str, Path]:
+    """For a live plan: ``k8s-live-job.yaml`` (the plan's ConfigMap and a Job whose pod is
+    resized in place at stage changes) and ``k8s-live-rbac.yaml`` (the resize permissions);
+    ``live["kubernetes"]`` gets the per-stage requests for ``recommendation.json``."""
+    if not live or not live.get("plan"):
+        return {}
+    plan = LivePlan.from_dict(live["plan"])
+    live["kubernetes"] = live_recommendation(plan)
+    job, rbac = run_dir / "k8s-live-job.yaml", run_dir / "k8s-live-rbac.yaml"
+    verdict = live.get("verdict") or live.get("not_measured") or ""
+    atomic_write_text(job, k8s_live_job_yaml(
+        plan, env, name=name, command=command, image=image,
+        comment=f"cloudopt live plan ({plan.source}); {verdict}"))
+    atomic_write_text(rbac, k8s_live_rbac_yaml(name))
+    return {"k8s_live_job": job, "k8s_live_rbac": rbac}
 
 
 def plot_live(path: Path, live: dict[str, Any] | None) -> bool:
@@ -62,9 +87,12 @@ def live_section(r: Report, live: dict[str, Any] | None, figure: Path | None = N
                      "share of the run": "", "why": "the static recommendation"})
         r.table(rows)
         r.paragraph(f"Written to {live.get('plan_file', 'live-plan.json')}; run a job under it "
-                    "with `python -m optimizer run --plan <run folder> -- <the job's command>`."
-                    " GPUs, data-loader workers and the batch size stay as the job started "
-                    "them: they cannot change under a running script.")
+                    "with `python -m optimizer run --plan <run folder> -- <the job's command>`,"
+                    " or on Kubernetes with k8s-live-rbac.yaml then k8s-live-job.yaml (the pod "
+                    "is resized in place at each stage change; limits stay at the largest "
+                    "stage, so its QoS class never changes). GPUs, data-loader workers and "
+                    "the batch size stay as the job started them: they cannot change under a "
+                    "running script.")
     measured = live.get("measured")
     if measured:
         r.table([{"run": name, "status": m["status"], "time": f"{m['time_s']:.1f} s",
@@ -80,4 +108,4 @@ def live_section(r: Report, live: dict[str, Any] | None, figure: Path | None = N
         r.figure(figure, "Cores held by the live plan's run (the static run's dashed)")
 
 
-__all__ = ["live_section", "plot_live"]
+__all__ = ["live_section", "plot_live", "write_live_k8s"]

@@ -18,7 +18,7 @@ from optimizer.foundation.atomic_files import atomic_write_json, atomic_write_te
 from optimizer.foundation.memory import memory_words, right_size_memory
 from optimizer.reports.goodput import goodput_section, plot_efficiency
 from optimizer.reports.k8s import k8s_job_yaml, k8s_resources_yaml
-from optimizer.reports.live import live_section, plot_live
+from optimizer.reports.live import live_section, plot_live, write_live_k8s
 from optimizer.reports.plots import (
     plot_allocation,
     plot_comparison,
@@ -151,6 +151,11 @@ def write_outputs(opt: Any, result: Any, reference: TrialSummary, profile: Any,
     paths["k8s"] = run_dir / "k8s-resources.yaml"
     paths["k8s_job"] = _write_k8s_job(opt, result, rec, alloc, env, args, run_dir, opts,
                                       profile)
+    script = Path(mgr.module_path).name if mgr is not None else "train.py"
+    job_args = args if args is not None else (list(mgr.train_args) if mgr is not None else [])
+    paths.update(write_live_k8s(run_dir, rec.get("live"), env, name=Path(result.run_dir).name,
+                                command=["python", script, *job_args],
+                                image=getattr(opts, "image", None)))
     paths["recommendation"] = _write_recommendation(run_dir, result, reference, rec, sla_rows)
 
     figs = _figures(plots, result, reference, profile, decisions, sweep, curves, rec, run_dir)

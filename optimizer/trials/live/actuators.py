@@ -47,6 +47,14 @@ class Change:
     """Threads whose affinity was set."""
     skipped: list[str] = field(default_factory=list)
     """What could not be applied, and why (a task that ended meanwhile is not an error)."""
+    status: str = ""
+    """A pod resize's outcome (:mod:`optimizer.trials.live.pod_resize`): ``applied``,
+    ``in-progress``, ``deferred``, ``infeasible``, ``sent`` or ``failed``; empty for a change
+    made on this machine, which applies at once."""
+    requests: dict[str, str] | None = None
+    """The pod's container requests asked (``{"cpu": "2", "memory": "400Mi"}``)."""
+    attempts: int = 0
+    """Reads of the pod's resize status before the outcome was known."""
 
 
 def tree_tasks(root_pid: int) -> list[int]:
@@ -155,12 +163,18 @@ class LiveTrial:
 
     def log(self, change: Change) -> Change:
         """Append ``change`` to ``changes.jsonl``."""
-        self.trial_dir.mkdir(parents=True, exist_ok=True)
-        # One writer (the controller), appended line by line: a cut last line is dropped by
-        # the reader, never the ones before it.
-        with open(self.trial_dir / CHANGES_FILE, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(asdict(change), separators=(",", ":")) + "\n")
-        return change
+        return append_change(self.trial_dir, change)
+
+
+def append_change(trial_dir: str | os.PathLike, change: Change) -> Change:
+    """Append ``change`` as one JSON line to ``trial_dir/changes.jsonl``; returns it."""
+    trial_dir = Path(trial_dir)
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    # One writer (the controller), appended line by line: a cut last line is dropped by
+    # the reader, never the ones before it.
+    with open(trial_dir / CHANGES_FILE, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(asdict(change), separators=(",", ":")) + "\n")
+    return change
 
 
 def read_changes(trial_dir: str | os.PathLike) -> list[Change]:
@@ -177,5 +191,5 @@ def read_changes(trial_dir: str | os.PathLike) -> list[Change]:
     return out
 
 
-__all__ = ["CHANGES_FILE", "Change", "LiveTrial", "read_changes", "set_tree_affinity",
-           "tree_tasks"]
+__all__ = ["CHANGES_FILE", "Change", "LiveTrial", "append_change", "read_changes",
+           "set_tree_affinity", "tree_tasks"]

@@ -1,0 +1,277 @@
+"""A live plan on Kubernetes: a Job whose pod is resized in place per phase (issue 40).
+
+The pod starts with the requests of the plan's first phase and its limits at the largest
+phase; ``python -m optimizer run --plan`` inside it patches the pod's ``resize`` subresource
+as the job moves between phases (:mod:`optimizer.trials.live.pod_resize`). What that needs:
+
+* ``resizePolicy: NotRequired`` for CPU and memory: a Job's pod has ``restartPolicy: Never``,
+  so ``RestartContainer`` would end the run (the API server refuses it there anyway);
+* limits fixed at the largest phase: a resize may not change the pod's QoS class, and only
+  a Burstable pod's requests can move under fixed limits;
+* the pod's name and namespace through the downward API, and a ServiceAccount whose Role may
+  get and patch ``pods/resize`` (and get ``pods``, to read the outcome);
+* no VerticalPodAutoscaler: in ``Initial`` mode it rewrites the first requests (and scales the
+  limits with them); ``Recreate``, ``Auto`` and ``InPlaceOrRecreate`` evict, ending the run.
+
+The YAML is emitted from plain dicts, every string a JSON string (a valid YAML double-quoted
+scalar), as :mod:`optimizer.reports.k8s` does, so no YAML library is needed at run time.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+from collections.abc import Mapping
+from typing import Any
+
+from optimizer.foundation.memory import memory_quantity
+from optimizer.reports.k8s import PLACEHOLDER_IMAGE, dns_label
+from optimizer.trials.live.plan import PLAN_FILE, LivePlan, PhaseAllocation
+from optimizer.trials.live.pod_spec import parse_quantity, pod_requests, resize_patch
+from optimizer.trials.resources import THREAD_VARS
+
+PLAN_DIR = "/plan"
+"""Where the ConfigMap holding ``live-plan.json`` is mounted."""
+LOG_DIR = "/cloudopt-log"
+"""The wrapper's ``--log-dir`` (an emptyDir: the ConfigMap's mount is read-only)."""
+RESIZE_POLICY = [{"resourceName": "cpu", "restartPolicy": "NotRequired"},
+                 {"resourceName": "memory", "restartPolicy": "NotRequired"}]
+_RESERVED_ENV = ("POD_NAME", "POD_NAMESPACE", "CONTAINER_NAME")
+
+
+def _allocations(plan: LivePlan) -> list[PhaseAllocation]:
+    return [plan.fallback, *(e.allocation for e in plan.phases.values())]
+
+
+def live_limits(plan: LivePlan) -> dict[str, str]:
+    """The container's limits: the largest phase's cores and memory (``memory_max_gb``, or
+    the largest phase's memory where larger). No memory limit when no phase names one."""
+    allocs = _allocations(plan)
+    out = {"cpu": str(max(a.cpus for a in allocs))}
+    memories = [m for m in [plan.memory_max_gb, *(a.memory_gb for a in allocs)] if m]
+    if memories:
+        out["memory"] = memory_quantity(max(memories))
+    return out
+
+
+def start_phase(plan: LivePlan) -> str | None:
+    """The phase the job starts in (the schedule's first); None: the fallback's."""
+    return plan.schedule[0] if plan.schedule else None
+
+
+def phase_requests(plan: LivePlan, phase: str | None) -> dict[str, str]:
+    """The container's requests while the job is in ``phase`` (None or an unknown phase: the
+    fallback's). A phase without memory is shown with the fallback's; live, the controller
+    keeps the memory it holds there (the main job's plans name memory in every phase)."""
+    alloc = plan.allocation_for(phase)
+    limits = live_limits(plan)
+    memory = alloc.memory_gb or plan.fallback.memory_gb
+    if memory is None and "memory" in limits:
+        memory = parse_quantity(limits["memory"]) / 1024**3
+    return pod_requests(alloc.cpus, memory, limits)
+
+
+def live_requests(plan: LivePlan) -> dict[str, dict[str, str]]:
+    """Phase → requests (``{"cpu": "2", "memory": "400Mi"}``) for ``recommendation.json``."""
+    return {name: phase_requests(plan, name) for name in plan.phases}
+
+
+def live_transitions(plan: LivePlan) -> list[dict[str, Any]]:
+    """Each change of phase in the schedule, and whether the pod grows there (a grow can be
+    Deferred by the node; a shrink always fits)."""
+    out = []
+    for a, b in zip(plan.schedule, plan.schedule[1:], strict=False):
+        before, after = phase_requests(plan, a), phase_requests(plan, b)
+        grows = [k for k in ("cpu", "memory") if k in before and k in after
+                 and parse_quantity(after[k]) > parse_quantity(before[k])]
+        if before != after:
+            out.append({"from": a, "to": b, "requests": after, "grows": grows})
+    return out
+
+
+def live_recommendation(plan: LivePlan) -> dict[str, Any]:
+    """The Kubernetes side of a live plan, for ``recommendation.json``."""
+    return {"start_phase": start_phase(plan), "schedule": list(plan.schedule),
+            "start_requests": phase_requests(plan, start_phase(plan)),
+            "limits": live_limits(plan), "requests": live_requests(plan),
+            "fallback_requests": phase_requests(plan, None),
+            "transitions": live_transitions(plan), "qos_class": "Burstable",
+            "resize_policy": "NotRequired"}
+
+
+def resize_patch_json(plan: LivePlan, phase: str | None, *, container: str) -> str:
+    """The body of ``kubectl patch pod P --subresource resize --type strategic --patch``
+    moving ``container`` (a name as given to :func:`k8s_live_job_yaml`) to ``phase``."""
+    return json.dumps(resize_patch(dns_label(container), phase_requests(plan, phase)))
+
+
+def service_account_name(name: str) -> str:
+    """The ServiceAccount (and Role, RoleBinding) of the job ``name``."""
+    return f"{dns_label(name)[:50].rstrip('-')}-resizer"
+
+
+def _meta(name: str, label: str, namespace: str | None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if namespace:
+        meta["namespace"] = namespace
+    meta["labels"] = {"app.kubernetes.io/name": label, "app.kubernetes.io/managed-by": "cloudopt"}
+    return meta
+
+
+def live_job_objects(plan: LivePlan, env: Mapping[str, str], *, name: str,
+                     command: list[str], args: list[str] | None = None,
+                     image: str | None = None, namespace: str | None = None
+                     ) -> list[dict[str, Any]]:
+    """A ConfigMap holding the plan and the ``batch/v1`` Job running ``command`` under it."""
+    label = dns_label(name)
+    first = plan.allocation_for(start_phase(plan))
+    limits = live_limits(plan)
+    gpus = int(plan.static.get("gpus") or 0)
+    if gpus > 0:
+        limits["nvidia.com/gpu"] = str(gpus)  # extended resources: limits only
+    field = [("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace")]
+    env_list: list[dict[str, Any]] = [
+        {"name": k, "valueFrom": {"fieldRef": {"fieldPath": p}}} for k, p in field]
+    env_list.append({"name": "CONTAINER_NAME", "value": label})
+    # The wrapper moves the threads from here on; they start at the first phase's cores.
+    env_list += [{"name": k, "value": str(first.cpus) if k in THREAD_VARS else str(env[k])}
+                 for k in sorted(env) if k not in _RESERVED_ENV]
+    wrapper = ["python", "-m", "optimizer", "run", "--plan", f"{PLAN_DIR}/{PLAN_FILE}",
+               "--kubernetes", "on", "--log-dir", LOG_DIR, "--"]
+    container: dict[str, Any] = {"name": label, "image": image or PLACEHOLDER_IMAGE,
+                                 "command": wrapper + list(command)}
+    if args:
+        container["args"] = list(args)
+    container.update({
+        "resizePolicy": [dict(p) for p in RESIZE_POLICY],
+        "resources": {"requests": phase_requests(plan, start_phase(plan)), "limits": limits},
+        "env": env_list,
+        "volumeMounts": [{"name": "live-plan", "mountPath": PLAN_DIR, "readOnly": True},
+                         {"name": "live-log", "mountPath": LOG_DIR}]})
+    config = f"{label[:52].rstrip('-')}-live-plan"
+    pod_labels = {"app.kubernetes.io/name": label}
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": _meta(config, label, namespace),
+                 "data": {PLAN_FILE: json.dumps(plan.to_dict(), indent=2) + "\n"}}
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": _meta(label, label, namespace),
+           "spec": {"backoffLimit": 0, "template": {"metadata": {"labels": pod_labels}, "spec": {
+               "serviceAccountName": service_account_name(name), "restartPolicy": "Never",
+               "containers": [container],
+               "volumes": [{"name": "live-plan", "configMap": {"name": config}},
+                           {"name": "live-log", "emptyDir": {}}]}}}}
+    return [configmap, job]
+
+
+def live_rbac_objects(name: str, *, namespace: str | None = None) -> list[dict[str, Any]]:
+    """The ServiceAccount the Job's pod runs as, a Role that may get and patch ``pods/resize``
+    and get ``pods``, and the RoleBinding between them."""
+    label, account = dns_label(name), service_account_name(name)
+    subject: dict[str, Any] = {"kind": "ServiceAccount", "name": account}
+    if namespace:
+        subject["namespace"] = namespace
+    rbac = "rbac.authorization.k8s.io"
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": _meta(account, label, namespace)},
+        {"apiVersion": f"{rbac}/v1", "kind": "Role", "metadata": _meta(account, label, namespace),
+         "rules": [{"apiGroups": [""], "resources": ["pods/resize"], "verbs": ["get", "patch"]},
+                   {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]},
+        {"apiVersion": f"{rbac}/v1", "kind": "RoleBinding",
+         "metadata": _meta(account, label, namespace), "subjects": [subject],
+         "roleRef": {"apiGroup": rbac, "kind": "Role", "name": account}}]
+
+
+def _job_comment(plan: LivePlan, comment: str) -> list[str]:
+    start = start_phase(plan) or "the fallback"
+    lines = comment.splitlines() + [
+        f"Live plan ({plan.source or 'cloudopt'}): requests start at phase {start}, limits "
+        "stay at the largest phase (Burstable in every phase: a resize cannot change QoS).",
+        "Apply k8s-live-rbac.yaml first (the pod patches its own pods/resize). Needs "
+        "Kubernetes >= 1.33, and kubectl >= 1.32 and cloudopt installed in the image.",
+        "No VerticalPodAutoscaler: Initial would rewrite the first requests, the other modes "
+        "evict, which ends a Job's run."]
+    for t in live_transitions(plan):
+        grow = (f"grows {', '.join(t['grows'])}: the node may defer it (the old requests "
+                "hold until it has room; logged)" if t["grows"] else "shrinks: always fits")
+        lines.append(f"  {t['from']} -> {t['to']}: {json.dumps(t['requests'], sort_keys=True)}"
+                     f", {grow}")
+    lines.append(f"Logs: {LOG_DIR} is an emptyDir; mount a volume there to keep changes.jsonl.")
+    return [f"# {w}".rstrip() for t in lines
+            for w in textwrap.wrap(t, 96, subsequent_indent="    ",
+                                                   break_on_hyphens=False) or [""]]
+
+
+def k8s_live_job_yaml(plan: LivePlan, env: Mapping[str, str], *, name: str,
+                      command: list[str], args: list[str] | None = None,
+                      image: str | None = None, namespace: str | None = None,
+                      comment: str = "") -> str:
+    """``k8s-job.yaml`` for a live plan: the plan's ConfigMap and the Job (see
+    :func:`live_job_objects`), with a comment on which phase changes grow the pod."""
+    objects = live_job_objects(plan, env, name=name, command=command, args=args, image=image,
+                               namespace=namespace)
+    return to_yaml(objects, header=_job_comment(plan, comment))
+
+
+def k8s_live_rbac_yaml(name: str, *, namespace: str | None = None) -> str:
+    """``k8s-live-rbac.yaml``: :func:`live_rbac_objects` as one multi-document YAML."""
+    header = ["# What the job's pod needs to resize itself in place. Pod names are generated "
+              "by the Job, so", "# the Role cannot name its pod (resourceNames): it lets this "
+              "account resize any pod in", "# the namespace."]
+    return to_yaml(live_rbac_objects(name, namespace=namespace), header=header)
+
+
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]*")
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)) or value is None:
+        return json.dumps(value)
+    if isinstance(value, (dict, list)):
+        return "{}" if isinstance(value, dict) else "[]"  # only empty ones get here
+    return json.dumps(str(value))
+
+
+def _block_ok(text: str) -> bool:
+    """A literal block (``|``) keeps ``text`` exactly: one final newline, no leading blank."""
+    body = text[:-1]
+    return (text.endswith("\n") and not body.endswith("\n") and body[:1] not in ("", " ")
+            and all(c == "\n" or c.isprintable() for c in body)
+            and not any(ln.endswith(" ") for ln in body.split("\n")))
+
+
+def _emit(obj: Any, indent: int) -> list[str]:
+    pad = " " * indent
+    lines: list[str] = []
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            k = key if _PLAIN_KEY.fullmatch(key) else json.dumps(key)
+            if isinstance(value, (dict, list)) and value:
+                lines += [f"{pad}{k}:", *_emit(value, indent + 2)]
+            elif isinstance(value, str) and "\n" in value and _block_ok(value):
+                lines.append(f"{pad}{k}: |")
+                lines += [f"{pad}  {ln}".rstrip() for ln in value[:-1].split("\n")]
+            else:
+                lines.append(f"{pad}{k}: {_scalar(value)}")
+        return lines
+    for item in obj:
+        if isinstance(item, (dict, list)) and item:
+            sub = _emit(item, indent + 2)
+            lines += [f"{pad}- {sub[0][indent + 2:]}", *sub[1:]]
+        else:
+            lines.append(f"{pad}- {_scalar(item)}")
+    return lines
+
+
+def to_yaml(objects: list[dict[str, Any]], header: list[str] | None = None) -> str:
+    """``objects`` as one multi-document YAML (``---`` between them) after ``header``."""
+    docs = ["\n".join(_emit(o, 0)) for o in objects]
+    return "\n".join([*(header or []), "\n---\n".join(docs)]) + "\n"
+
+
+__all__ = ["LOG_DIR", "PLAN_DIR", "RESIZE_POLICY", "k8s_live_job_yaml", "k8s_live_rbac_yaml",
+           "live_job_objects", "live_limits", "live_rbac_objects", "live_recommendation",
+           "live_requests", "live_transitions", "phase_requests", "resize_patch_json",
+           "service_account_name", "start_phase", "to_yaml"]
