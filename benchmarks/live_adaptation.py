@@ -198,12 +198,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: grid {c} CPUs: {summary.status} {summary.wall_time_s:.1f} s "
                   f"${summary.cost:.6f}", flush=True)
         # The workload model needs a third point with another batch: a time-boxed probe at
-        # twice the batch (it fits the model only; the grid and the plans keep the batch).
+        # twice the batch (it fits the model only; the grid and the plans keep the batch),
+        # boxed past the start-up (a long data preparation comes before any step).
         folder = base / "fit" / "b2x"
-        extra = TrialSummary.load(folder) if (folder / "summary.json").is_file() else \
-            manager.run_training(Allocation(0, max_cpus, GRID_MEMORY_GB, 2 * batch), folder,
-                                 resource_config=config.resources, probe_seconds=8,
-                                 timeout_s=120)
+        box = 5 + 0.6 * min(g.wall_time_s for g, _ in grid)
+        extra = TrialSummary.load(folder) if (folder / "summary.json").is_file() else None
+        if extra is None or not extra.throughput:
+            extra = manager.run_training(Allocation(0, max_cpus, GRID_MEMORY_GB, 2 * batch),
+                                         folder, resource_config=config.resources,
+                                         probe_seconds=box, timeout_s=600)
         best = best_static([g for g, _ in grid])
         memory = right_size_memory(best.mem_gb_peak)
         static = Allocation(0, best.allocation.cpus, memory, best.allocation.batch_size)

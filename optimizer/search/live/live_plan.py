@@ -107,7 +107,7 @@ def build_live_plan(trials: list[tuple[TrialSummary, Path]], env_config: Any,
     why) when the trials show no stages or one only. The probe's stages come first; where
     they show one stage or none and ``detector`` is given (or a callable returning one), the
     phase detector's phases of the monitor's traces stand in (``phase-N``)."""
-    from optimizer.search.recommend import recommend
+    from optimizer.search.recommend import recommend, share_text
 
     rows = [r for s, d in trials for r in trial_stage_rows(d, s)]
     model = build_stage_model(rows, reference_cpus=static.cpus)
@@ -132,9 +132,8 @@ def build_live_plan(trials: list[tuple[TrialSummary, Path]], env_config: Any,
     plan = plan_from_decisions(rec.decisions.to_dict("records"), model, static, rec.agent,
                                interval_s)
     plan.phase_source = source
-    why = (f"{plan.source}; on the stage model it reaches "
-           f"{outcomes.get(rec.agent, {}).get('share_of_optimum', float('nan')):.1%} of the "
-           "optimum")
+    share = outcomes.get(rec.agent, {}).get("share_of_optimum", float("nan"))
+    why = f"{plan.source}; on the stage model it reaches {share_text(share)} of the optimum"
     return PlanResult(plan, why, model, outcomes, cfg)
 
 
