@@ -118,7 +118,7 @@ class CloudResourceOptimizer:
         """Where this optimizer's trials run (``[run].executor``), started on first use."""
         if self.executor is None:
             run = self.config.run
-            self.executor = make_executor(run.executor, run.ray_address or None)
+            self.executor = make_executor(run.executor, run.ray_address or None, seed=run.seed)
         return self.executor
 
     def close(self) -> None:

@@ -49,3 +49,30 @@ def test_replay_needs_a_recorded_grid(tmp_path):
     assert RunConfig(executor=f"replay:{tmp_path}").executor.startswith("replay:")
     with pytest.raises(ConfigError, match="replay:DIR"):
         RunConfig(executor="cluster")
+
+
+class _Manager:
+    """What the replay asks of the script: its own batch size and data-loader workers."""
+
+    def default_batch_size(self):
+        return 128
+
+    def default_workers(self):
+        return 2
+
+
+def test_the_scripts_own_settings_and_a_seed_pick_the_recorded_run(tmp_path):
+    """A probe at the script's own batch and workers (unset in the allocation) is the grid's
+    cell of those values; ``[run].seed`` starts each cell at another repetition; the trial keeps
+    the setting the search asked for (a workers sweep stays a workers sweep)."""
+    grid = _grid(tmp_path / "grid")
+    (grid / "cells" / "g0-c2-b128").rename(grid / "cells" / "g0-c2-b128-w2")
+    assert cell_key(Allocation(0, 2, 1.0, None), _Manager()) == "g0-c2-b128-w2"
+    assert cell_key(Allocation(0, 2, 1.0, 64, workers=0), _Manager()) == "g0-c2-b64-w0"
+    res = ResourceConfig()
+    for seed, first in ((0, 10.0), (1, 12.0)):
+        ex = make_executor(f"replay:{grid}", seed=seed)
+        req = TrialRequest(Allocation(0, 2, 1.0, None), tmp_path / f"s{seed}" / "t0")
+        [(_, got)] = list(ex.run(_Manager(), [req], res))
+        assert got.status == "completed" and got.wall_time_s == first
+        assert got.allocation.batch_size is None and got.allocation.workers is None

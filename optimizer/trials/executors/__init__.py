@@ -31,14 +31,16 @@ def check_available(name: str) -> None:
         raise ConfigError(f"unknown executor {name!r}: choose one of {', '.join(EXECUTORS)}")
 
 
-def make_executor(name: str = "local", address: str | None = None, **options: Any) -> TrialExecutor:
-    """The executor called ``name`` (``address``: a Ray cluster to join)."""
+def make_executor(name: str = "local", address: str | None = None, seed: int = 0,
+                  **options: Any) -> TrialExecutor:
+    """The executor called ``name`` (``address``: a Ray cluster to join; ``seed``: the recorded
+    run a replay answers first, so searches with different seeds see different repetitions)."""
     if name == "local":
         return LocalExecutor()
     if name.startswith("replay:"):
         from optimizer.trials.executors.replay import ReplayExecutor
 
-        return ReplayExecutor(name.split(":", 1)[1])
+        return ReplayExecutor(name.split(":", 1)[1], start=seed)
     if name == "ray":
         from optimizer.trials.executors.ray_executor import RayExecutor
 

@@ -8,7 +8,8 @@ script at one setting (``summary.json``, ``trace.csv``, ``probe.jsonl``, ...; th
 ``<key>`` = ``g<gpus>-c<cpus>-b<batch>`` and ``-w<workers>`` where workers were set.
 
 A trial at a setting gets the next recorded run of that cell (``rep0``, ``rep1``, … in turn,
-so a setting measured twice is answered by two different runs, as a real rerun would be). Its
+from ``rep<seed>`` with ``[run].seed``, so a setting measured twice is answered by two different
+runs, as a real rerun would be, and searches with different seeds see different runs first). Its
 files are copied into the trial folder and its summary relabelled: the trial's id, the
 memory limit the search asked for (a recorded peak above it is an out-of-memory failure, as
 the monitor would have killed it), the cost priced at that limit, ``executor = "replay"``.
@@ -35,10 +36,15 @@ from optimizer.trials.records import SUMMARY_FILE, TrialSummary
 PREFIX = "replay:"
 
 
-def cell_key(a: Allocation) -> str:
-    """The recorded cell of an allocation (the grid's folder name)."""
-    w = "" if a.workers is None else f"-w{a.workers}"
-    return f"g{a.gpus}-c{a.cpus}-b{a.batch_size}{w}"
+def cell_key(a: Allocation, manager: Any = None) -> str:
+    """The recorded cell of an allocation (the grid's folder name); the script's own batch size
+    and data-loader workers, as ``manager`` reads them, where the allocation leaves them unset."""
+    batch, workers = a.batch_size, a.workers
+    if manager is not None:
+        batch = batch if batch is not None else manager.default_batch_size()
+        workers = workers if workers is not None else manager.default_workers()
+    w = "" if workers is None else f"-w{workers}"
+    return f"g{a.gpus}-c{a.cpus}-b{batch}{w}"
 
 
 class ReplayExecutor:
@@ -46,8 +52,8 @@ class ReplayExecutor:
 
     name = "replay"
 
-    def __init__(self, root: str | Path) -> None:
-        self.root = Path(root)
+    def __init__(self, root: str | Path, start: int = 0) -> None:
+        self.root, self.start = Path(root), int(start)
         cells = self.root / "cells"
         if not cells.is_dir():
             raise ConfigError(f"--executor replay:{root}: no cells/ folder there (a grid "
@@ -62,12 +68,13 @@ class ReplayExecutor:
     def run(self, manager: Any, requests: Sequence[TrialRequest],
             resource_config: ResourceConfig) -> Iterator[tuple[int, TrialSummary]]:
         for i, req in enumerate(requests):
-            yield i, self.replay(req, resource_config)
+            yield i, self.replay(req, resource_config, manager)
 
-    def replay(self, req: TrialRequest, resources: ResourceConfig) -> TrialSummary:
+    def replay(self, req: TrialRequest, resources: ResourceConfig,
+               manager: Any = None) -> TrialSummary:
         trial_dir = Path(req.trial_dir)
         trial_dir.mkdir(parents=True, exist_ok=True)
-        key = cell_key(req.allocation)
+        key = cell_key(req.allocation, manager)
         runs = self._runs(key)
         if not runs:
             summary = TrialSummary(trial_id=trial_dir.name, status="failed",
@@ -76,13 +83,13 @@ class ReplayExecutor:
                                    executor=self.name)
             summary.save(trial_dir)
             return summary
-        src = runs[self.served[key] % len(runs)]
+        src = runs[(self.start + self.served[key]) % len(runs)]
         self.served[key] += 1
         for f in src.iterdir():
             if f.is_file() and f.name != SUMMARY_FILE:
                 shutil.copy2(f, trial_dir / f.name)
         rec = TrialSummary.load(src)
-        alloc = dataclasses.replace(rec.allocation, memory_gb=req.allocation.memory_gb)
+        alloc = req.allocation  # the setting the search asked for (the recorded run is it)
         hourly = ResourceCostCalculator.from_config(resources).calculate_hourly_cost(alloc)
         out = dataclasses.replace(
             rec, trial_id=trial_dir.name, allocation=alloc, hourly_cost=hourly,
