@@ -70,8 +70,10 @@ class CloudoptRunner:
     """Runs (or reloads) the main command for one script at one budget and preference."""
 
     def __init__(self, store: TruthStore, budget: int, *, agent_seconds: float | None,
-                 probe_seconds: float | None, quiet: bool, extra: str = ""):
-        self.store, self.budget = store, budget
+                 probe_seconds: float | None, quiet: bool, extra: str = "",
+                 budget_flag: str | None = "--baseline-samples"):
+        """``budget_flag``: the flag ``budget`` is given as (None: only ``extra`` says it)."""
+        self.store, self.budget, self.budget_flag = store, budget, budget_flag
         self.agent_seconds, self.probe_seconds, self.quiet = agent_seconds, probe_seconds, quiet
         self.extra = extra
         settings = repr((store.w.args, store.w.cloudopt_args, agent_seconds, probe_seconds)
@@ -90,7 +92,9 @@ class CloudoptRunner:
             return json.loads(record.read_text())
         w = self.store.w
         cmd = [sys.executable, "-m", "optimizer", "--train-file", str(w.file),
-               "--preference", preference, "--baseline-samples", str(self.budget), "--quiet"]
+               "--preference", preference, "--quiet"]
+        if self.budget_flag:
+            cmd += [self.budget_flag, str(self.budget)]
         if w.args:
             cmd.append(f"--train-args={w.args}")
         cmd += shlex.split(w.cloudopt_args) + shlex.split(self.extra)

@@ -120,15 +120,19 @@ class Workload:
         return h.hexdigest()[:12]
 
 
-def load_workloads(quick: bool = False, manifest: Path = MANIFEST) -> list[Workload]:
-    """The manifest's scripts (``quick``: those marked quick, with their quick settings)."""
+def load_workloads(quick: bool = False, manifest: Path = MANIFEST,
+                   variant: str | None = None) -> list[Workload]:
+    """The manifest's scripts. ``variant`` (``quick`` or ``large``; ``quick=True`` is
+    ``variant="quick"``): only the scripts marked with it, each ``<variant>_<key>`` setting in
+    place of ``<key>``."""
+    variant = variant or ("quick" if quick else None)
     data = read_toml(manifest)
     out = []
     for name, spec in data.items():
-        if quick and not spec.get("quick"):
+        if variant and not spec.get(variant):
             continue
-        pick = (lambda k, d=None, s=spec: s.get(f"quick_{k}", s.get(k, d))) if quick else \
-            (lambda k, d=None, s=spec: s.get(k, d))
+        pick = (lambda k, d=None, s=spec: s.get(f"{variant}_{k}", s.get(k, d))) if variant \
+            else (lambda k, d=None, s=spec: s.get(k, d))
         out.append(Workload(
             name=name, file=ROOT / spec["file"], batch=spec["batch"],
             default_batch=int(spec["default_batch"]),

@@ -1,0 +1,322 @@
+"""Regret against the number of real runs, on grids too large to enumerate (issue 41).
+
+For every script of the manifest marked ``large`` (8 batch sizes x 4 data-loader worker counts
+x the machine's CPU levels: 64 cells on 2 cores):
+
+1. the ground truth: every cell run to its end ``--repeats`` times, cached and resumable
+   (``regret_truth.TruthStore``; interrupted, it goes on where it stopped);
+2. at each budget N (``--budgets``, default 2,4,6,8,12,16 real runs):
+   - ``cloudopt@N``: the main command with ``--budget N --executor replay:<grid>`` (every trial
+     answered from a recorded run of its cell: probes, refinement, sweeps and run-off all count),
+     with ``[run].seed`` = 0..``--seeds``-1 (the seed picks which recorded run a cell answers
+     with first, and seeds the agents);
+   - ``random@N``, ``optuna-tpe@N``, ``optuna-gp@N``: N distinct cells run once each, the best
+     observed wins (``--peer-seeds`` seeds each);
+   - ``default``: the script's own setting, no search.
+3. regret under the ground truth (``regret_score``: the whole job's time and cost at the cell's
+   median), per budget: median and worst over scripts x preferences, each randomised method first
+   averaged over its seeds; and which proposer found each cloudopt recommendation.
+
+The grid is packed into ``benchmarks/data/grids/<machine>/<script>-<hash>.tar.gz`` (``--pack``)
+so a later session replays it without measuring. Usage::
+
+    python benchmarks/regret_curves.py [--scripts cnn,tab] [--budgets 2,4,6] [--seeds 3]
+        [--measure-only] [--pack] [--json runs/regret/curves.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import tarfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from regret_peers import CloudoptRunner, code_digest, default_cell, effective_cell, optuna_pick
+from regret_score import PREFERENCES, GroundTruth, Pick, evaluate, pct, random_search
+from regret_truth import ROOT, TruthStore, describe_machine, grid_cells, load_workloads, machine_key
+
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.config import load_config
+
+BUDGETS = (2, 4, 6, 8, 12, 16)
+PACK_DIR = ROOT / "benchmarks" / "data" / "grids"
+PACKED = ("summary.json", "probe.jsonl", "trace.csv", "stages.csv", "config.json", "stdout.log")
+"""The files of a recorded run that a replay reads (not the stderr, not long runs)."""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--scripts", default=None, help="comma-separated (default: every large one)")
+    p.add_argument("--preferences", default=",".join(PREFERENCES))
+    p.add_argument("--budgets", default=",".join(map(str, BUDGETS)))
+    p.add_argument("--seeds", type=int, default=2, help="cloudopt runs per budget (seeds)")
+    p.add_argument("--peer-seeds", type=int, default=20, help="seeds of each randomised peer")
+    p.add_argument("--repeats", type=int, default=2, help="full runs per grid cell")
+    p.add_argument("--agent-seconds", type=float, default=None,
+                   help="cloudopt's agent budget (default: its own)")
+    p.add_argument("--root", default=str(ROOT / "runs" / "regret"), help="cache folder")
+    p.add_argument("--measure-only", action="store_true", help="the ground truth, nothing else")
+    p.add_argument("--pack", action="store_true",
+                   help=f"pack each measured grid into {PACK_DIR.relative_to(ROOT)}")
+    p.add_argument("--no-optuna", action="store_true")
+    p.add_argument("--json", default=None, metavar="PATH")
+    p.add_argument("--plot", default=None, metavar="PNG")
+    p.add_argument("--quiet", action="store_true")
+    args = p.parse_args(argv)
+    args.budgets = [int(b) for b in args.budgets.split(",")]
+    args.preferences = [s.strip() for s in args.preferences.split(",") if s.strip()]
+    return args
+
+
+def pack(store: TruthStore) -> Path:
+    """The grid's recorded runs as one archive in the repository (the replay's input)."""
+    out = PACK_DIR / machine_key() / f"{store.dir.name}.tar.gz"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    with tarfile.open(tmp, "w:gz") as tar:
+        for rep in sorted((store.dir / "cells").glob("*/rep*")):
+            for name in PACKED:
+                if (rep / name).is_file():
+                    tar.add(rep / name, arcname=str((rep / name).relative_to(store.dir)))
+    tmp.replace(out)
+    return out
+
+
+def unpack(store: TruthStore) -> bool:
+    """Fill the cache from a packed grid of this machine and script version, if there is one."""
+    src = PACK_DIR / machine_key() / f"{store.dir.name}.tar.gz"
+    if not src.is_file():
+        return False
+    with tarfile.open(src, "r:gz") as tar:
+        members = [m for m in tar.getmembers() if m.isfile() and not m.name.startswith(("/", ".."))
+                   and ".." not in Path(m.name).parts]
+        todo = [m for m in members if not (store.dir / m.name).exists()]
+        tar.extractall(store.dir, members=todo, filter="data")
+    return True
+
+
+def proposer_of(body: dict[str, Any], w: Any) -> str | None:
+    """Which stage of cloudopt's search first ran the recommended cell (``NN-``: a probe;
+    ``refine-``: the closed loop; ``workers``: the data-loader sweep; ``runoff-``: the run-off)."""
+    rec = body.get("recommendation")
+    if not rec:
+        return None
+    want = effective_cell(w, Allocation(**rec["allocation"]))
+    for t in body.get("trials", []):
+        a = Allocation(**{k: v for k, v in t["allocation"].items()
+                          if k in Allocation.__dataclass_fields__})
+        if effective_cell(w, a) == want:
+            tid = t["trial_id"]
+            if tid[:2].isdigit():
+                return "probe"
+            return tid.split("-", 1)[0]
+    return "unmeasured"
+
+
+def curves_for(w: Any, config: Any, args: argparse.Namespace,
+               say: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    store = TruthStore(w, config, Path(args.root), repeats=args.repeats)
+    if unpack(store):
+        say(f"{w.name}: packed grid unpacked into {store.dir}")
+    cells = grid_cells(w, config, gpus=False)
+    t0 = time.monotonic()
+    truths = store.measure_all(cells, quiet=args.quiet)
+    dcell, dmem = default_cell(w, config)
+    if dcell not in {t.cell for t in truths}:
+        extra = store.measure(dcell, on_grid=False)
+        if extra is not None:
+            truths.append(extra)
+    from recommendation_regret import prices_of
+
+    truth = GroundTruth(truths, prices_of(config), dcell)
+    say(f"{w.name}: {len(cells)} cells, {len(truths)} measured ({time.monotonic() - t0:.0f} s "
+        f"this run) in {store.dir}")
+    if args.pack:
+        say(f"{w.name}: packed into {pack(store)}")
+    grid = {"dir": str(store.dir), "cells": len(cells), "measured": len(truths),
+            "optimum": {p: truth.optimum(p)[0].key() for p in args.preferences}}
+    if args.measure_only:
+        return [], grid
+    rows: list[dict[str, Any]] = []
+    for pref in args.preferences:
+        rows.append(evaluate(truth, Pick("default", dcell, dmem), pref, w.name))
+    for budget in args.budgets:
+        for pref in args.preferences:
+            t1 = time.monotonic()
+            seeds = []
+            for seed in range(args.seeds):
+                body = cloudopt_run(store, w, budget, pref, seed, args)
+                pick = cloudopt_pick(body, w, truth, budget)
+                row = evaluate(truth, pick, pref, w.name)
+                row.update(seed=seed, proposer=proposer_of(body, w))
+                seeds.append(row)
+            rows.append(seed_row(seeds, f"cloudopt@{budget}", budget))
+            peers = [("random", lambda s, n=budget, p=pref: random_search(
+                truth, n, p, np.random.default_rng(s)))]
+            if not args.no_optuna:
+                peers += [(f"optuna-{sm}", lambda s, n=budget, p=pref, sm=sm: optuna_pick(
+                    truth, n, p, s, sm)) for sm in ("tpe", "gp")]
+            for name, make in peers:
+                runs = [evaluate(truth, make(s), pref, w.name) for s in range(args.peer_seeds)]
+                rows.append(seed_row(runs, f"{name}@{budget}", budget))
+            say(f"{w.name} {pref} {budget} runs: cloudopt {pct(rows[-4]['regret'])} "
+                f"(seeds: {', '.join(pct(r['regret']) for r in seeds)}; trials "
+                f"{[r['trials'] for r in seeds]}), random {pct(rows[-3]['regret'])}"
+                + ("" if args.no_optuna else f", tpe {pct(rows[-2]['regret'])}, gp "
+                   f"{pct(rows[-1]['regret'])}") + f" ({time.monotonic() - t1:.0f} s)")
+    return rows, grid
+
+
+def cloudopt_run(store: TruthStore, w: Any, budget: int, pref: str, seed: int,
+                 args: argparse.Namespace) -> dict[str, Any]:
+    cfg = store.dir / "curves" / f"seed{seed}.toml"
+    cfg.parent.mkdir(parents=True, exist_ok=True)
+    cfg.write_text(f"[run]\nseed = {seed}\n")
+    extra = (f"--budget {budget} --executor replay:{store.dir} --live-plan off "
+             f"--config {cfg}")
+    runner = CloudoptRunner(store, budget, agent_seconds=args.agent_seconds, probe_seconds=None,
+                            quiet=True, extra=extra, budget_flag=None)
+    return runner.run(pref)
+
+
+def cloudopt_pick(body: dict[str, Any], w: Any, truth: GroundTruth, budget: int) -> Pick:
+    trials = body.get("trials", [])
+    search_s = sum(float(t.get("wall_time_s") or 0) for t in trials)
+    if "recommendation" not in body:
+        return Pick(f"cloudopt@{budget}", None, None, trials=len(trials), search_s=search_s,
+                    budget=budget, note=f"failed: {body.get('error', '')[-200:]}")
+    a = Allocation(**body["recommendation"]["allocation"])
+    cell = effective_cell(w, a)
+    if cell not in truth.cells:
+        return Pick(f"cloudopt@{budget}", None, None, trials=len(trials), search_s=search_s,
+                    budget=budget, note=f"recommended {cell.key()}, off the measured grid")
+    return Pick(f"cloudopt@{budget}", cell, float(a.memory_gb), trials=len(trials),
+                search_s=search_s, budget=budget, note=body["recommendation"].get("agent", ""))
+
+
+def seed_row(rows: list[dict[str, Any]], method: str, budget: int) -> dict[str, Any]:
+    """One row per method, budget and case: mean regret over seeds, with median and worst."""
+    regrets = [math.inf if r["regret"] is None else r["regret"] for r in rows]
+    out = {k: rows[0][k] for k in ("script", "preference")}
+    finite = [x for x in regrets if math.isfinite(x)]
+    out.update(method=method, budget=budget, seeds=len(rows),
+               regret=float(np.mean(regrets)) if len(finite) == len(regrets) else None,
+               median_seed=float(np.median(regrets)) if finite else None,
+               worst_seed=max(regrets) if len(finite) == len(regrets) else None,
+               trials=float(np.mean([r["trials"] for r in rows])),
+               failed=sum(r.get("failed") is not None for r in rows))
+    proposers = Counter(r.get("proposer") for r in rows if r.get("proposer"))
+    if proposers:
+        out["proposers"] = dict(proposers)
+    return out
+
+
+def table(rows: list[dict[str, Any]], budgets: list[int]) -> str:
+    methods = ["cloudopt", "random", "optuna-tpe", "optuna-gp"]
+    lines = ["| method | " + " | ".join(f"{b} runs" for b in budgets) + " |",
+             "|---|" + "---|" * len(budgets)]
+    for m in methods:
+        cells = []
+        for b in budgets:
+            rs = [math.inf if r["regret"] is None else r["regret"] for r in rows
+                  if r["method"] == f"{m}@{b}"]
+            if not rs:
+                cells.append("–")
+                continue
+            cells.append(f"{pct(float(np.median(rs)))} / {pct(max(rs))}")
+        if any(c != "–" for c in cells):
+            lines.append(f"| {m} (median / worst) | " + " | ".join(cells) + " |")
+    default = [math.inf if r["regret"] is None else r["regret"] for r in rows
+               if r["method"] == "default"]
+    if default:
+        lines.append(f"| default (no search) | {pct(float(np.median(default)))} / "
+                     f"{pct(max(default))} |" + " |" * (len(budgets) - 1))
+    return "\n".join(lines)
+
+
+def winners(rows: list[dict[str, Any]]) -> str:
+    """Which of cloudopt's proposers found its recommendations, per script."""
+    per: dict[str, Counter] = {}
+    for r in rows:
+        if r["method"].startswith("cloudopt@"):
+            per.setdefault(r["script"], Counter()).update(r.get("proposers", {}))
+    return "\n".join(f"{s}: " + ", ".join(f"{k} {v}" for k, v in c.most_common())
+                     for s, c in per.items())
+
+
+def plot(rows: list[dict[str, Any]], budgets: list[int], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for m in ("cloudopt", "random", "optuna-tpe", "optuna-gp"):
+        xs, ys = [], []
+        for b in budgets:
+            rs = [math.inf if r["regret"] is None else r["regret"] for r in rows
+                  if r["method"] == f"{m}@{b}"]
+            if rs:
+                xs.append(b)
+                ys.append(100 * min(float(np.median(rs)), 10.0))
+        if xs:
+            ax.plot(xs, ys, marker="o", label=m)
+    ax.set_xlabel("real runs")
+    ax.set_ylabel("median regret, % (capped at 1000)")
+    ax.set_title("Regret against runs on the enlarged grids")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, flush=True))
+    config = load_config()
+    workloads = load_workloads(variant="large")
+    if args.scripts:
+        wanted = {s.strip() for s in args.scripts.split(",")}
+        if wanted - {w.name for w in workloads}:
+            raise SystemExit(f"--scripts: unknown {sorted(wanted - {w.name for w in workloads})}"
+                             f" (large ones: {', '.join(w.name for w in workloads)})")
+        workloads = [w for w in workloads if w.name in wanted]
+    t0 = time.monotonic()
+    rows: list[dict[str, Any]] = []
+    grids = {}
+    for w in workloads:
+        r, grids[w.name] = curves_for(w, config, args, say)
+        rows += r
+    if rows:
+        print("\nRegret against real runs (median / worst over scripts x preferences; "
+              "randomised methods averaged over their seeds first):")
+        print(table(rows, args.budgets))
+        print("\nWho proposed cloudopt's recommendation (count over budgets x preferences x "
+              "seeds):")
+        print(winners(rows))
+        path = Path(args.plot) if args.plot else Path(args.root) / "regret_vs_runs.png"
+        plot(rows, args.budgets, path)
+        print(f"plot: {path}")
+    print(f"\n{time.monotonic() - t0:.0f} s")
+    if args.json:
+        body = {"machine": describe_machine(config), "cloudopt_code": code_digest(),
+                "settings": {k: v for k, v in vars(args).items() if k not in ("json", "plot")},
+                "rows": rows, "grids": grids,
+                "median_trials": statistics.median([r["trials"] for r in rows
+                                                    if r["method"].startswith("cloudopt")])
+                if rows else None}
+        Path(args.json).write_text(json.dumps(body, indent=1, default=str) + "\n")
+        print(f"json: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
