@@ -100,3 +100,21 @@ def test_the_stage_environment_wants_fewer_cores_only_in_the_serial_stages():
     assert plan.phases["startup"].allocation.memory_gb < plan.phases["train"].allocation.memory_gb
     time_s, cost = static_forecast(cfg, static)
     assert res.total_cost < 0.9 * cost and res.total_time_s <= time_s * 1.05
+
+
+def test_a_stage_of_many_short_intervals_is_kept_as_one_block():
+    """Twenty checkpoints of 0.8% each are 16% of the run: kept (as one block after the
+    training they interrupt); a stage whose whole share is under 2% is folded."""
+    from optimizer.search.live.stage_model import _fold
+
+    seq = [("startup", 0.1)]
+    for _ in range(20):
+        seq += [("train", 0.032), ("save", 0.008)]
+    seq += [("pause", 0.01), ("eval", 0.09)]
+    folded = _fold(seq)
+    assert [s for s, _ in folded] == ["startup", "train", "save", "eval"]
+    shares = dict(folded)
+    assert shares["save"] == pytest.approx(0.16)
+    assert shares["train"] == pytest.approx(0.64 + 0.01)  # the short pause joins training
+    assert sum(shares.values()) == pytest.approx(1.0)
+    assert _fold([("startup", 0.01), ("train", 0.99)]) == [("train", pytest.approx(1.0))]

@@ -35,8 +35,8 @@ from optimizer.trials.live.stages import PAUSE_S, detector_intervals, stage_inte
 from optimizer.trials.records import TrialSummary
 
 MIN_SHARE = 0.02
-"""Stage intervals shorter than this share of the run are folded into their neighbour: a plan
-cannot act on them within its interval, and the environment would need tiny chunks."""
+"""A stage under this share of the run (all its intervals together) is folded into its
+neighbours: a plan gains nothing there, and the environment would need tiny chunks."""
 STAGE_IDS = {"startup": 0, "train": 1, "eval": 2, "save": 3, "pause": 4}
 DETECTOR_BASE = 10
 """``phase-N`` of the phase detector is the environment's phase id ``DETECTOR_BASE + N``."""
@@ -217,10 +217,25 @@ def build_stage_model(rows: Sequence[dict[str, Any]],
 
 
 def _fold(sequence: Iterable[tuple[str, float]]) -> list[tuple[str, float]]:
-    """Short intervals join the one before (or after, at the start); equal neighbours merge."""
+    """Short intervals join the one before (or after, at the start); equal neighbours merge.
+
+    A stage is folded by its total, not by each interval: twenty checkpoints of 1% each are a
+    fifth of the run. Such a stage's short intervals become one block of their summed share,
+    placed where the last of them was; the plan is per stage, so the controller acts at every
+    one of them while the environment sees a block it can give its own allocation."""
+    seq = [(str(s), float(x)) for s, x in sequence]
+    totals: dict[str, float] = {}
+    for stage, share in seq:
+        totals[stage] = totals.get(stage, 0.0) + share
     out: list[list[Any]] = []
+    blocks: dict[str, list[float]] = {}  # stage -> [summed share, position in out]
     pending = 0.0
-    for stage, share in sequence:
+    for stage, share in seq:
+        if share < MIN_SHARE and totals[stage] >= MIN_SHARE:
+            block = blocks.setdefault(stage, [0.0, 0.0])
+            block[0] += share
+            block[1] = len(out)
+            continue
         if share < MIN_SHARE:
             if out:
                 out[-1][1] += share
@@ -232,6 +247,15 @@ def _fold(sequence: Iterable[tuple[str, float]]) -> list[tuple[str, float]]:
         else:
             out.append([stage, share + pending])
             pending = 0.0
+    for stage, (share, pos) in sorted(blocks.items(), key=lambda kv: -kv[1][1]):
+        at = int(pos)
+        if at > 0 and out[at - 1][0] == stage:
+            out[at - 1][1] += share
+        elif at < len(out) and out[at][0] == stage:
+            out[at][1] += share
+        else:
+            out.insert(at, [stage, share + (pending if at == 0 else 0.0)])
+            pending = 0.0 if at == 0 else pending
     if not out:
         return []
     return [(s, float(x)) for s, x in out]
