@@ -124,3 +124,39 @@ def test_the_main_job_keeps_to_its_budget_and_prints_the_search_cost(tmp_path, r
                           "tests/data/tiny_train.py", "--budget", "lots"], capture_output=True,
                          text=True, cwd=repo_root, timeout=60)
     assert bad.returncode == 2 and "--budget 'lots'" in bad.stderr
+
+
+def test_a_run_that_costs_more_than_it_can_save_is_not_made():
+    """The closed loop's stopping rule: the largest expected improvement, saved over
+    [run].job_runs runs of the job, against one run's cost (a 20 s probe, or the whole job when
+    shorter)."""
+    from types import SimpleNamespace
+
+    from optimizer.foundation.allocation import Allocation
+    from optimizer.foundation.config import OptimizerConfig
+    from optimizer.search.acquisition import ProbeChoice
+    from optimizer.search.refine import not_worth_a_run
+    from optimizer.trials.records import TrialSummary
+
+    def opt(job_runs, preference="cost"):
+        cfg = OptimizerConfig()
+        cfg.run.job_runs = job_runs
+        return SimpleNamespace(config=cfg, user_preference=preference, efficiency=None)
+
+    def trials(job_s):
+        return [TrialSummary(trial_id="00", status="completed", allocation=Allocation(0, 2, 4.0),
+                             wall_time_s=job_s, samples=1000.0 * job_s, throughput=1000.0,
+                             total_samples=1000.0 * job_s, mem_gb_peak=1.0)]
+
+    choice = ProbeChoice(Allocation(0, 1, 4.0), expected_improvement=0.05, spread=0.1)
+    opts = SimpleNamespace(probe_seconds=None)
+    # A 10 s job: 5% of it saved 100 times is 50 s of job; one run is the whole 10 s job.
+    assert not_worth_a_run(opt(100), trials(10.0), choice, opts) is None
+    why = not_worth_a_run(opt(10), trials(10.0), choice, opts)
+    assert why and "over 10 runs of the job" in why and "5.0%" in why
+    # An hour-long job: a 20 s probe is worth it even for a single run of the job.
+    assert not_worth_a_run(opt(1), trials(3600.0), choice, opts) is None
+    assert not_worth_a_run(opt(1, "time"), trials(3600.0), choice, opts) is None
+    assert "s a job" in not_worth_a_run(opt(1, "time"), trials(10.0), choice, opts)
+    assert not_worth_a_run(opt(0), trials(10.0), choice, opts) is None  # 0: never
+    assert not_worth_a_run(opt(10), trials(10.0), None, opts) is None

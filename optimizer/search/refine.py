@@ -14,7 +14,9 @@ Round ``k`` (``[run].refine_rounds`` of them) of :func:`refine`:
 4. the loop ends early when the plan was measured already (or a measured trial beats its
    prediction) and no allocation is expected to beat the best trial by 1% under the refitted
    model. Agreement between prediction and measurement at the plan alone does not end it: the
-   model can be right there and wrong elsewhere.
+   model can be right there and wrong elsewhere. It also ends when the largest expected
+   improvement, saved over ``[run].job_runs`` runs of the job, is less than one more run costs
+   (:func:`not_worth_a_run`): a short job earns little search.
 
 With ``--workers-arg`` the best setting so far is then measured at other data-loader worker
 counts (:mod:`optimizer.search.loader_workers`). The settings that measured within 15% of the best are
@@ -26,11 +28,18 @@ with its memory right-sized, so it is never worse than a trial already run.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from optimizer.foundation.allocation import Allocation, describe_allocation, job_words
+from optimizer.foundation.allocation import (
+    Allocation,
+    describe_allocation,
+    job_words,
+    money_words,
+    seconds_words,
+)
 from optimizer.search.acquisition import (
     anchored,
     bootstrap_models,
@@ -137,6 +146,43 @@ def _probe_by_improvement(opt: Any, env_config: Any, trials: list[TrialSummary],
         candidates
 
 
+def not_worth_a_run(opt: Any, trials: Sequence[TrialSummary], best_probe: Any,
+                    opts: Any) -> str | None:
+    """Why one more run would cost more than it is expected to save (None: it pays).
+
+    The most any unmeasured setting is expected to gain (the largest expected improvement, a
+    share of the best trial's objective) over ``[run].job_runs`` runs of the job, against one
+    run: a probe's time box (the whole job when shorter) at that setting's price; seconds under
+    the ``time`` preference, dollars otherwise. A short job stops early, a long one searches on.
+    """
+    cfg = opt.config
+    if best_probe is None or not cfg.run.job_runs:
+        return None
+    from optimizer.trials.cost import ResourceCostCalculator
+
+    table = objective_table(trials, cfg, opt.user_preference, getattr(opt, "efficiency", None))
+    if table.empty:
+        return None
+    top = table.loc[table["objective"].idxmin()]
+    box = opts.probe_seconds if getattr(opts, "probe_seconds", None) is not None \
+        else cfg.run.probe_seconds
+    seconds = min(float(box) or math.inf, float(top["job_time_s"]))
+    runs, gain = cfg.run.job_runs, float(best_probe.expected_improvement)
+    if opt.user_preference == "time":
+        saved, spent = gain * float(top["job_time_s"]) * runs, seconds
+        words = (seconds_words(saved / runs), seconds_words(saved), seconds_words(spent))
+    else:
+        hourly = ResourceCostCalculator.from_config(cfg.resources).calculate_hourly_cost(
+            best_probe.allocation)
+        saved, spent = gain * float(top["job_cost"]) * runs, hourly * seconds / 3600.0
+        words = (money_words(saved / runs), money_words(saved), money_words(spent))
+    if saved >= spent:
+        return None
+    return (f"the best unmeasured setting is expected to save {words[0]} a job ({gain:.1%}), "
+            f"{words[1]} over {runs} runs of the job ([run].job_runs), less than the "
+            f"{words[2]} one more run would cost")
+
+
 def dominating_trial(env_config: Any, plan: Allocation, trials: Sequence[TrialSummary],
                      config: Any, total: float | None,
                      efficiency: Any = None) -> TrialSummary | None:
@@ -238,6 +284,12 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
             break
         if budget is not None and not budget.allows(1, reserve):
             rounds.append(_budget_stop(k, budget, reserve))
+            break
+        unpaid = not_worth_a_run(opt, usable, probe[0] if probe else None, opts)
+        if unpaid:
+            opt._say(f"closed loop stops: {unpaid}")
+            rounds.append({"round": k, "planned": planned, "proposed_by": "job-runs",
+                           "action": "stop", "why": unpaid})
             break
         trial = opt._measure(manager, choice, f"refine-{k}", run_dir, opts, total)
         trial = opt._label_batch(trial, run_dir / "trials" / trial.trial_id, batch_settable)
