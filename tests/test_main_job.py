@@ -21,6 +21,8 @@ yaml = pytest.importorskip("yaml")
 
 TINY_ARGS = ["--train-args", "--samples 16000", "--baseline-samples", "4", "--probe-seconds", "0",
              "--agent-seconds", "2", "--live-plan", "write"]
+# Tests of something other than the closed loop's end: one run-off round (3 runs, not 6).
+SHORT_LOOP = [*TINY_ARGS, "--runoff-rounds", "1"]
 
 
 def cli(repo_root, *args, **kw):
@@ -143,7 +145,7 @@ def test_report_embeds_its_images(tiny_run):
 def test_kill_midway_then_resume_does_not_rerun_trials(tmp_path, repo_root):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "optimizer", "--train-file", "tests/data/tiny_train.py",
-           "--preference", "time", *TINY_ARGS, "--output", str(out), "--quiet"]
+           "--preference", "time", *SHORT_LOOP, "--output", str(out), "--quiet"]
     proc = subprocess.Popen(cmd, cwd=repo_root, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 120
@@ -158,7 +160,7 @@ def test_kill_midway_then_resume_does_not_rerun_trials(tmp_path, repo_root):
     assert len(done) >= 2
     stamps = {p: p.stat().st_mtime_ns for p in done}
     again = cli(repo_root, "--train-file", "tests/data/tiny_train.py", "--preference", "time",
-                *TINY_ARGS, "--resume", str(out), "--quiet")
+                *SHORT_LOOP, "--resume", str(out), "--quiet")
     assert again.returncode == 0, again.stderr[-3000:]
     assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())  # not rerun
     assert len(list(out.glob("trials/0*/summary.json"))) == 4
@@ -168,7 +170,7 @@ def test_kill_midway_then_resume_does_not_rerun_trials(tmp_path, repo_root):
 def test_infeasible_sla_is_reported_with_the_closest_recommendation(tmp_path, repo_root):
     out = tmp_path / "run"
     proc = cli(repo_root, "--train-file", "tests/data/tiny_train.py", "--preference",
-               "balanced", *TINY_ARGS, "--time-max", "0.001", "--output", str(out), "--quiet")
+               "balanced", *SHORT_LOOP, "--time-max", "0.001", "--output", str(out), "--quiet")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rec = json.loads((out / "recommendation.json").read_text())
     assert rec["sla_feasible"] is False

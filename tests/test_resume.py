@@ -7,7 +7,8 @@ import sys
 import pytest
 
 TINY_ARGS = ["--train-args", "--samples 16000", "--baseline-samples", "3", "--probe-seconds",
-             "0", "--agent-seconds", "1", "--live-plan", "off", "--refine-rounds", "1"]
+             "0", "--agent-seconds", "1", "--live-plan", "off", "--refine-rounds", "1",
+             "--runoff-rounds", "1"]
 
 
 def cli(repo_root, *args):
