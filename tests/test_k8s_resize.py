@@ -407,3 +407,32 @@ def test_resizing_trial_moves_threads_only_when_the_pod_moved(tmp_path):
     finally:
         job.kill()
         job.wait()
+
+
+def test_a_phase_change_of_cores_and_memory_is_one_resize_patch(tmp_path):
+    """The controller asks a pod for a stage's cores and memory together: one ``kubectl patch``
+    per phase change, never a half-resized pod between two."""
+    from optimizer.trials.live.controller import Controller, PlanDecider
+    from optimizer.trials.live.plan import LivePlan, PhaseAllocation, PhaseEntry
+
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        live = LiveTrial(job.pid, tmp_path, control_file=tmp_path / "control.json")
+        fake = FakeKubectl([])
+        r, _ = _resizer(fake, tmp_path)
+        plan = LivePlan(phases={"startup": PhaseEntry(PhaseAllocation(1, 1.5)),
+                                "train": PhaseEntry(PhaseAllocation(2, 3.0))},
+                        fallback=PhaseAllocation(2, 3.0))
+        stage = iter(["startup", "train"])
+        ctl = Controller(ResizingTrial(live, r), PlanDecider(plan), lambda: next(stage),
+                         cores=sorted(os.sched_getaffinity(0))[:2],
+                         initial=PhaseAllocation(2, 3.0))
+        for _ in range(2):
+            (change,) = ctl.step()
+            assert change.status == "applied"
+        patches = [json.loads(c[c.index("--patch") + 1]) for c in fake.calls if c[1] == "patch"]
+        asked = [p["spec"]["containers"][0]["resources"]["requests"] for p in patches]
+        assert asked == [{"cpu": "1", "memory": "1536Mi"}, {"cpu": "2", "memory": "3Gi"}]
+    finally:
+        job.kill()
+        job.wait()

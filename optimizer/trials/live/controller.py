@@ -179,10 +179,16 @@ class Controller(threading.Thread):
         target = PhaseAllocation(min(target.cpus, len(self.cores)), target.memory_gb)
         done = []
         cause = f"{self.decider.name}: {why}"
-        if target.cpus != self.held.cpus:
-            done.append(self.live.set_cpus(self.cores[:target.cpus], cause=cause, phase=phase))
         memory = self.held.memory_gb
-        if target.memory_gb is not None and target.memory_gb != self.held.memory_gb:
+        moves_memory = target.memory_gb is not None and target.memory_gb != memory
+        if target.cpus != self.held.cpus and moves_memory and self.memory_mode == "request" \
+                and hasattr(self.live, "set_allocation"):  # a pod: one resize patch for both
+            done.append(self.live.set_allocation(self.cores[:target.cpus], target.memory_gb,
+                                                 cause=cause, phase=phase))
+            memory, moves_memory = target.memory_gb, False
+        elif target.cpus != self.held.cpus:
+            done.append(self.live.set_cpus(self.cores[:target.cpus], cause=cause, phase=phase))
+        if moves_memory:
             if self.memory_mode == "request":
                 done.append(self.live.set_memory_request(target.memory_gb, cause=cause,
                                                          phase=phase))

@@ -208,8 +208,16 @@ class ResizingTrial:
 
     def set_cpus(self, cores: Sequence[int], *, cause: str,
                  phase: int | str | None = None) -> Change:
+        return self.set_allocation(cores, None, cause=cause, phase=phase)
+
+    def set_allocation(self, cores: Sequence[int], memory_gb: float | None, *, cause: str,
+                       phase: int | str | None = None) -> Change:
+        """Cores and memory request in one resize patch (a phase change is one patch, so the
+        pod is never seen half-resized); affinity and threads follow unless the pod kept its
+        size."""
         cores = sorted(set(cores))
-        change = self.resizer.resize_to(len(cores), None, cause=cause, phase=phase, log=False)
+        change = self.resizer.resize_to(len(cores), memory_gb, cause=cause, phase=phase,
+                                        log=False)
         if change.status not in KEPT:
             change.tasks, skipped = set_tree_affinity(self.live.root_pid, cores)
             change.cpus = cores
