@@ -34,6 +34,7 @@ import sys
 import tarfile
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=2, help="full runs per grid cell")
     p.add_argument("--agent-seconds", type=float, default=None,
                    help="cloudopt's agent budget (default: its own)")
+    p.add_argument("--jobs", type=int, default=2, help="cloudopt runs side by side")
     p.add_argument("--root", default=str(ROOT / "runs" / "regret"), help="cache folder")
     p.add_argument("--measure-only", action="store_true", help="the ground truth, nothing else")
     p.add_argument("--pack", action="store_true",
@@ -102,22 +104,12 @@ def unpack(store: TruthStore) -> bool:
     return True
 
 
-def proposer_of(body: dict[str, Any], w: Any) -> str | None:
-    """Which stage of cloudopt's search first ran the recommended cell (``NN-``: a probe;
-    ``refine-``: the closed loop; ``workers``: the data-loader sweep; ``runoff-``: the run-off)."""
+def proposer_of(body: dict[str, Any]) -> str | None:
+    """Which of cloudopt's proposers first proposed the setting it recommends, as its
+    recommendation says: ``baseline-trial`` (a probe), an agent (``reinforce``, ``morl``,
+    ``best-static``: the agents' plan), ``expected-improvement``, ``workers-sweep``."""
     rec = body.get("recommendation")
-    if not rec:
-        return None
-    want = effective_cell(w, Allocation(**rec["allocation"]))
-    for t in body.get("trials", []):
-        a = Allocation(**{k: v for k, v in t["allocation"].items()
-                          if k in Allocation.__dataclass_fields__})
-        if effective_cell(w, a) == want:
-            tid = t["trial_id"]
-            if tid[:2].isdigit():
-                return "probe"
-            return tid.split("-", 1)[0]
-    return "unmeasured"
+    return str(rec.get("agent") or "unknown") if rec else None
 
 
 def curves_for(w: Any, config: Any, args: argparse.Namespace,
@@ -147,30 +139,39 @@ def curves_for(w: Any, config: Any, args: argparse.Namespace,
     rows: list[dict[str, Any]] = []
     for pref in args.preferences:
         rows.append(evaluate(truth, Pick("default", dcell, dmem), pref, w.name))
+    # cloudopt's runs first, --jobs at a time (replayed trials measure nothing, so runs side by
+    # side only share the agents' training time), then the scoring in order.
+    tasks = [(b, p, s) for b in args.budgets for p in args.preferences for s in range(args.seeds)]
+    t1 = time.monotonic()
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        bodies = dict(zip(tasks, pool.map(lambda t: cloudopt_run(store, w, *t, args), tasks),
+                          strict=True))
+    say(f"{w.name}: {len(tasks)} cloudopt runs in {time.monotonic() - t1:.0f} s")
     for budget in args.budgets:
         for pref in args.preferences:
-            t1 = time.monotonic()
             seeds = []
             for seed in range(args.seeds):
-                body = cloudopt_run(store, w, budget, pref, seed, args)
-                pick = cloudopt_pick(body, w, truth, budget)
-                row = evaluate(truth, pick, pref, w.name)
-                row.update(seed=seed, proposer=proposer_of(body, w))
+                body = bodies[(budget, pref, seed)]
+                row = evaluate(truth, cloudopt_pick(body, w, truth, budget), pref, w.name)
+                row.update(seed=seed, proposer=proposer_of(body), unrecorded=sum(
+                    t.get("reason") == "not-recorded" for t in body.get("trials", [])))
                 seeds.append(row)
-            rows.append(seed_row(seeds, f"cloudopt@{budget}", budget))
+            ours = seed_row(seeds, f"cloudopt@{budget}", budget)
+            ours["unrecorded"] = sum(r["unrecorded"] for r in seeds)
+            rows.append(ours)
             peers = [("random", lambda s, n=budget, p=pref: random_search(
                 truth, n, p, np.random.default_rng(s)))]
             if not args.no_optuna:
                 peers += [(f"optuna-{sm}", lambda s, n=budget, p=pref, sm=sm: optuna_pick(
                     truth, n, p, s, sm)) for sm in ("tpe", "gp")]
+            said = [f"cloudopt {pct(ours['regret'])} (seeds: "
+                    f"{', '.join(pct(r['regret']) for r in seeds)}; runs "
+                    f"{[r['trials'] for r in seeds]}; off the grid {ours['unrecorded']})"]
             for name, make in peers:
                 runs = [evaluate(truth, make(s), pref, w.name) for s in range(args.peer_seeds)]
                 rows.append(seed_row(runs, f"{name}@{budget}", budget))
-            say(f"{w.name} {pref} {budget} runs: cloudopt {pct(rows[-4]['regret'])} "
-                f"(seeds: {', '.join(pct(r['regret']) for r in seeds)}; trials "
-                f"{[r['trials'] for r in seeds]}), random {pct(rows[-3]['regret'])}"
-                + ("" if args.no_optuna else f", tpe {pct(rows[-2]['regret'])}, gp "
-                   f"{pct(rows[-1]['regret'])}") + f" ({time.monotonic() - t1:.0f} s)")
+                said.append(f"{name} {pct(rows[-1]['regret'])}")
+            say(f"{w.name} {pref} {budget} runs: " + ", ".join(said))
     return rows, grid
 
 
@@ -208,7 +209,8 @@ def seed_row(rows: list[dict[str, Any]], method: str, budget: int) -> dict[str, 
     finite = [x for x in regrets if math.isfinite(x)]
     out.update(method=method, budget=budget, seeds=len(rows),
                regret=float(np.mean(regrets)) if len(finite) == len(regrets) else None,
-               median_seed=float(np.median(regrets)) if finite else None,
+               median_seed=(float(np.median(regrets))
+                            if math.isfinite(float(np.median(regrets))) else None),
                worst_seed=max(regrets) if len(finite) == len(regrets) else None,
                trials=float(np.mean([r["trials"] for r in rows])),
                failed=sum(r.get("failed") is not None for r in rows))
@@ -233,6 +235,10 @@ def table(rows: list[dict[str, Any]], budgets: list[int]) -> str:
             cells.append(f"{pct(float(np.median(rs)))} / {pct(max(rs))}")
         if any(c != "–" for c in cells):
             lines.append(f"| {m} (median / worst) | " + " | ".join(cells) + " |")
+    made = [np.mean([r["trials"] for r in rows if r["method"] == f"cloudopt@{b}"] or [np.nan])
+            for b in budgets]
+    lines.append("| cloudopt: runs made (mean) | " + " | ".join(
+        "–" if np.isnan(m) else f"{m:.1f}" for m in made) + " |")
     default = [math.inf if r["regret"] is None else r["regret"] for r in rows
                if r["method"] == "default"]
     if default:
