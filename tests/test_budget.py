@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -95,18 +96,18 @@ def test_the_closed_loop_stops_when_the_budget_leaves_only_the_run_off(tmp_path,
     cfg = load_config(None, {"run": {"refine_rounds": 8, "runoff_rounds": 2, "runoff_size": 2}})
     for tid in ("00", "01", "02"):  # the baseline's three runs
         _record(tmp_path / "trials", tid)
-    opt = _Opt(cfg, RunBudget(7, tmp_path / "trials"))
+    opt = _Opt(cfg, RunBudget(8, tmp_path / "trials"))
     monkeypatch.setattr(refine_module, "runoff", lambda *a, **k: [])
     trials = [_trial(t) for t in ("00", "01", "02")]
     more = [Allocation(0, 2, 4.0, 64 * k) for k in range(2, 12)]
     manager = SimpleNamespace(workers_arg=None, default_batch_size=lambda: 64)
     rec, _, _ = refine_module.refine(opt, manager, trials, trials[0], 1e4, None, tmp_path,
                                      SimpleNamespace(), more, True)
-    assert len(opt.measured) == 2  # 7 runs - 3 made - 2 kept for one run-off round
+    assert len(opt.measured) == 3  # 8 runs - 3 made - 2 kept for one run-off round
     stop = rec["rounds"][-1]
     assert stop["action"] == "stop" and stop["proposed_by"] == "budget"
-    assert "budget of 7 real runs" in stop["why"] and "2 kept" in stop["why"]
-    assert rec["search"]["runs"] == 5
+    assert "budget of 8 real runs" in stop["why"] and "2 kept" in stop["why"]
+    assert rec["search"]["runs"] == 6
 
 
 def test_the_main_job_keeps_to_its_budget_and_prints_the_search_cost(tmp_path, repo_root):
@@ -160,3 +161,25 @@ def test_a_run_that_costs_more_than_it_can_save_is_not_made():
     assert "s a job" in not_worth_a_run(opt(1, "time"), trials(10.0), choice, opts)
     assert not_worth_a_run(opt(0), trials(10.0), choice, opts) is None  # 0: never
     assert not_worth_a_run(opt(10), trials(10.0), None, opts) is None
+
+
+def test_a_small_budget_is_split_between_probes_the_loop_and_the_run_off():
+    """Budgets of 2-16 runs with 4 planned probes: the probes leave the closed loop a run
+    (or two) and the run-off is kept only where it is not most of what is left."""
+    from types import SimpleNamespace
+
+    from optimizer.search.budget import probes_within, runoff_reserve, within_budget
+    from optimizer.search.refine import reserved_runs
+
+    assert [probes_within(n, 4) for n in (2, 3, 4, 5, 6, 12)] == [2, 2, 3, 4, 4, 4]
+    assert probes_within(None, 4) == 4 and probes_within(3, 2) == 2
+    run = SimpleNamespace(runoff_rounds=3, runoff_size=3)
+    assert [runoff_reserve(run, n) for n in (4, 6, 8, 11, 12, None)] == [0, 0, 2, 2, 3, 3]
+    assert runoff_reserve(SimpleNamespace(runoff_rounds=0, runoff_size=3), 16) == 0
+    cfg = SimpleNamespace(run=run)
+    assert reserved_runs(cfg, SimpleNamespace(), 8, workers=True) == 3
+    assert reserved_runs(cfg, SimpleNamespace(lr_arg="--lr"), 4, workers=True) == 2
+    # A resumed run keeps the probes it recorded, even past what the budget now affords.
+    budget = RunBudget(4, Path("/nonexistent"))
+    assert within_budget(budget, list("abcd"), [False] * 4) == list("abc")
+    assert within_budget(budget, list("abcd"), [True] * 4) == list("abcd")

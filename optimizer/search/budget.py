@@ -3,9 +3,11 @@
 ``[run].budget`` (``--budget N``) is the number of real runs the whole search may make: the
 baseline probes, a whole run that learns the job's size, the closed loop's rounds, the
 data-loader sweep, the run-off and the learning-rate probes. Every trial folder of the run
-counts (a resumed run's too: they were paid for). Stages draw on it in that order, and the
-closed loop keeps one run-off round in reserve (``runoff_size`` runs) so the final choice is
-still made on back-to-back runs, unless the budget is too small for both (its rounds first). ``budget = "auto"`` sizes it once the job's length is known:
+counts (a resumed run's too: they were paid for). Stages draw on it in that order; a small
+budget leaves the closed loop a run or two (:func:`probes_within`), the loop keeps runs for the
+data-loader sweep (one) and a run-off round (:func:`runoff_reserve`, smaller below 12 runs) so
+the final choice is still made on back-to-back runs, unless the budget is too small for them
+(the loop's rounds first). ``budget = "auto"`` sizes it once the job's length is known:
 as many runs as cost at most ``budget_share`` of one whole job at the default allocation
 (never fewer than the baseline and one round), and the report says when that floor is above
 the share.
@@ -135,13 +137,43 @@ def search_cost(trials: Sequence[TrialSummary], reference: TrialSummary,
     return out
 
 
-__all__ = ["RunBudget", "auto_budget", "make_budget", "search_cost"]
+__all__ = ["FULL_SEARCH", "RunBudget", "auto_budget", "make_budget", "probes_within",
+           "runoff_reserve", "search_cost", "within_budget"]
+
+
+FULL_SEARCH = 12
+"""From this many runs on, the search keeps a whole run-off round; below, less (see
+:func:`runoff_reserve`)."""
+
+
+def runoff_reserve(run: Any, total: int | None) -> int:
+    """Runs kept for the closing run-off: one round (``runoff_size``) from :data:`FULL_SEARCH`
+    runs or without a limit, two from 8, none below: in a small search a run that explores
+    buys more than a repeat that separates two close settings."""
+    if not run.runoff_rounds:
+        return 0
+    if total is None or total >= FULL_SEARCH:
+        return int(run.runoff_size)
+    return min(int(run.runoff_size), 2) if total >= 8 else 0
+
+
+def probes_within(total: int | None, planned: int) -> int:
+    """Baseline probes a budget of ``total`` runs affords: all of them when two runs are left
+    for the closed loop, else all but one (at least two), so that a small budget still tries
+    one setting the model chose."""
+    if total is None or total >= planned + 2 or planned <= 2:
+        return planned
+    return max(2, min(planned, total - 1))
 
 
 def within_budget(budget: RunBudget, planned: Sequence[Any], recorded: Sequence[bool]) -> list:
-    """The longest prefix of ``planned`` runs (at least one) whose runs not ``recorded`` yet fit
-    in the budget: a recorded run is reloaded, not made again, so it is always kept (a resumed
-    run's baseline comes back whole)."""
+    """The longest prefix of ``planned`` runs (at least one, at most :func:`probes_within`)
+    whose runs not ``recorded`` yet fit in the budget: a recorded run is reloaded, not made
+    again, so it is always kept (a resumed run's baseline comes back whole)."""
+    keep = probes_within(budget.total, len(planned))
+    while keep < len(planned) and recorded[keep]:
+        keep += 1
+    planned, recorded = planned[:keep], recorded[:keep]
     left, n = budget.left(), 0
     for done in recorded:
         if not done:

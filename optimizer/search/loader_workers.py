@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.foundation.allocation import describe_allocation, workers_words
+from optimizer.search.budget import runoff_reserve
 from optimizer.search.choice import objective_table
 from optimizer.trials.records import TrialSummary
 
@@ -61,9 +62,9 @@ def sweep_workers(opt: Any, manager: Any, trials: list[TrialSummary], total: flo
     new: list[TrialSummary] = []
     levels = worker_levels(best.cpus, current)
     budget = getattr(opt, "budget", None)
-    if budget is not None:  # one run-off round stays in reserve (optimizer.search.refine)
-        reserve = opt.config.run.runoff_size if opt.config.run.runoff_rounds else 0
-        levels = levels[: budget.limit(len(levels), reserve)]
+    if budget is not None:  # the run-off's runs stay in reserve (optimizer.search.refine)
+        levels = levels[: budget.limit(len(levels), runoff_reserve(opt.config.run,
+                                                                    budget.total))]
     for n in levels:
         alloc = dataclasses.replace(best, workers=n)
         trial = opt._measure(manager, alloc, PREFIX, run_dir, opts, total)

@@ -49,7 +49,7 @@ from optimizer.search.acquisition import (
     predicted_figures,
     relative_spread,
 )
-from optimizer.search.budget import search_cost
+from optimizer.search.budget import runoff_reserve, search_cost
 from optimizer.search.choice import (
     best_measured,
     goodput_comparison,
@@ -228,7 +228,8 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
     proposer: dict[str, str] = {}
     default_batch = getattr(manager, "default_batch_size", lambda: None)()
     budget = getattr(opt, "budget", None)
-    reserve = reserved_runs(cfg, opts)
+    reserve = reserved_runs(cfg, opts, getattr(budget, "total", None),
+                            bool(getattr(manager, "workers_arg", None)))
     if budget is not None and (budget.left() or 0) - reserve < 1:
         reserve = 0  # too small a budget for both: the loop's rounds come first
     for k in range(cfg.run.refine_rounds + 1):
@@ -398,11 +399,13 @@ def _preference_words(preference: Any) -> str:
     return "the weights " + ", ".join(f"{w:g}" for w in preference) + " (cost, time, resource)"
 
 
-def reserved_runs(cfg: Any, opts: Any) -> int:
-    """Runs the closed loop leaves to later stages: one run-off round, and the two
-    learning-rate probes with ``--lr-arg``."""
-    return (cfg.run.runoff_size if cfg.run.runoff_rounds else 0) + (
-        2 if getattr(opts, "lr_arg", None) else 0)
+def reserved_runs(cfg: Any, opts: Any, total: int | None = None,
+                  workers: bool = False) -> int:
+    """Runs the closed loop leaves to later stages of a search of ``total`` runs: the run-off
+    (:func:`optimizer.search.budget.runoff_reserve`), one for the data-loader sweep with
+    ``workers`` (from 6 runs), and the two learning-rate probes with ``--lr-arg``."""
+    sweep = 1 if workers and total is not None and total >= 6 else 0
+    return runoff_reserve(cfg.run, total) + sweep + (2 if getattr(opts, "lr_arg", None) else 0)
 
 
 def _budget_stop(k: int, budget: Any, reserve: int) -> dict[str, Any]:
