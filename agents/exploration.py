@@ -55,7 +55,9 @@ class ExploringStarts:
         self.rng = np.random.default_rng([seed, 0x5A7])
 
     def options(self) -> dict[str, Any] | None:
-        if self.prob * self.scale <= 0 or self.rng.random() >= self.prob * self.scale:
+        # No allocation where the first chunk fits: every episode starts at the initial one.
+        if self.prob * self.scale <= 0 or not len(self.candidates) \
+                or self.rng.random() >= self.prob * self.scale:
             return None
         return {"allocation": int(self.rng.choice(self.candidates))}
 

@@ -164,3 +164,18 @@ def test_training_with_exploring_starts_still_learns_the_start():
     assert ev.mean_return > noop_return(cfg) + 0.5 * (
         optimal_policy(cfg).total_return - noop_return(cfg)
     )
+
+
+def test_exploring_starts_with_nowhere_to_start_keep_the_initial_allocation():
+    """An environment whose first chunk fits nowhere has no exploring start to draw (the draw
+    raised on an empty array); every episode then starts at the initial allocation."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from agents.exploration import ExploringStarts
+
+    env = SimpleNamespace(unwrapped=SimpleNamespace(
+        start_candidates=lambda: np.empty(0, dtype=np.int64)))
+    starts = ExploringStarts(env, prob=1.0, seed=0)
+    assert [starts.options() for _ in range(5)] == [None] * 5

@@ -134,3 +134,40 @@ def test_a_plan_gets_its_kubernetes_job_and_permissions(run_dir, tmp_path):
     assert set(live["kubernetes"]["requests"]) >= {"startup", "train"}
     assert write_live_k8s(tmp_path, {"why": "no plan"}, {}, name="x", command=[],
                           image=None) == {}
+
+
+@pytest.mark.parametrize("memory_gb", [2.0, 0.1])
+def test_a_static_request_below_a_stages_peak_still_gets_a_plan(run_dir, memory_gb):
+    """cnn in the regret suite: the recommendation (no data-loader workers, 1 GB) asked less
+    memory than the recorded runs' stages held (2 workers), so every core count of the stage
+    environment ran out of memory in its first stage and planning raised. The environment's
+    one memory level now holds every stage's peak."""
+    config = OptimizerConfig()
+    config.run.agent_seconds = 1.0
+    base = EnvConfig(workload="mlp-cpu", preference="time")
+    env_config = base.replace(workload=CloudEnvironment(base).resolved.workload)
+    opt = SimpleNamespace(config=config, quiet=True, budget=SimpleNamespace(
+        total=2, allows=lambda n=1, reserve=0: False), _say=lambda text, always=False: None)
+    opts = SimpleNamespace(agent_seconds=1.0, probe_seconds=None)
+    out = live_round(opt, None, env_config, Allocation(0, 2, memory_gb, 128), run_dir, opts)
+    assert "plan" in out and not out["why"].startswith("no live plan"), out["why"]
+
+
+def test_a_failure_while_planning_per_stage_leaves_the_static_recommendation(run_dir,
+                                                                             monkeypatch):
+    import optimizer.search.live.live_check as live_check
+
+    def broken(*a, **k):
+        raise ValueError("a cannot be empty")
+
+    monkeypatch.setattr(live_check, "build_live_plan", broken)
+    said = []
+    log = run_dir / "main.log"
+    opt = SimpleNamespace(config=OptimizerConfig(), quiet=True, _log_path=log,
+                          _say=lambda text, always=False: said.append(text))
+    out = live_round(opt, None, None, Allocation(0, 2, 1.0, 128), run_dir,
+                     SimpleNamespace(agent_seconds=1.0, probe_seconds=None))
+    assert out == {"why": "no live plan: planning per stage failed (ValueError: a cannot be "
+                   "empty)", "recommended": False, "measured": None}
+    assert any("the static recommendation stands" in s for s in said)
+    assert "Traceback" in log.read_text() and not any("Traceback" in s for s in said)

@@ -47,9 +47,21 @@ def live_round(opt: Any, manager: Any, env_config: Any, static: Allocation, run_
     agent_s = (opts.agent_seconds or opt.config.run.agent_seconds) / 2
     from optimizer.trials.phase_profile import load_detector
 
-    result = build_live_plan(_recorded(run_dir), env_config, opt.config, static,
-                             time_budget_s=agent_s, quiet=opt.quiet,
-                             detector=lambda: load_detector(getattr(opts, "phase_model", None)))
+    try:
+        result = build_live_plan(_recorded(run_dir), env_config, opt.config, static,
+                                 time_budget_s=agent_s, quiet=opt.quiet,
+                                 detector=lambda: load_detector(getattr(opts, "phase_model",
+                                                                        None)))
+    except Exception as exc:  # noqa: BLE001 - the static recommendation is made; keep it
+        import traceback
+
+        why = f"no live plan: planning per stage failed ({type(exc).__name__}: {exc})"
+        log = getattr(opt, "_log_path", None)
+        if log is not None:  # the traceback for a bug report, never on the console
+            with open(log, "a", encoding="utf-8") as fh:
+                fh.write(traceback.format_exc())
+        opt._say(f"live plan: {why}; the static recommendation stands", always=True)
+        return {"why": why, "recommended": False, "measured": None}
     out: dict[str, Any] = {"why": result.why, "recommended": False, "measured": None}
     if result.plan is None:
         return out

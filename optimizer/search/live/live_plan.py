@@ -69,10 +69,15 @@ def stage_env_config(env_config: Any, model: StageModel, static: Allocation) -> 
     # Only the cores are the agents' to move: GPUs cannot change under a running script,
     # and each stage's memory is its measured peak (a coarser grid step would only add
     # moves to learn). Fewer actions, the same decision.
+    # The one memory level holds every stage's measured peak: the recorded trials may have run
+    # other worker counts than ``static`` (more resident memory), and a stage the level cannot
+    # hold would be an out-of-memory wall at every core count, not a choice.
+    level = max([float(static.memory_gb), *(right_size_memory(st.mem_peak_gb)
+                                            for st in model.stats.values() if st.mem_peak_gb)])
     base = env_config.resources or ResourceConfig()
     resources = dataclasses.replace(
         base, gpu_count_min=static.gpus, gpu_count_max=static.gpus,
-        memory_min=float(static.memory_gb), memory_max=float(static.memory_gb))
+        memory_min=level, memory_max=level)
     cfg = env_config.replace(
         resources=resources,
         phase_sequence=phases, phase_scales=None, n_steps=n_steps, restart_s=0.0,
