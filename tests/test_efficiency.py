@@ -273,6 +273,20 @@ def test_a_smaller_batch_that_trains_worse_at_the_scripts_rate_is_believed(tmp_p
     assert eff(16) == pytest.approx((eff.phi() + 32) / (eff.phi() + 16))  # between: the form
 
 
+def test_a_smaller_batch_over_an_earlier_stretch_does_not_raise_efficiency(tmp_path):
+    """charlm for time in the issue-39 rerun: batch 8's run covered an earlier, steeper stretch
+    of the loss curve than batch 32's (no samples in common), its progress per sample read 1.66x
+    the script's, and the recommendation went to batch 8 at 1 CPU (158% regret on the loss
+    ruler). Over different stretches a smaller batch's higher progress is not believed."""
+    late = [e for e in events_of(32, 1e-5, None, 1) if e["e"] != "loss" or e["step"] > 1000]
+    trials = [write_trial(tmp_path, "a", 32, late),
+              write_trial(tmp_path, "b", 8, events_of(8, 1.66e-5, None, 2))]
+    eff = efficiency_from_trials(trials, tmp_path, ref_batch=32)
+    assert "different stretches" in eff.measured[8].why
+    assert eff.decided_by == "nothing measured" and eff.efficiency == {}
+    assert eff(8) == 1.0
+
+
 def test_measured_progress_alone_decides_when_the_gradients_say_nothing(tmp_path):
     trials = [write_trial(tmp_path, "a", 32, events_of(32, 1e-5, None, 1)),
               write_trial(tmp_path, "b", 128, events_of(128, 0.3e-5, None, 2))]

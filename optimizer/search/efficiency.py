@@ -414,15 +414,20 @@ def efficiency_from_trials(trials: Iterable[TrialSummary], run_dir: str | Path,
     # not the batch sizes: it corrects nothing. One below it at a *smaller* batch, over the
     # same stretch of samples, is what the script's own learning rate does to small batches
     # (noisy steps that stall the loss): it stands, since cloudopt does not retune the rate.
+    # Over different stretches a smaller batch saw fewer samples, an earlier and steeper part
+    # of the curve: its higher progress is the stretch, so it may not raise efficiency above 1.
     def floor(b: int) -> float:
         return 0.0 if aligned and b < ref_batch else min(1.0, ref_batch / b) * 0.9
 
+    def ceiling(b: int) -> float:
+        return max(1.0, ref_batch / b) * 1.1 if aligned else 1.1
+
     plausible = {b for b, m in measured.items() if m.value is not None
-                 and floor(b) <= m.value <= max(1.0, ref_batch / b) * 1.1}
+                 and floor(b) <= m.value <= ceiling(b)}
     measured = {b: m if m.value is None or b in plausible else replace(
         m, why=f"the loss progress at batch {b} ({m.value:.2f}x the script's) is outside what "
-        f"batch size alone can do ({floor(b) / 0.9:.2f}x to "
-        f"{max(1.0, ref_batch / b):.2f}x): the runs covered different stretches of training")
+        f"batch size alone can do ({floor(b) / 0.9:.2f}x to {ceiling(b) / 1.1:.2f}x): the runs "
+        f"covered different stretches of training")
         for b, m in measured.items()}
     corrected = [b for b, m in measured.items() if b != ref_batch and b in plausible
                  and (b not in prior or not (m.low or 0) <= prior[b] <= (m.high or 0))]
