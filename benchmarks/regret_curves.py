@@ -9,7 +9,8 @@ x the machine's CPU levels: 64 cells on 2 cores):
    - ``cloudopt@N``: the main command with ``--budget N --executor replay:<grid>`` (every trial
      answered from a recorded run of its cell: probes, refinement, sweeps and run-off all count),
      with ``[run].seed`` = 0..``--seeds``-1 (the seed picks which recorded run a cell answers
-     with first, and seeds the agents);
+     with first, and seeds the agents); ``--goodput off`` sets ``[run].goodput = false``, so
+     that cloudopt, like the ruler and the peers, compares batch sizes by samples/s;
    - ``random@N``, ``optuna-tpe@N``, ``optuna-gp@N``: N distinct cells run once each, the best
      observed wins (``--peer-seeds`` seeds each);
    - ``default``: the script's own setting, no search.
@@ -62,6 +63,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=2, help="full runs per grid cell")
     p.add_argument("--agent-seconds", type=float, default=None,
                    help="cloudopt's agent budget (default: its own)")
+    p.add_argument("--goodput", choices=("on", "off"), default="on",
+                   help="cloudopt's [run].goodput: on (its default) judges batch sizes by goodput, "
+                   "which the samples/s ruler here does not; off compares like with like")
     p.add_argument("--jobs", type=int, default=2, help="cloudopt runs side by side")
     p.add_argument("--root", default=str(ROOT / "runs" / "regret"), help="cache folder")
     p.add_argument("--measure-only", action="store_true", help="the ground truth, nothing else")
@@ -177,9 +181,10 @@ def curves_for(w: Any, config: Any, args: argparse.Namespace,
 
 def cloudopt_run(store: TruthStore, w: Any, budget: int, pref: str, seed: int,
                  args: argparse.Namespace) -> dict[str, Any]:
-    cfg = store.dir / "curves" / f"seed{seed}.toml"
+    off = args.goodput == "off"
+    cfg = store.dir / "curves" / f"seed{seed}{'-samples' if off else ''}.toml"
     cfg.parent.mkdir(parents=True, exist_ok=True)
-    cfg.write_text(f"[run]\nseed = {seed}\n")
+    cfg.write_text(f"[run]\nseed = {seed}\n" + ("goodput = false\n" if off else ""))
     extra = (f"--budget {budget} --executor replay:{store.dir} --live-plan off "
              f"--config {cfg}")
     runner = CloudoptRunner(store, budget, agent_seconds=args.agent_seconds, probe_seconds=None,

@@ -297,6 +297,24 @@ def test_measured_progress_alone_decides_when_the_gradients_say_nothing(tmp_path
     assert "no noise scale" in eff.note
 
 
+def test_goodput_false_compares_batches_by_samples_per_second(tmp_path):
+    from optimizer.foundation.config import load_config
+    from optimizer.foundation.errors import CloudoptError
+    from optimizer.search.planning import measure_efficiency
+
+    trials = [write_trial(tmp_path, "a", 32, events_of(32, 1e-5, None, 1)),
+              write_trial(tmp_path, "b", 128, events_of(128, 0.3e-5, None, 2))]
+    assert measure_efficiency(trials, trials[0], tmp_path).on  # measured: on by default
+    off = measure_efficiency(trials, trials[0], tmp_path, goodput=False)
+    assert not off.on and off(128) == 1.0 and "[run].goodput = false" in off.note
+    toml = tmp_path / "c.toml"
+    toml.write_text("[run]\ngoodput = false\n")
+    assert load_config(toml).run.goodput is False
+    toml.write_text('[run]\ngoodput = "no"\n')
+    with pytest.raises(CloudoptError, match=r"\[run\]\.goodput"):
+        load_config(toml)
+
+
 def test_without_probe_files_efficiency_is_off(tmp_path):
     trials = [write_trial(tmp_path, "a", 32, None), write_trial(tmp_path, "b", 64, None)]
     assert probe_records(trials, tmp_path) == {}

@@ -339,6 +339,9 @@ class RunConfig:
     """Real runs the whole search may make (probes, whole runs, rounds, sweeps, run-off); 0: no
     limit; ``"auto"``: as many as cost at most ``budget_share`` of the job (``search/budget.py``)."""
     budget_share: float = 0.10
+    goodput: bool = True
+    """Compare batch sizes by goodput (samples/s x the statistical efficiency measured on the
+    script); false: by samples/s alone, for a job whose learning rate is retuned per batch."""
     job_runs: int = 100
     """Runs of the job the recommendation will serve: a closed-loop run whose expected saving
     over them is less than the run costs is not made (``search/refine.py``; 0: never stop so)."""
@@ -364,6 +367,8 @@ class RunConfig:
                "[run].runoff_rounds", "must be a whole number >= 0", self.runoff_rounds)
         _check(self.budget == "auto" or (isinstance(self.budget, int) and self.budget >= 0),
                "[run].budget", 'must be a whole number >= 0 or "auto"', self.budget)
+        _check(isinstance(self.goodput, bool), "[run].goodput", "must be true or false",
+               self.goodput)
         _check(isinstance(self.job_runs, int) and self.job_runs >= 0, "[run].job_runs",
                "must be a whole number >= 0", self.job_runs)
         _check(isinstance(self.budget_share, (int, float)) and 0 < self.budget_share <= 10,

@@ -35,7 +35,7 @@ def plan_round(opt: Any, usable: list[TrialSummary], reference: TrialSummary,
 
     out = run_dir / "rl" / (f"round-{round_k}" if round_k else "")
     cache = out / "recommendation.json"
-    opt.efficiency = measure_efficiency(usable, reference, run_dir)
+    opt.efficiency = measure_efficiency(usable, reference, run_dir, opt.config.run.goodput)
     try:
         env_cfg = fit_env_config(opt, usable, reference, total, profile, opt.efficiency)
     except CloudoptError as exc:
@@ -69,10 +69,15 @@ def plan_round(opt: Any, usable: list[TrialSummary], reference: TrialSummary,
 
 
 def measure_efficiency(usable: list[TrialSummary], reference: TrialSummary,
-                       run_dir: Path) -> TrialEfficiency:
+                       run_dir: Path, goodput: bool = True) -> TrialEfficiency:
     """Statistical efficiency of the script at its trials' batch sizes, relative to its own
-    (the reference trial's) batch: off, and saying so, when the batch is unknown."""
+    (the reference trial's) batch: off, and saying so, when the batch is unknown or
+    ``[run].goodput`` is false."""
     ref = reference.allocation.batch_size
+    if not goodput:
+        return TrialEfficiency(0, NoiseScaleEstimate(why="[run].goodput is false"),
+                               note="Statistical efficiency is off ([run].goodput = false): "
+                               "batch sizes are compared by samples/s.")
     if ref is None:
         return TrialEfficiency(0, NoiseScaleEstimate(why="the script's batch size is unknown"),
                                note="Statistical efficiency is off: the script's batch size "
