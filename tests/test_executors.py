@@ -227,6 +227,30 @@ def test_runoff_rounds_and_size_are_the_users(tmp_path):
         load_config(overrides={"run": {"runoff_size": 1}})
 
 
+def test_a_budget_short_of_a_whole_round_runs_off_the_best_settings_it_can_afford(tmp_path):
+    """At 8 runs the search keeps 2 for the run-off; with three close settings a whole round
+    (3 runs) did not fit, and the 2 runs went unused: the two best now run back to back."""
+    class TwoLeft:
+        total = 8
+
+        def left(self, reserve=0):
+            return 2
+
+        def limit(self, wanted, reserve=0):
+            return min(wanted, 2)
+
+        def allows(self, n=1, reserve=0):
+            return n <= 2
+
+    close = [_trial("b64", 1, 64, 100, 0, 1), _trial("b128", 1, 128, 98, 0, 1),
+             _trial("b256", 1, 256, 97, 0, 1)]
+    machine = _DriftingMachine({64: 100, 128: 98, 256: 97})
+    machine.budget = TwoLeft()
+    trials = list(close)
+    block = runoff(machine, None, trials, None, tmp_path, None, True, [])
+    assert len(block) == 2 and {t.allocation.batch_size for t in trials[3:]} == {64, 128}
+
+
 def test_trial_folders_of_dead_workers_are_removed(tmp_path):
     from optimizer.trials.executors.ray_executor import TRIAL_PREFIX, remove_orphaned_folders
 

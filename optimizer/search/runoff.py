@@ -108,6 +108,9 @@ def runoff(opt: Any, manager: Any, trials: list[TrialSummary], total: float | No
                     "measured again alone")
         return []
     budget = getattr(opt, "budget", None)
+    room = budget.left() if budget is not None else None
+    if room is not None and 2 <= room < len(allocs):
+        allocs = allocs[:room]  # a smaller budget's run-off: the best ones still back to back
     if budget is not None:  # whole rounds only: a round compares every contender back to back
         n_rounds = budget.limit(n_rounds * len(allocs)) // len(allocs)
         if n_rounds == 0:
