@@ -18,6 +18,7 @@ from optimizer.search.acquisition import (
     next_probe,
     objective_samples,
     predicted_figures,
+    ruled_out,
 )
 from optimizer.search.choice import best_measured, objective_table, right_size_memory
 from optimizer.search.refine import dominating_trial
@@ -191,6 +192,9 @@ def test_improvement_is_judged_against_the_models_own_view_of_the_best_trial():
     # a model no worse than the best trial anywhere still proposes nothing
     flat = 1.3 * np.full((16, 4), 10.0)
     assert next_probe(anchored(flat, 0, best), cands, best, [cands[0]]) is None
+    # the model rules out, without a run, the setting no fit expects to beat the best (20% worse)
+    assert ruled_out(anchored(samples, 0, best), cands, best, [cands[0]]) == (1, 3)
+    assert ruled_out(anchored(flat, 0, best), cands, best, [cands[0]]) == (3, 3)
     # the measured best itself is left at its measurement
     assert np.allclose(anchored(samples, 0, best)[:, 0], best)
 

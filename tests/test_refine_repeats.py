@@ -53,7 +53,7 @@ def test_the_loop_stops_instead_of_a_fifth_run_of_one_setting(tmp_path, monkeypa
     opt = FakeOptimizer(config, setting)
     pick = SimpleNamespace(allocation=setting, expected_improvement=0.05)
     monkeypatch.setattr(refine_module, "_probe_by_improvement",
-                        lambda *a, **k: (pick, None, [setting]))
+                        lambda *a, **k: (pick, None, [setting], (0, 0)))
     monkeypatch.setattr(refine_module, "_spread_of", lambda *a: None)
     trials = [_trial(0, setting), _trial(1, Allocation(0, 2, 4.0, 64))]
     manager = SimpleNamespace(workers_arg=None, default_batch_size=lambda: 64)

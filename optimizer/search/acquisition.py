@@ -133,6 +133,20 @@ def candidate_grid(config: OptimizerConfig, batches: Sequence[int],
             for c in range(r.cpu_count_min, r.cpu_count_max + 1) for b in batches]
 
 
+def ruled_out(samples: np.ndarray, candidates: Sequence[Allocation], best: float,
+              measured: Sequence[Allocation], *, min_gain: float = 0.01) -> tuple[int, int]:
+    """How many unmeasured candidates the model rules out without running them (not one
+    bootstrap fit expects them to beat the best measured objective by ``min_gain`` of it),
+    and how many are unmeasured: Amdahl's CPU scaling, the batch's throughput curve and memory
+    linear in batch speak for cells no trial ran."""
+    seen = {(a.gpus, a.cpus, a.batch_size) for a in measured}
+    cols = [j for j, c in enumerate(candidates) if (c.gpus, c.cpus, c.batch_size) not in seen]
+    if not cols:
+        return 0, 0
+    gain = (best - samples[:, cols]) / max(abs(best), 1e-12)
+    return int((gain < min_gain).all(axis=0).sum()), len(cols)
+
+
 @dataclasses.dataclass
 class ProbeChoice:
     allocation: Allocation

@@ -48,6 +48,7 @@ from optimizer.search.acquisition import (
     objective_samples,
     predicted_figures,
     relative_spread,
+    ruled_out,
 )
 from optimizer.search.budget import runoff_reserve, search_cost
 from optimizer.search.choice import (
@@ -111,8 +112,9 @@ def _batches(trials: Sequence[TrialSummary], most: int | None = None) -> list[in
 
 def _probe_by_improvement(opt: Any, env_config: Any, trials: list[TrialSummary],
                           total: float | None, preference: Any):
-    """The unmeasured allocation with the largest expected improvement, with the bootstrap
-    spread of its objective (None when nothing is expected to improve on the best trial)."""
+    """The unmeasured allocation with the largest expected improvement (None when nothing is
+    expected to improve on the best trial), the bootstrap samples of every candidate's
+    objective, the candidates, and how many unmeasured ones the model rules out (of how many)."""
     model = env_config.workload
     table = measurements_from_trials(trials)
     kwargs = {"noise_scale": model.params.noise_scale, "ref_batch": model.params.ref_batch,
@@ -142,8 +144,9 @@ def _probe_by_improvement(opt: Any, env_config: Any, trials: list[TrialSummary],
         opt.config, preference, norm)
     j = next((i for i, c in enumerate(candidates) if same_setting(c, incumbent)), None)
     judged = samples if j is None else anchored(samples, j, best)
-    return next_probe(judged, candidates, best, [t.allocation for t in trials]), samples, \
-        candidates
+    seen = [t.allocation for t in trials]
+    return next_probe(judged, candidates, best, seen), samples, candidates, \
+        ruled_out(judged, candidates, best, seen)
 
 
 def not_worth_a_run(opt: Any, trials: Sequence[TrialSummary], best_probe: Any,
@@ -267,12 +270,14 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
                           "faster and cheaper than the plan's prediction" if dominated is not None
                           else "the plan was measured already")
                 choice = pick.allocation
-                why = f"{reason}; largest expected improvement ({pick.expected_improvement:.1%})"
+                why = (f"{reason}; largest expected improvement ({pick.expected_improvement:.1%})"
+                       + _ruled_words(probe))
             elif measured_before or dominated is not None:
                 rounds.append({"round": k, "planned": planned, "proposed_by": rec["agent"],
                                "action": "stop", "why": "the plan was measured already or a "
                                "measured trial beats its prediction, and no allocation is "
-                               "expected to beat the best trial"})
+                               "expected to beat the best trial" + _ruled_words(probe),
+                               "ruled_out": probe[3] if probe else None})
                 break
         times = sum(same_setting(t.allocation, _with_default_batch(choice, default_batch))
                     for t in trials)
@@ -299,6 +304,7 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
             "expected-improvement" if env_config is not None else "baseline-probe")
         row = _round_row(k, rec, planned, choice, why, trial, spread, env_config,
                          cfg.run.refine_tolerance)
+        row["ruled_out"] = probe[3] if probe else None
         rounds.append(row)
     ids = {t.trial_id for t in trials}
     for t in earlier:
@@ -406,6 +412,13 @@ def reserved_runs(cfg: Any, opts: Any, total: int | None = None,
     ``workers`` (from 6 runs), and the two learning-rate probes with ``--lr-arg``."""
     sweep = 1 if workers and total is not None and total >= 6 else 0
     return runoff_reserve(cfg.run, total) + sweep + (2 if getattr(opts, "lr_arg", None) else 0)
+
+
+def _ruled_words(probe: Any) -> str:
+    """``probe``'s count of settings the model rules out, in words ("" when none)."""
+    n, m = probe[3] if probe else (0, 0)
+    return (f"; the model rules out {n} of the {m} unmeasured settings (no bootstrap fit "
+            "expects them to beat the best trial)") if n else ""
 
 
 def _budget_stop(k: int, budget: Any, reserve: int) -> dict[str, Any]:
