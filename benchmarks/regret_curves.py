@@ -3,7 +3,7 @@
 For every script of the manifest marked ``large`` (8 batch sizes x 4 data-loader worker counts
 x the machine's CPU levels: 64 cells on 2 cores):
 
-1. the ground truth: every cell run to its end ``--repeats`` times, cached and resumable
+1. the ground truth: every cell run to its end ``--repeats`` times (3), cached and resumable
    (``regret_truth.TruthStore``; interrupted, it goes on where it stopped);
 2. at each budget N (``--budgets``, default 2,4,6,8,12,16 real runs):
    - ``cloudopt@N``: the main command with ``--budget N --executor replay:<grid>`` (every trial
@@ -60,7 +60,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--budgets", default=",".join(map(str, BUDGETS)))
     p.add_argument("--seeds", type=int, default=2, help="cloudopt runs per budget (seeds)")
     p.add_argument("--peer-seeds", type=int, default=20, help="seeds of each randomised peer")
-    p.add_argument("--repeats", type=int, default=2, help="full runs per grid cell")
+    p.add_argument("--repeats", type=int, default=3, help="full runs per grid cell")
     p.add_argument("--agent-seconds", type=float, default=None,
                    help="cloudopt's agent budget (default: its own)")
     p.add_argument("--goodput", choices=("on", "off"), default="on",
@@ -116,6 +116,13 @@ def proposer_of(body: dict[str, Any]) -> str | None:
     return str(rec.get("agent") or "unknown") if rec else None
 
 
+def ruled_of(body: dict[str, Any]) -> list[list[int]]:
+    """Per closed-loop round: how many unmeasured settings the workload model ruled out without
+    a run, of how many (``ruled_out`` in the recommendation's rounds)."""
+    rounds = (body.get("recommendation") or {}).get("rounds") or []
+    return [list(r["ruled_out"]) for r in rounds if r.get("ruled_out")]
+
+
 def curves_for(w: Any, config: Any, args: argparse.Namespace,
                say: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     store = TruthStore(w, config, Path(args.root), repeats=args.repeats)
@@ -158,7 +165,8 @@ def curves_for(w: Any, config: Any, args: argparse.Namespace,
                 body = bodies[(budget, pref, seed)]
                 row = evaluate(truth, cloudopt_pick(body, w, truth, budget), pref, w.name)
                 row.update(seed=seed, proposer=proposer_of(body), unrecorded=sum(
-                    t.get("reason") == "not-recorded" for t in body.get("trials", [])))
+                    t.get("reason") == "not-recorded" for t in body.get("trials", [])),
+                    ruled_out=ruled_of(body))
                 seeds.append(row)
             ours = seed_row(seeds, f"cloudopt@{budget}", budget)
             ours["unrecorded"] = sum(r["unrecorded"] for r in seeds)
@@ -182,7 +190,8 @@ def curves_for(w: Any, config: Any, args: argparse.Namespace,
 def cloudopt_run(store: TruthStore, w: Any, budget: int, pref: str, seed: int,
                  args: argparse.Namespace) -> dict[str, Any]:
     off = args.goodput == "off"
-    cfg = store.dir / "curves" / f"seed{seed}{'-samples' if off else ''}.toml"
+    # the file's name keys the cached runs: a grid measured again more times answers anew
+    cfg = store.dir / "curves" / f"seed{seed}-r{store.repeats}{'-samples' if off else ''}.toml"
     cfg.parent.mkdir(parents=True, exist_ok=True)
     cfg.write_text(f"[run]\nseed = {seed}\n" + ("goodput = false\n" if off else ""))
     extra = (f"--budget {budget} --executor replay:{store.dir} --live-plan off "
@@ -219,6 +228,7 @@ def seed_row(rows: list[dict[str, Any]], method: str, budget: int) -> dict[str, 
                worst_seed=max(regrets) if len(finite) == len(regrets) else None,
                trials=float(np.mean([r["trials"] for r in rows])),
                failed=sum(r.get("failed") is not None for r in rows))
+    out["ruled_out"] = [pair for r in rows for pair in r.get("ruled_out", [])]
     proposers = Counter(r.get("proposer") for r in rows if r.get("proposer"))
     if proposers:
         out["proposers"] = dict(proposers)
@@ -260,6 +270,19 @@ def winners(rows: list[dict[str, Any]]) -> str:
             per.setdefault(r["script"], Counter()).update(r.get("proposers", {}))
     return "\n".join(f"{s}: " + ", ".join(f"{k} {v}" for k, v in c.most_common())
                      for s, c in per.items())
+
+
+def pruning(rows: list[dict[str, Any]]) -> str:
+    """Per script, the settings the model ruled out per closed-loop round, on average."""
+    per: dict[str, list[list[int]]] = {}
+    for r in rows:
+        if r["method"].startswith("cloudopt@"):
+            per.setdefault(r["script"], []).extend(r.get("ruled_out", []))
+    return "\n".join(
+        f"{s}: {len(p)} rounds; ruled out {np.mean([a for a, _ in p]):.1f} of "
+        f"{np.mean([b for _, b in p]):.1f} unmeasured settings per round "
+        f"({sum(a for a, _ in p) / max(1, sum(b for _, b in p)):.0%})" if p else
+        f"{s}: no closed-loop round had a fitted model" for s, p in per.items())
 
 
 def plot(rows: list[dict[str, Any]], budgets: list[int], path: Path) -> None:
@@ -313,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
         print("\nWho proposed cloudopt's recommendation (count over budgets x preferences x "
               "seeds):")
         print(winners(rows))
+        print("\nSettings the workload model ruled out without running them (batch x CPUs; "
+              "the model does not see data-loader workers):")
+        print(pruning(rows))
         path = Path(args.plot) if args.plot else Path(args.root) / "regret_vs_runs.png"
         plot(rows, args.budgets, path)
         print(f"plot: {path}")
