@@ -95,17 +95,18 @@ def pack(store: TruthStore) -> Path:
     return out
 
 
-def unpack(store: TruthStore) -> bool:
-    """Fill the cache from a packed grid of this machine and script version, if there is one."""
+def unpack(store: TruthStore) -> int:
+    """Fill the cache from a packed grid of this machine and script version, if there is one;
+    the number of files it added."""
     src = PACK_DIR / machine_key() / f"{store.dir.name}.tar.gz"
     if not src.is_file():
-        return False
+        return 0
     with tarfile.open(src, "r:gz") as tar:
         members = [m for m in tar.getmembers() if m.isfile() and not m.name.startswith(("/", ".."))
                    and ".." not in Path(m.name).parts]
         todo = [m for m in members if not (store.dir / m.name).exists()]
         tar.extractall(store.dir, members=todo, filter="data")
-    return True
+    return len(todo)
 
 
 def proposer_of(body: dict[str, Any]) -> str | None:
@@ -114,6 +115,16 @@ def proposer_of(body: dict[str, Any]) -> str | None:
     ``best-static``: the agents' plan), ``expected-improvement``, ``workers-sweep``."""
     rec = body.get("recommendation")
     return str(rec.get("agent") or "unknown") if rec else None
+
+
+def search_of(body: dict[str, Any]) -> dict[str, Any]:
+    """The search's cost as the recommendation gives it, with the recommended job's cost (the
+    default job's, less the saving per job)."""
+    s = (body.get("recommendation") or {}).get("search") or {}
+    if s.get("share_of_default_job") and s.get("saving_per_job") is not None:
+        s = {**s, "recommended_job_cost": s["dollars"] / s["share_of_default_job"]
+             - s["saving_per_job"]}
+    return s
 
 
 def ruled_of(body: dict[str, Any]) -> list[list[int]]:
@@ -126,8 +137,9 @@ def ruled_of(body: dict[str, Any]) -> list[list[int]]:
 def curves_for(w: Any, config: Any, args: argparse.Namespace,
                say: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     store = TruthStore(w, config, Path(args.root), repeats=args.repeats)
-    if unpack(store):
-        say(f"{w.name}: packed grid unpacked into {store.dir}")
+    added = unpack(store)
+    if added:
+        say(f"{w.name}: {added} files of the packed grid unpacked into {store.dir}")
     cells = grid_cells(w, config, gpus=False)
     t0 = time.monotonic()
     truths = store.measure_all(cells, quiet=args.quiet)
@@ -166,7 +178,8 @@ def curves_for(w: Any, config: Any, args: argparse.Namespace,
                 row = evaluate(truth, cloudopt_pick(body, w, truth, budget), pref, w.name)
                 row.update(seed=seed, proposer=proposer_of(body), unrecorded=sum(
                     t.get("reason") == "not-recorded" for t in body.get("trials", [])),
-                    ruled_out=ruled_of(body))
+                    ruled_out=ruled_of(body),
+                    search=search_of(body))
                 seeds.append(row)
             ours = seed_row(seeds, f"cloudopt@{budget}", budget)
             ours["unrecorded"] = sum(r["unrecorded"] for r in seeds)
@@ -229,6 +242,7 @@ def seed_row(rows: list[dict[str, Any]], method: str, budget: int) -> dict[str, 
                trials=float(np.mean([r["trials"] for r in rows])),
                failed=sum(r.get("failed") is not None for r in rows))
     out["ruled_out"] = [pair for r in rows for pair in r.get("ruled_out", [])]
+    out["search"] = [r["search"] for r in rows if r.get("search")]
     proposers = Counter(r.get("proposer") for r in rows if r.get("proposer"))
     if proposers:
         out["proposers"] = dict(proposers)
@@ -270,6 +284,33 @@ def winners(rows: list[dict[str, Any]]) -> str:
             per.setdefault(r["script"], Counter()).update(r.get("proposers", {}))
     return "\n".join(f"{s}: " + ", ".join(f"{k} {v}" for k, v in c.most_common())
                      for s, c in per.items())
+
+
+def search_costs(rows: list[dict[str, Any]], budget: int) -> str:
+    """At ``budget`` runs, per script and preference, what the search cost as cloudopt's report
+    says it (median over seeds): its runs' dollars as a share of one job at the default
+    allocation, and the number of recommended jobs (and their hours) that repay it."""
+    lines = ["| script | preference | runs | search cost (x one recommended job) | (x one "
+             "default job) | break-even (recommended jobs) | break-even (hours of them) |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["method"] != f"cloudopt@{budget}" or not r.get("search"):
+            continue
+        s = r["search"]
+        share = [x["share_of_default_job"] for x in s if x.get("share_of_default_job")]
+        of_rec = [x["dollars"] / x["recommended_job_cost"] for x in s
+                  if x.get("recommended_job_cost")]
+        jobs = [x["break_even_jobs"] if x.get("break_even_jobs") is not None else math.inf
+                for x in s]
+        hours = [x.get("break_even_hours", math.inf) or math.inf for x in s]
+
+        def med(v: list[float], fmt: str) -> str:
+            m = float(np.median(v)) if v else math.nan
+            return "never (no saving)" if math.isinf(m) else fmt.format(m)
+        lines.append(f"| {r['script']} | {r['preference']} | {r['trials']:.1f} | "
+                     f"{med(of_rec, '{:.1f}x')} | {med(share, '{:.1f}x')} | "
+                     f"{med(jobs, '{:.1f}')} | {med(hours, '{:.3f} h')} |")
+    return "\n".join(lines)
 
 
 def pruning(rows: list[dict[str, Any]]) -> str:
@@ -339,6 +380,11 @@ def main(argv: list[str] | None = None) -> int:
         print("\nSettings the workload model ruled out without running them (batch x CPUs; "
               "the model does not see data-loader workers):")
         print(pruning(rows))
+        default_budget = int(config.run.budget) if str(config.run.budget).isdigit() else 12
+        if default_budget in args.budgets:
+            print(f"\nThe search's cost at the default budget ({default_budget} runs), as "
+                  "cloudopt's report gives it (median over seeds):")
+            print(search_costs(rows, default_budget))
         path = Path(args.plot) if args.plot else Path(args.root) / "regret_vs_runs.png"
         plot(rows, args.budgets, path)
         print(f"plot: {path}")
