@@ -340,8 +340,7 @@ class RunConfig:
     limit; ``"auto"``: as many as cost at most ``budget_share`` of the job (``search/budget.py``)."""
     budget_share: float = 0.10
     goodput: bool = True
-    """Compare batch sizes by goodput (samples/s x the statistical efficiency measured on the
-    script); false: by samples/s alone, for a job whose learning rate is retuned per batch."""
+    """Batch sizes by goodput (samples/s x measured efficiency); false: samples/s alone."""
     job_runs: int = 100
     """Runs of the job the recommendation will serve: a closed-loop run whose expected saving
     over them is less than the run costs is not made (``search/refine.py``; 0: never stop so)."""
@@ -361,16 +360,12 @@ class RunConfig:
     def __post_init__(self) -> None:
         _check(isinstance(self.baseline_samples, int) and self.baseline_samples >= 1,
                "[run].baseline_samples", "must be a positive integer", self.baseline_samples)
-        _check(isinstance(self.refine_rounds, int) and self.refine_rounds >= 0,
-               "[run].refine_rounds", "must be a whole number >= 0", self.refine_rounds)
-        _check(isinstance(self.runoff_rounds, int) and self.runoff_rounds >= 0,
-               "[run].runoff_rounds", "must be a whole number >= 0", self.runoff_rounds)
+        for name in ("refine_rounds", "runoff_rounds", "job_runs"):
+            v = getattr(self, name)
+            _check(isinstance(v, int) and v >= 0, f"[run].{name}", "must be a whole number >= 0", v)
         _check(self.budget == "auto" or (isinstance(self.budget, int) and self.budget >= 0),
                "[run].budget", 'must be a whole number >= 0 or "auto"', self.budget)
-        _check(isinstance(self.goodput, bool), "[run].goodput", "must be true or false",
-               self.goodput)
-        _check(isinstance(self.job_runs, int) and self.job_runs >= 0, "[run].job_runs",
-               "must be a whole number >= 0", self.job_runs)
+        _check(isinstance(self.goodput, bool), "[run].goodput", "must be a boolean", self.goodput)
         _check(isinstance(self.budget_share, (int, float)) and 0 < self.budget_share <= 10,
                "[run].budget_share", "must be a share > 0 (0.1 = 10%)", self.budget_share)
         _check(isinstance(self.runoff_size, int) and self.runoff_size >= 2,
