@@ -170,7 +170,8 @@ def test_kill_midway_then_resume_does_not_rerun_trials(tmp_path, repo_root):
 def test_infeasible_sla_is_reported_with_the_closest_recommendation(tmp_path, repo_root):
     out = tmp_path / "run"
     proc = cli(repo_root, "--train-file", "tests/data/tiny_train.py", "--preference",
-               "balanced", *SHORT_LOOP, "--time-max", "0.001", "--output", str(out), "--quiet")
+               "balanced", *SHORT_LOOP, "--budget", "6", "--time-max", "0.001", "--output",
+               str(out), "--quiet")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rec = json.loads((out / "recommendation.json").read_text())
     assert rec["sla_feasible"] is False
