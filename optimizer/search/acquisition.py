@@ -139,12 +139,17 @@ def ruled_out(samples: np.ndarray, candidates: Sequence[Allocation], best: float
     bootstrap fit expects them to beat the best measured objective by ``min_gain`` of it),
     and how many are unmeasured: Amdahl's CPU scaling, the batch's throughput curve and memory
     linear in batch speak for cells no trial ran."""
-    seen = {(a.gpus, a.cpus, a.batch_size) for a in measured}
-    cols = [j for j, c in enumerate(candidates) if (c.gpus, c.cpus, c.batch_size) not in seen]
+    cols = _unmeasured(candidates, measured)
     if not cols:
         return 0, 0
     gain = (best - samples[:, cols]) / max(abs(best), 1e-12)
     return int((gain < min_gain).all(axis=0).sum()), len(cols)
+
+
+def _unmeasured(candidates: Sequence[Allocation], measured: Sequence[Allocation]) -> list[int]:
+    """Indices of the candidates whose GPUs, CPUs and batch size no trial ran."""
+    seen = {(a.gpus, a.cpus, a.batch_size) for a in measured}
+    return [j for j, c in enumerate(candidates) if (c.gpus, c.cpus, c.batch_size) not in seen]
 
 
 @dataclasses.dataclass
@@ -161,9 +166,8 @@ def next_probe(samples: np.ndarray, candidates: Sequence[Allocation], best: floa
     candidate is expected to beat the best measured objective by ``min_gain`` of it."""
     ei = expected_improvement(samples, best) / max(abs(best), 1e-12)
     spread = relative_spread(samples)
-    seen = {(a.gpus, a.cpus, a.batch_size) for a in measured}
-    order = [j for j in np.argsort(-ei) if (candidates[j].gpus, candidates[j].cpus,
-                                            candidates[j].batch_size) not in seen]
+    open_ = set(_unmeasured(candidates, measured))
+    order = [j for j in np.argsort(-ei) if j in open_]
     if not order or ei[order[0]] < min_gain:
         return None
     j = order[0]
