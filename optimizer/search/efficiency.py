@@ -424,10 +424,13 @@ def efficiency_from_trials(trials: Iterable[TrialSummary], run_dir: str | Path,
 
     plausible = {b for b, m in measured.items() if m.value is not None
                  and floor(b) <= m.value <= ceiling(b)}
+    def span(b: int) -> str:
+        lo, hi = floor(b) / 0.9, ceiling(b) / 1.1
+        return f"{lo:.2f}x to {hi:.2f}x" if hi - lo > 0.005 else f"{hi:.2f}x"
+
     measured = {b: m if m.value is None or b in plausible else replace(
         m, why=f"the loss progress at batch {b} ({m.value:.2f}x the script's) is outside what "
-        f"batch size alone can do ({floor(b) / 0.9:.2f}x to {ceiling(b) / 1.1:.2f}x): the runs "
-        f"covered different stretches of training")
+        f"batch size alone can do ({span(b)}): the runs covered different stretches of training")
         for b, m in measured.items()}
     corrected = [b for b, m in measured.items() if b != ref_batch and b in plausible
                  and (b not in prior or not (m.low or 0) <= prior[b] <= (m.high or 0))]
