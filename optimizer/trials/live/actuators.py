@@ -57,6 +57,10 @@ class Change:
     """Reads of the pod's resize status before the outcome was known."""
 
 
+PIN_PASSES = 5
+"""Listings of the tree per affinity change: threads started meanwhile are pinned too."""
+
+
 def tree_tasks(root_pid: int) -> list[int]:
     """Thread ids of every process in the tree under ``root_pid`` (the root included)."""
     try:
@@ -74,17 +78,25 @@ def tree_tasks(root_pid: int) -> list[int]:
 
 
 def set_tree_affinity(root_pid: int, cores: Iterable[int]) -> tuple[int, list[str]]:
-    """Pin every thread of the tree to ``cores``; (threads set, what was skipped)."""
+    """Pin every thread of the tree to ``cores``; (threads set, what was skipped).
+
+    A thread started during the pass by one not yet pinned inherits the old affinity, so the
+    tree is listed again until a pass finds no thread it has not seen (a few at most)."""
     cores = sorted(set(cores))
-    done, skipped = 0, []
-    for tid in tree_tasks(root_pid):
-        try:
-            os.sched_setaffinity(tid, cores)
-            done += 1
-        except ProcessLookupError:
-            continue  # the thread ended between the listing and the call
-        except OSError as exc:
-            skipped.append(f"thread {tid}: {exc.strerror or exc}")
+    done, skipped, seen = 0, [], set()
+    for _ in range(PIN_PASSES):
+        new = [tid for tid in tree_tasks(root_pid) if tid not in seen]
+        if not new:
+            break
+        seen.update(new)
+        for tid in new:
+            try:
+                os.sched_setaffinity(tid, cores)
+                done += 1
+            except ProcessLookupError:
+                continue  # the thread ended between the listing and the call
+            except OSError as exc:
+                skipped.append(f"thread {tid}: {exc.strerror or exc}")
     return done, skipped
 
 
