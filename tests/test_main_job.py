@@ -21,8 +21,9 @@ yaml = pytest.importorskip("yaml")
 
 TINY_ARGS = ["--train-args", "--samples 16000", "--baseline-samples", "4", "--probe-seconds", "0",
              "--agent-seconds", "2", "--live-plan", "write"]
-# Tests of something other than the closed loop's end: one run-off round (3 runs, not 6).
-SHORT_LOOP = [*TINY_ARGS, "--runoff-rounds", "1"]
+# Tests of something other than the closed loop's end: one run-off round (3 runs, not 6), and
+# 6 real runs in all (the default's 12 cost these tests a minute on a 2-core machine).
+SHORT_LOOP = [*TINY_ARGS, "--runoff-rounds", "1", "--budget", "6"]
 
 
 def cli(repo_root, *args, **kw):
@@ -170,7 +171,7 @@ def test_kill_midway_then_resume_does_not_rerun_trials(tmp_path, repo_root):
 def test_infeasible_sla_is_reported_with_the_closest_recommendation(tmp_path, repo_root):
     out = tmp_path / "run"
     proc = cli(repo_root, "--train-file", "tests/data/tiny_train.py", "--preference",
-               "balanced", *SHORT_LOOP, "--budget", "6", "--time-max", "0.001", "--output",
+               "balanced", *SHORT_LOOP, "--time-max", "0.001", "--output",
                str(out), "--quiet")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rec = json.loads((out / "recommendation.json").read_text())
