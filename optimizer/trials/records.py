@@ -83,8 +83,9 @@ class TrialSummary:
     """What the in-process probe saw (:mod:`optimizer.trials.probe`; empty for a script that
     never imported torch, or with the probe off): ``steps``, ``samples_per_step``,
     ``dataset_len``, ``train_epochs``, ``epochs`` (and ``epochs_source``), ``loss_first``,
-    ``loss_last``, ``printed_throughput`` (a rate the script printed, and ``printed_gap``, its
-    relative difference), ``errors``."""
+    ``loss_last``, ``printed_throughput`` (a rate the script printed; ``printed_gap``, its
+    relative difference from the probe's rate over the same ``printed_windows``, which is
+    ``probe_same_windows``; ``printed_gap_steady``, from the probe's steady rate), ``errors``."""
 
     live: dict[str, Any] = field(default_factory=dict)
     """A trial whose allocation a controller changed while it ran

@@ -164,6 +164,8 @@ class TrialRun:
     probe_last: tuple[float, float] | None = None
     """(probe t, cumulative samples) at the end of the last probe rate window."""
     rates_probe: RateTracker = field(default_factory=RateTracker)
+    t0_wall: float = 0.0
+    """``time.time()`` at ``t0``: the probe's events are timed from its own start."""
 
 
 def start_trial(cmd: list[str], env: dict[str, str], cpus: list[int], work: Path,
@@ -182,7 +184,7 @@ def start_trial(cmd: list[str], env: dict[str, str], cpus: list[int], work: Path
         )
     watchdog = Watchdog(proc.pid)
     record_owner(work, proc.pid)
-    t0 = time.monotonic()
+    t0, t0_wall = time.monotonic(), time.time()
     if not hasattr(os, "sched_setaffinity"):  # pragma: no cover - macOS/Windows
         _set_affinity_psutil(proc.pid, cpus)
     monitor = ProcessMonitor(proc.pid, work / "trace.csv", exec_id=trial_id,
@@ -190,7 +192,7 @@ def start_trial(cmd: list[str], env: dict[str, str], cpus: list[int], work: Path
                              gpu_indices=gpu_indices, start_time=t0)
     monitor.start()
     run = TrialRun(proc, t0, monitor, CSVMonitor(metrics_path), stdout_path,
-                   allocation.batch_size, watchdog=watchdog)
+                   allocation.batch_size, watchdog=watchdog, t0_wall=t0_wall)
     threading.Thread(target=_note_exit, args=(run,), name=f"exit-{proc.pid}", daemon=True).start()
     return run
 
@@ -391,6 +393,26 @@ def measured_throughput(run: TrialRun) -> tuple[float | None, float | None, str,
         thr = run.rates_stdout.throughput()
         return None, thr, "stdout", run.first_output_s or 0.0
     return None, None, "wall_time", None
+
+
+LINE_LAG_S = 0.05
+"""A line is seen at the poll after it was printed: half the 0.1 s poll on average."""
+
+
+def printed_windows(run: TrialRun, record: Any, source: str
+                    ) -> list[tuple[float, float, bool]]:
+    """The windows of the rate ``source`` (``stdout`` or ``metrics_csv``) as ``(probe time,
+    samples/s, seen only after the exit)``, for
+    :func:`optimizer.trials.probe.summary.same_windows`; empty without a probe record or its
+    start time. A line first read after the process ended was printed at an unknown time
+    before; the comparison places it at the end of the last training pass."""
+    tracker = {"stdout": run.rates_stdout, "metrics_csv": run.rates_csv}.get(source)
+    started = record.header.get("wall") if record is not None else None
+    if tracker is None or not isinstance(started, (int, float)) or not run.t0_wall:
+        return []
+    offset = float(started) - run.t0_wall  # the probe's zero, in seconds after launch
+    ended = run.ended_at - run.t0 if run.ended_at is not None else float("inf")
+    return [(t - offset - LINE_LAG_S, rate, t >= ended) for t, rate, _ in tracker.windows]
 
 
 def predict_time(status: str, wall: float, samples: float | None, total: float | None,

@@ -76,6 +76,7 @@ from optimizer.trials.runner import (
     poll_outputs,
     predict_time,
     prepare_trial_dir,
+    printed_windows,
     recorded_env,
     start_trial,
     stop_trial,
@@ -457,7 +458,8 @@ class TrainingModuleManager:
         info = self.module
         fig = probe_figures(record, info.tree if info is not None else None, self.train_args,
                             status, thr if source != "wall_time" else None, source,
-                            run.batch_size or self.default_batch_size())
+                            run.batch_size or self.default_batch_size(),
+                            printed_windows(run, record, source))
         # Rows the script wrote for cloudopt (OPTIMIZER_METRICS_CSV) are its own exact account;
         # otherwise the probe's steps come before rates the script printed.
         if fig.throughput and source != "metrics_csv":

@@ -32,6 +32,7 @@ class ProbeRecord:
     batch_sizes: Counter = field(default_factory=Counter)
     loaders: dict[int, dict[str, Any]] = field(default_factory=dict)
     """Per data loader: ``dataset_len``, ``batches``, ``epochs_started``, ``epochs_completed``,
+    ``first_start_t`` (when its first pass began),
     ``train_epochs`` (completed passes with optimizer steps in them: a loader also used to
     evaluate is not counted twice) and ``steps`` (optimizer steps taken while it was
     iterated)."""
@@ -91,6 +92,36 @@ class ProbeRecord:
             return None
         return float((p[-1, 2] - p[0, 2]) / (p[-1, 0] - p[0, 0]))
 
+    def rate_between(self, a: float, b: float) -> float | None:
+        """Samples per second from ``a`` to ``b`` (probe times), pauses included: the
+        cumulative samples interpolated between the aggregated step events."""
+        p = self.step_points
+        if len(p) < 2 or b <= a:
+            return None
+        t, n = p[:, 0], p[:, 2]
+        start = self.training_start()
+        if start is not None and start < t[0]:  # nothing done before training: the first
+            t, n = np.r_[start, t], np.r_[0.0, n]  # batch is loaded and stepped after it
+        done = float(np.interp(b, t, n) - np.interp(a, t, n))
+        return done / (b - a) if done > 0 else None
+
+    def training_start(self) -> float | None:
+        """When training began: the training loader's first pass, else the first step."""
+        loader = self.train_loader
+        if loader is not None and loader.get("first_start_t") is not None:
+            return float(loader["first_start_t"])
+        return self.first_step_t
+
+    def last_pass_end(self) -> float | None:
+        """When training ended: the first pause (a loader's pass ending, a switch to eval)
+        after the last step, else the last step's event."""
+        p = self.step_points
+        if not len(p):
+            return None
+        last = float(p[np.argmax(p[:, 1] == p[-1, 1]), 0])
+        after = [b for b in self.breaks if b >= last]
+        return min(after) if after else last
+
     def job_samples(self, epochs: int) -> float | None:
         """The samples of a whole job of ``epochs`` epochs over the training loader."""
         loader = self.train_loader
@@ -139,6 +170,7 @@ def _apply(rec: ProbeRecord, ev: dict[str, Any], points: list) -> None:
             "epochs_started": 0, "epochs_completed": 0, "train_epochs": 0, "steps": 0,
             "start_step": 0})
         lo["epochs_started" if kind == "epoch_start" else "epochs_completed"] += 1
+        lo.setdefault("first_start_t", t)
         if kind == "epoch_end":
             rec.breaks.append(t)
         if kind == "epoch_start":

@@ -4,6 +4,7 @@ facts the report shows (steps, epochs, loss, the printed rate beside the probe's
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +16,9 @@ MIN_STEPS = 3
 """Fewer optimizer steps than this measure nothing: the figures come from other sources."""
 PRINTED_GAP = 0.05
 """A printed rate further than this from the probe's is shown beside it."""
+MIN_WINDOW_S = 0.2
+"""Printed windows shorter than this are not compared: the time a line was seen is known to
+the runner's poll (0.1 s)."""
 
 
 @dataclass
@@ -29,8 +33,14 @@ class ProbeFigures:
 
 def probe_figures(record: ProbeRecord | None, tree: ast.Module | None, train_args: list[str],
                   status: str, printed: float | None, printed_source: str,
-                  batch_hint: int | None = None) -> ProbeFigures:
+                  batch_hint: int | None = None,
+                  printed_windows: Sequence[tuple[float, float]] = ()) -> ProbeFigures:
     """The probe's figures of one trial (all None when it saw no training).
+
+    ``printed_windows`` are the rates the script printed, ``(probe time the line appeared,
+    samples/s)``: the probe's rate over the same windows is set beside them
+    (:func:`same_windows`), so a script's rate that covers its epoch's data loading, or only
+    its last epoch, is compared with what the probe counted over that stretch.
 
     Steps whose batches the probe could not see (no DataLoader, no ``OPTIMIZER_BATCH_SIZE``)
     count ``batch_hint`` samples each: the batch the trial set or the script printed.
@@ -66,9 +76,15 @@ def probe_figures(record: ProbeRecord | None, tree: ast.Module | None, train_arg
         last_t = float(pts[np.argmax(pts[:, 1] == pts[-1, 1]), 0])
         out.startup_s = max(last_t - record.samples / out.throughput, 0.0)
         if printed:
-            gap = printed / out.throughput - 1.0
             info.update(printed_throughput=round(printed, 3), printed_source=printed_source,
-                        printed_gap=round(gap, 4))
+                        printed_gap_steady=round(printed / out.throughput - 1.0, 4))
+            aligned = same_windows(record, printed_windows)
+            if aligned is not None:
+                said, seen, n = aligned
+                info.update(printed_windows=n, probe_same_windows=round(seen, 3),
+                            printed_gap=round(said / seen - 1.0, 4))
+            else:  # no window to align: the steady rate is the probe's only figure
+                info["printed_gap"] = info["printed_gap_steady"]
     if status == "completed":
         out.total_samples, out.total_source = record.samples, "probe: completed run"
     elif tree is not None and loader is not None and loader.get("dataset_len"):
@@ -82,11 +98,42 @@ def probe_figures(record: ProbeRecord | None, tree: ast.Module | None, train_arg
     return out
 
 
+def same_windows(record: ProbeRecord, windows: Sequence[tuple[float, float, bool]]
+                 ) -> tuple[float, float, int] | None:
+    """``(printed mean, probe mean, windows)`` over the windows a printed rate's steady value
+    is the mean of (all after the first, as :class:`~optimizer.trials.output.RateTracker`
+    takes them): each from the line before it to its own, the first (when it is the only one)
+    from the start of training. A line read only after the exit ends at the last training
+    pass's end. None when no window is long enough to compare."""
+    if not windows:
+        return None
+    last_pass = record.last_pass_end()
+    ends = [last_pass if late and last_pass is not None else t for t, _, late in windows]
+    start = record.training_start()
+    spans = ([(start, ends[0], windows[0][1])] if len(windows) == 1 else
+             [(ends[i - 1], ends[i], windows[i][1]) for i in range(1, len(windows))])
+    said, seen = [], []
+    for a, b, rate in spans:
+        if a is None:
+            continue
+        probe = record.rate_between(a, b) if b - a >= MIN_WINDOW_S else None
+        if probe:
+            said.append(rate)
+            seen.append(probe)
+    if not seen:
+        return None
+    return float(np.mean(said)), float(np.mean(seen)), len(seen)
+
+
 def disagreement(info: dict[str, Any]) -> str | None:
-    """``"printed 123.0 samples/s (stdout), 7.1% above the probe's"`` when beyond 5%."""
+    """``"printed 123.0 samples/s (stdout), 7.1% above the probe's over the same 4
+    windows"`` when beyond 5%."""
     gap = info.get("printed_gap")
     if gap is None or abs(gap) <= PRINTED_GAP:
         return None
     side = "above" if gap > 0 else "below"
+    n = info.get("printed_windows")
+    over = (f" over the same {n} window{'s' if n != 1 else ''}" if n else
+            " (its steady rate: no printed window could be aligned)")
     return (f"printed {info['printed_throughput']:.1f} samples/s ({info['printed_source']}), "
-            f"{abs(gap):.1%} {side} the probe's")
+            f"{abs(gap):.1%} {side} the probe's{over}")
