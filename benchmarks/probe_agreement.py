@@ -1,6 +1,6 @@
 """Does the in-process probe count what the script says it did? (issue 38)
 
-Runs each CPU script of the regret suite (``benchmarks/workloads/workloads.toml``) to its end
+Runs each script of the regret suite (its GPU script only where a GPU is present) (``benchmarks/workloads/workloads.toml``) to its end
 at 1 and 2 CPUs and several batch sizes, through the project's runner with the probe on, and
 compares the rate the script printed (or wrote to its metrics CSV) with the probe's:
 
@@ -11,7 +11,7 @@ compares the rate the script printed (or wrote to its metrics CSV) with the prob
   uses, against the printed rate's mean. It differs where a script's rate includes its
   epoch's data loading or covers only its last epoch.
 
-The runs are recorded under ``runs/probe_agreement/<machine>/`` and reused.
+The runs are recorded under ``runs/probe_agreement/{full,quick}/<machine>/`` and reused.
 
     python benchmarks/probe_agreement.py [--scripts mlp,cnn] [--quick] [--json PATH]
 """
@@ -29,11 +29,19 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from regret_score import Cell  # noqa: E402
-from regret_truth import TruthStore, load_workloads, machine_key  # noqa: E402
+from regret_truth import (  # noqa: E402
+    TruthStore,
+    cuda_device_name,
+    load_workloads,
+    machine_key,
+)
 
+from optimizer.foundation.allocation import Allocation  # noqa: E402
 from optimizer.foundation.atomic_files import atomic_write_json  # noqa: E402
 from optimizer.foundation.config import load_config  # noqa: E402
 from optimizer.trials.probe.summary import PRINTED_GAP  # noqa: E402
+from optimizer.trials.records import TrialSummary  # noqa: E402
+from optimizer.trials.training import TrainingModuleManager  # noqa: E402
 
 EXTRA_BATCHES = {"charlm": [4, 8]}
 """Batches below the suite's grid that the closed loop proposed on the full suite, where the
@@ -44,7 +52,24 @@ def settings(w, quick: bool) -> list[Cell]:
     batches = sorted({*w.batch_sizes, *EXTRA_BATCHES.get(w.name, [])})
     if quick:
         batches = sorted({batches[0], w.default_batch, batches[-1]})
-    return [Cell(0, c, b, w.default_workers) for c in (1, 2) for b in batches]
+    return [Cell(1 if w.needs_gpu else 0, c, b, w.default_workers) for c in (1, 2)
+            for b in batches]
+
+
+def run_cell(store: TruthStore, cell: Cell) -> TrialSummary:
+    """One run to the end, set up as the main command sets a trial up: a script that reads its
+    batch from its own variable gets it through ``--batch-size-env``, so the runner knows the
+    batch its steps take (the regret suite's ground truth sets the variable itself)."""
+    w, trial_dir = store.w, store.cell_dir(cell) / "rep0"
+    if not w.batch.startswith("env:"):
+        return store.run_in(cell, trial_dir)
+    if (trial_dir / "summary.json").exists():
+        return TrialSummary.load(trial_dir)
+    manager = TrainingModuleManager(w.file, w.train_args, batch_size_env=w.batch[4:])
+    return manager.run_training(
+        Allocation(cell.gpus, cell.cpus, store.memory_gb, cell.batch), trial_dir,
+        resource_config=store.config.resources, probe_seconds=None, timeout_s=store.timeout_s,
+        monitor_interval=store.config.run.monitor_interval, quiet=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,11 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     root = ROOT / "runs" / "probe_agreement" / ("quick" if args.quick else "full")
     rows = []
     for w in load_workloads(variant="quick" if args.quick else None):
-        if w.needs_gpu or (wanted and w.name not in wanted):
+        if (w.needs_gpu and not cuda_device_name()) or (wanted and w.name not in wanted):
             continue
         store = TruthStore(w, config, root, repeats=1)
         for cell in settings(w, args.quick):
-            t = store.run_in(cell, store.cell_dir(cell) / "rep0")
+            t = run_cell(store, cell)
             pr = t.probe or {}
             rows.append({
                 "script": w.name, "cpus": cell.cpus, "batch": cell.batch, "status": t.status,

@@ -13,6 +13,8 @@ x the machine's CPU levels: 64 cells on 2 cores):
      that cloudopt, like the ruler and the peers, compares batch sizes by samples/s;
    - ``random@N``, ``optuna-tpe@N``, ``optuna-gp@N``: N distinct cells run once each, the best
      observed wins (``--peer-seeds`` seeds each);
+   - ``best-probe@N``: the best of cloudopt's own baseline probes in that run, by their
+     measured figures (what it would recommend if it stopped after them);
    - ``default``: the script's own setting, no search.
 3. regret under the ground truth (``regret_score``: the whole job's time and cost at the cell's
    median), per budget: median and worst over scripts x preferences, each randomised method first
@@ -40,12 +42,20 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from regret_peers import CloudoptRunner, code_digest, default_cell, effective_cell, optuna_pick
+from regret_peers import (
+    CloudoptRunner,
+    best_probe,
+    code_digest,
+    default_cell,
+    effective_cell,
+    optuna_pick,
+)
 from regret_score import PREFERENCES, GroundTruth, Pick, evaluate, pct, random_search
 from regret_truth import ROOT, TruthStore, describe_machine, grid_cells, load_workloads, machine_key
 
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import load_config
+from optimizer.trials.records import TrialSummary
 
 BUDGETS = (2, 4, 6, 8, 12, 16)
 PACK_DIR = ROOT / "benchmarks" / "data" / "grids"
@@ -184,6 +194,10 @@ def curves_for(w: Any, config: Any, args: argparse.Namespace,
             ours = seed_row(seeds, f"cloudopt@{budget}", budget)
             ours["unrecorded"] = sum(r["unrecorded"] for r in seeds)
             rows.append(ours)
+            probes = [evaluate(truth, best_probe_pick(bodies[(budget, pref, s)], w, truth,
+                                                      store, pref, budget), pref, w.name)
+                      for s in range(args.seeds)]
+            rows.append(seed_row(probes, f"best-probe@{budget}", budget))
             peers = [("random", lambda s, n=budget, p=pref: random_search(
                 truth, n, p, np.random.default_rng(s)))]
             if not args.no_optuna:
@@ -191,7 +205,8 @@ def curves_for(w: Any, config: Any, args: argparse.Namespace,
                     truth, n, p, s, sm)) for sm in ("tpe", "gp")]
             said = [f"cloudopt {pct(ours['regret'])} (seeds: "
                     f"{', '.join(pct(r['regret']) for r in seeds)}; runs "
-                    f"{[r['trials'] for r in seeds]}; off the grid {ours['unrecorded']})"]
+                    f"{[r['trials'] for r in seeds]}; off the grid {ours['unrecorded']})",
+                    f"best-probe {pct(rows[-1]['regret'])} ({probes[0]['trials']} probes)"]
             for name, make in peers:
                 runs = [evaluate(truth, make(s), pref, w.name) for s in range(args.peer_seeds)]
                 rows.append(seed_row(runs, f"{name}@{budget}", budget))
@@ -229,6 +244,15 @@ def cloudopt_pick(body: dict[str, Any], w: Any, truth: GroundTruth, budget: int)
                 search_s=search_s, budget=budget, note=body["recommendation"].get("agent", ""))
 
 
+def best_probe_pick(body: dict[str, Any], w: Any, truth: GroundTruth, store: TruthStore,
+                    pref: str, budget: int) -> Pick:
+    """The best of cloudopt's own baseline probes by their measured figures: what the search
+    would recommend if it stopped after them."""
+    probes = [TrialSummary.from_dict(t) for t in body.get("trials", [])
+              if str(t.get("trial_id", ""))[:2].isdigit()]
+    return best_probe(probes, w, truth, store, pref, budget)
+
+
 def seed_row(rows: list[dict[str, Any]], method: str, budget: int) -> dict[str, Any]:
     """One row per method, budget and case: mean regret over seeds, with median and worst."""
     regrets = [math.inf if r["regret"] is None else r["regret"] for r in rows]
@@ -250,7 +274,7 @@ def seed_row(rows: list[dict[str, Any]], method: str, budget: int) -> dict[str, 
 
 
 def table(rows: list[dict[str, Any]], budgets: list[int]) -> str:
-    methods = ["cloudopt", "random", "optuna-tpe", "optuna-gp"]
+    methods = ["cloudopt", "best-probe", "random", "optuna-tpe", "optuna-gp"]
     lines = ["| method | " + " | ".join(f"{b} runs" for b in budgets) + " |",
              "|---|" + "---|" * len(budgets)]
     for m in methods:
@@ -333,7 +357,7 @@ def plot(rows: list[dict[str, Any]], budgets: list[int], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    for m in ("cloudopt", "random", "optuna-tpe", "optuna-gp"):
+    for m in ("cloudopt", "best-probe", "random", "optuna-tpe", "optuna-gp"):
         xs, ys = [], []
         for b in budgets:
             rs = [math.inf if r["regret"] is None else r["regret"] for r in rows
