@@ -280,6 +280,16 @@ def test_fit_refuses_trials_where_more_cpus_ran_slower():
         fit_workload_model(trials)
 
 
+def test_a_refusal_on_sub_millisecond_steps_names_the_threads_overhead_too():
+    # steps of about 0.4 ms: a tiny model on which a second thread can truly cost more than
+    # it adds, so the machine is not the only suspect
+    true = WorkloadParams(device="cpu", alpha_c=0.0002, beta_c=0.000006, parallel_fraction=0.5)
+    trials = synthetic_trials(true, [(0, c, b) for c in (1, 2) for b in (32, 512)])
+    trials[2].throughput = 0.4 * trials[0].throughput
+    with pytest.raises(CloudoptError, match=r"steps took 0\.\d+ ms .*synchronisation"):
+        fit_workload_model(trials)
+
+
 def test_measure_runs_repeats_round_robin_and_keeps_the_fastest(tmp_path, monkeypatch, repo_root):
     from optimizer.search import calibrate
     from optimizer.trials.training import TrainingModuleManager

@@ -248,3 +248,25 @@ def test_phases_are_scored_against_the_probes_stage_marks(tmp_path):
     flipped = stage_agreement(trace, np.arange(len(trace)) % 2, tmp_path / "stages.csv")
     assert flipped["adjusted_rand"] < 0.2
     assert stage_agreement(trace, labels, tmp_path / "missing.csv") is None
+
+
+def test_the_main_job_on_a_script_that_prints_nothing_fits_the_model_and_trains_the_agents(
+        tmp_path, repo_root):
+    """Issue 38's case: nothing printed, no --total-samples; the probe gives every trial its
+    rate and the job's size, so the workload model is fitted and both agents trained."""
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "optimizer", "--train-file", "tests/data/silent_torch_train.py",
+         "--batch-size-arg=--bs", "--preference", "cost", "--budget", "5", "--probe-seconds",
+         "0", "--agent-seconds", "1", "--live-plan", "off", "--output", str(out), "--quiet"],
+        capture_output=True, text=True, cwd=repo_root, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = (out / "main.log").read_text()
+    assert "agents trained" in log and "model not fitted" not in log
+    rec = json.loads((out / "recommendation.json").read_text())
+    assert rec["workload_fit"]["n_trials"] >= 4
+    trials = [json.loads(p.read_text()) for p in sorted(out.glob("trials/*/summary.json"))]
+    assert trials and all(t["throughput_source"] == "probe" for t in trials)
+    assert all(t["total_samples"] == 2048 * 2 for t in trials)
+    assert {t["job_size_source"] for t in trials} <= {"probe: completed run",
+                                                      "probe: dataset x epochs"}

@@ -138,11 +138,16 @@ def _refuse(what: str, data: _Data) -> None:
     )
 
 
+SMALL_STEP_MS = 2.0
+"""Steps shorter than this may truly run slower on more threads (fork/join overhead)."""
+
+
 def _check_cpu_monotone(d: _Data, slack: float = 0.5) -> None:
     """Refuse trials where more CPU threads ran over twice slower than fewer at the same batch.
 
-    The model (Amdahl) cannot express that, and it is the signature of an oversubscribed
-    machine (threads waiting for descheduled peers), not of the job: fitting it would mislead.
+    The model (Amdahl) cannot express that. It is the signature of an oversubscribed machine
+    (threads waiting for descheduled peers), or of steps so small (well under a millisecond)
+    that the threads' synchronisation costs more than their work: fitting it would mislead.
     """
     for g, b in {(g, b) for g, b in zip(d.g, d.b, strict=True)}:
         same = (d.g == g) & (d.b == b)
@@ -154,11 +159,17 @@ def _check_cpu_monotone(d: _Data, slack: float = 0.5) -> None:
         bad = np.flatnonzero(thr[1:] < slack * best_fewer[:-1])
         if bad.size:
             i = bad[0] + 1
+            step_ms = 1000.0 * b / best_fewer[i - 1]
+            cause = (f"its steps took {step_ms:.2g} ms on fewer CPUs, work so small that "
+                     "threads can cost more in synchronisation than they add, or the machine "
+                     "was oversubscribed (other processes on the same cores)"
+                     if step_ms < SMALL_STEP_MS else
+                     "the machine was probably oversubscribed (other processes on the same "
+                     "cores). Measure again on a quiet machine")
             _refuse(
                 f"at batch {b:g} the trial on {c[i]:g} CPUs ran at {thr[i]:.4g} samples/s, "
-                f"slower than {best_fewer[i - 1]:.4g} on fewer CPUs; more threads should not "
-                "slow a job down this much, so the machine was probably oversubscribed (other "
-                "processes on the same cores). Measure again on a quiet machine",
+                f"slower than {best_fewer[i - 1]:.4g} on fewer CPUs, which the model (Amdahl) "
+                f"cannot express: {cause}",
                 d,
             )
 
