@@ -34,12 +34,12 @@ class ProbeFigures:
 def probe_figures(record: ProbeRecord | None, tree: ast.Module | None, train_args: list[str],
                   status: str, printed: float | None, printed_source: str,
                   batch_hint: int | None = None,
-                  printed_windows: Sequence[tuple[float, float]] = ()) -> ProbeFigures:
+                  printed_windows: Sequence[tuple[float, float, bool]] = ()) -> ProbeFigures:
     """The probe's figures of one trial (all None when it saw no training).
 
     ``printed_windows`` are the rates the script printed, ``(probe time the line appeared,
-    samples/s)``: the probe's rate over the same windows is set beside them
-    (:func:`same_windows`), so a script's rate that covers its epoch's data loading, or only
+    samples/s, seen only after the exit)``: the probe's rate over the same windows is set
+    beside them (:func:`same_windows`), so a script's rate that covers its epoch's data loading, or only
     its last epoch, is compared with what the probe counted over that stretch.
 
     Steps whose batches the probe could not see (no DataLoader, no ``OPTIMIZER_BATCH_SIZE``)
