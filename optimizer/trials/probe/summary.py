@@ -39,8 +39,9 @@ def probe_figures(record: ProbeRecord | None, tree: ast.Module | None, train_arg
 
     ``printed_windows`` are the rates the script printed, ``(probe time the line appeared,
     samples/s, seen only after the exit)``: the probe's rate over the same windows is set
-    beside them (:func:`same_windows`), so a script's rate that covers its epoch's data loading, or only
-    its last epoch, is compared with what the probe counted over that stretch.
+    beside them (:func:`same_windows`), so a script's rate that covers its epoch's data
+    loading, or only its last epoch, is compared with what the probe counted over that
+    stretch.
 
     Steps whose batches the probe could not see (no DataLoader, no ``OPTIMIZER_BATCH_SIZE``)
     count ``batch_hint`` samples each: the batch the trial set or the script printed.
