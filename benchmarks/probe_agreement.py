@@ -1,8 +1,8 @@
 """Does the in-process probe count what the script says it did? (issue 38)
 
-Runs each script of the regret suite (its GPU script only where a GPU is present) (``benchmarks/workloads/workloads.toml``) to its end
-at 1 and 2 CPUs and several batch sizes, through the project's runner with the probe on, and
-compares the rate the script printed (or wrote to its metrics CSV) with the probe's:
+Runs each script of the regret suite (``benchmarks/workloads/workloads.toml``; its GPU script
+only where a GPU is present) to its end at 1 and 2 CPUs and several batch sizes, through the
+project's runner with the probe on, and compares the rate the script printed (or wrote to its metrics CSV) with the probe's:
 
 - ``same windows``: the probe's samples per second over the stretches the printed rates cover
   (from one printed line to the next; a single line from the start of training), which is
