@@ -184,3 +184,26 @@ def test_dominated_paired_judges_the_own_trial_on_the_same_hour():
     assert cost["own_vs_recommended_paired"] == pytest.approx(
         hourly[right_size(1.0)] / hourly[4.0] - 1.0)
     assert cost["dominated_paired"]
+
+
+def test_the_best_probe_peer_of_the_curves_takes_only_the_baseline_probes():
+    from regret_curves import best_probe_pick
+    from regret_truth import load_workloads
+
+    from optimizer.foundation.allocation import Allocation
+    from optimizer.trials.records import TrialSummary
+
+    mlp = next(w for w in load_workloads() if w.name == "mlp")  # batch reachable, no workers
+
+    def trial(tid, cpus, batch, wall):
+        return TrialSummary(tid, "completed", Allocation(0, cpus, 8.0, batch), wall_time_s=wall,
+                            throughput=1000.0 / wall, mem_gb_peak=1.0).to_dict()
+
+    body = {"trials": [trial("00-g0-c2-m8-b64", 2, 64, 60.0),
+                       trial("01-g0-c1-m8-b128", 1, 128, 80.0),
+                       trial("refine-0-g0-c2-m8-b128", 2, 128, 50.0)]}
+    pick = best_probe_pick(body, mlp, truth(), None, "time", 6)
+    # the closed loop's faster trial is not a probe: the best probe is the 60-second one, at
+    # the memory it asked for
+    assert pick.cell == Cell(0, 2, 64) and pick.trials == 2 and pick.memory_gb == 8.0
+    assert pick.method == "best-probe@6"
