@@ -146,7 +146,7 @@ def _check_cpu_monotone(d: _Data, slack: float = 0.5) -> None:
     """Refuse trials where more CPU threads ran over twice slower than fewer at the same batch.
 
     The model (Amdahl) cannot express that. It is the signature of an oversubscribed machine
-    (threads waiting for descheduled peers), or of steps so small (well under a millisecond)
+    (threads waiting for descheduled peers), or of steps so small (under ``SMALL_STEP_MS``)
     that the threads' synchronisation costs more than their work: fitting it would mislead.
     """
     for g, b in {(g, b) for g, b in zip(d.g, d.b, strict=True)}:

@@ -112,13 +112,19 @@ class ProbeRecord:
             return float(loader["first_start_t"])
         return self.first_step_t
 
+    @property
+    def last_step_t(self) -> float | None:
+        """When the last step was taken: the first point at the final count (later ones mark
+        pauses and the exit); None without points."""
+        p = self.step_points
+        return float(p[np.argmax(p[:, 1] == p[-1, 1]), 0]) if len(p) else None
+
     def last_pass_end(self) -> float | None:
         """When training ended: the first pause (a loader's pass ending, a switch to eval)
         after the last step, else the last step's event."""
-        p = self.step_points
-        if not len(p):
+        last = self.last_step_t
+        if last is None:
             return None
-        last = float(p[np.argmax(p[:, 1] == p[-1, 1]), 0])
         after = [b for b in self.breaks if b >= last]
         return min(after) if after else last
 
@@ -135,9 +141,7 @@ class ProbeRecord:
         end = self.exit_t if self.exit_t is not None else self.last_t
         if self.first_step_t is None:
             return [(0.0, end, "startup")] if end > 0 else []
-        p = self.step_points
-        # The first point at the final count: later ones mark pauses and the exit.
-        last_step = float(p[np.argmax(p[:, 1] == p[-1, 1]), 0]) if len(p) else self.first_step_t
+        last_step = self.last_step_t if len(self.step_points) else self.first_step_t
         out = [(0.0, self.first_step_t, "startup")]
         cursor, stage = self.first_step_t, "train"
         for t, train in self.modes:

@@ -73,9 +73,7 @@ def probe_figures(record: ProbeRecord | None, tree: ast.Module | None, train_arg
     if record.overall_throughput():
         info["overall_throughput"] = round(record.overall_throughput(), 3)
     if out.throughput:
-        pts = record.step_points
-        last_t = float(pts[np.argmax(pts[:, 1] == pts[-1, 1]), 0])
-        out.startup_s = max(last_t - record.samples / out.throughput, 0.0)
+        out.startup_s = max(record.last_step_t - record.samples / out.throughput, 0.0)
         if printed:
             info.update(printed_throughput=round(printed, 3), printed_source=printed_source,
                         printed_gap_steady=round(printed / out.throughput - 1.0, 4))
