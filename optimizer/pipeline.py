@@ -44,7 +44,7 @@ from optimizer.trials.cost import ResourceCostCalculator, cost_time_flags, trial
 from optimizer.trials.executors import TrialExecutor, TrialRequest, make_executor
 from optimizer.trials.failures import cause_of, explain_unusable
 from optimizer.trials.guard import clean_stale_work
-from optimizer.trials.records import TrialSummary, job_cost, job_size, job_time
+from optimizer.trials.records import TrialSummary, job_cost, job_size, job_time, with_job_size
 from optimizer.trials.training import TrainingModuleManager
 
 
@@ -238,6 +238,13 @@ class CloudResourceOptimizer:
             total = job_size([whole])
             if whole.throughput:
                 usable.append(whole)
+        # Probes that ran before any trial knew the job's size predicted no job: without this
+        # they would drop out of every comparison of whole jobs, and the final choice would see
+        # only the trials measured after the size was found.
+        said = f"learned from {next((t.trial_id for t in usable if t.total_samples), 'a trial')}"
+        baseline = [with_job_size(t, total, said) for t in baseline]
+        usable = [with_job_size(t, total, said) for t in usable]
+        reference = usable[0]
         if self.config.run.budget == "auto":
             whole_cost = (total / reference.throughput * reference.hourly_cost / 3600
                           if total and reference.throughput else None)

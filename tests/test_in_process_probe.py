@@ -3,6 +3,7 @@ samples, epochs, loss, gradients and stages, and changes nothing the script can 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -12,7 +13,9 @@ import time
 
 import pytest
 
+from optimizer.foundation.allocation import Allocation
 from optimizer.trials.probe import probe_environment, read_probe, write_stage_marks
+from optimizer.trials.records import TrialSummary
 
 LOOP = """
 import os, sys, time
@@ -272,3 +275,40 @@ def test_the_main_job_on_a_script_that_prints_nothing_fits_the_model_and_trains_
     assert trials[0]["job_size_source"] in ("probe: completed run", "probe: dataset x epochs")
     assert {t["job_size_source"] for t in trials[1:]} <= {
         "given", "probe: completed run", "probe: dataset x epochs"}
+
+
+def test_probes_measured_before_the_job_size_was_known_compete_once_a_whole_run_finds_it(
+        tmp_path, repo_root):
+    """A script that prints nothing and slices its own batches: no trial knows the job's size
+    until the whole run. The probes before it must then predict the job and take part in the
+    final choice (they used to drop out of every comparison of whole jobs)."""
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "optimizer", "--train-file", "tests/data/sizeless_torch_train.py",
+         "--batch-size-arg=--bs", "--preference", "cost", "--budget", "3", "--probe-seconds",
+         "4", "--agent-seconds", "1", "--live-plan", "off", "--output", str(out), "--quiet"],
+        capture_output=True, text=True, cwd=repo_root, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = json.loads((out / "recommendation.json").read_text())
+    # the size comes from a whole run, or from a probe that ran to the job's end
+    assert rec["baseline"]["trial"].startswith("00-") and rec["baseline"]["job_time_s"] > 0
+    assert rec["choice"].endswith("the best of 3 trials")
+
+
+def test_with_job_size_predicts_a_probe_once_the_size_is_known():
+    from optimizer.trials.records import with_job_size
+
+    probe = TrialSummary("00-x", "probe", Allocation(0, 2, 8.0, 32), wall_time_s=20.0,
+                         samples=3600.0, throughput=200.0, hourly_cost=0.36, startup_s=1.5)
+    done = with_job_size(probe, 6000.0, "a whole run (whole-x)")
+    assert done.predicted_total_time_s == 31.5 and done.total_samples == 6000.0
+    assert done.predicted_total_cost == 0.36 * 31.5 / 3600
+    assert done.job_size_source == "a whole run (whole-x)"
+    # an older record without its start-up: the wall time beyond the steady samples counts
+    old = with_job_size(dataclasses.replace(probe, startup_s=None), 6000.0, "w")
+    assert old.predicted_total_time_s == 2.0 + 30.0
+    # a probe that predicted already, and a completed run, are left as they are
+    assert with_job_size(done, 9000.0, "w") is done
+    whole = TrialSummary("whole-x", "completed", Allocation(0, 2, 8.0, 32), wall_time_s=31.0,
+                         samples=6000.0, throughput=195.0)
+    assert with_job_size(whole, 6000.0, "w") is whole

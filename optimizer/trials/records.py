@@ -53,6 +53,10 @@ class TrialSummary:
     """Work of the whole job, when known (argument, metrics or --total-samples)."""
     predicted_total_time_s: float | None = None
     predicted_total_cost: float | None = None
+    startup_s: float | None = None
+    """Seconds before the steady rate began (start-up the whole job pays once), kept so that a
+    probe measured before the job's size was known can predict the job once it is
+    (:func:`with_job_size`)."""
     cpu_cores_mean: float = 0.0
     cpu_cores_peak: float = 0.0
     cpu_util_mean: float = 0.0
@@ -167,6 +171,25 @@ def job_time(t: TrialSummary) -> float | None:
     if t.status == "completed":
         return t.wall_time_s
     return t.predicted_total_time_s
+
+
+def with_job_size(t: TrialSummary, total: float, source: str) -> TrialSummary:
+    """``t`` with the whole job of ``total`` samples predicted, where ``t`` is a probe that
+    predicted nothing because the job's size was not known when it ran (a script that neither
+    prints its size nor reveals it to the probe: the size is learned from a later whole run).
+    Without a recorded start-up, the probe's own wall time beyond its steady samples counts as
+    start-up (an upper bound: it includes the stop at the time box). Other trials are returned
+    as they are."""
+    if t.status != "probe" or t.predicted_total_time_s is not None or not t.throughput \
+            or not total:
+        return t
+    startup = t.startup_s
+    if startup is None:
+        startup = max(t.wall_time_s - (t.samples or 0.0) / t.throughput, 0.0)
+    predicted = round(startup + float(total) / t.throughput, 3)
+    return dataclasses.replace(t, total_samples=float(total), predicted_total_time_s=predicted,
+                               predicted_total_cost=t.hourly_cost * predicted / 3600,
+                               job_size_source=source)
 
 
 def job_cost(t: TrialSummary) -> float | None:

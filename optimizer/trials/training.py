@@ -489,6 +489,7 @@ class TrainingModuleManager:
             throughput_source=source, hourly_cost=hourly, cost=hourly * wall / 3600,
             total_samples=total, predicted_total_time_s=predicted,
             predicted_total_cost=None if predicted is None else hourly * predicted / 3600,
+            startup_s=None if startup is None else round(float(startup), 3),
             cpu_util_mean=100 * stats["cpu_cores_mean"] / max(allocation.cpus, 1),
             **stats, train_file=str(self.module_path), train_args=list(self.train_args),
             model_info=model_info,
