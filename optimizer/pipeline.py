@@ -341,9 +341,11 @@ class CloudResourceOptimizer:
                     vary_batch: bool = True) -> list[Allocation]:
         """Baseline allocations; with offline logs, the one they predict comes first."""
         cfg = self.config
+        cost, time_w, share = cfg.multi_objective.vector(self.user_preference)
         allocations = plan_baseline(cfg.resources, cfg.run.baseline_samples + extra,
                                     uses_gpu=bool(analysis.get("uses_gpu")),
-                                    reference_batch=reference_batch, vary_batch=vary_batch)
+                                    reference_batch=reference_batch, vary_batch=vary_batch,
+                                    favour_time=time_w > max(cost, share))
         if offline_logs:
             from optimizer.offline.analyzer import predict_start_allocation
 

@@ -101,6 +101,18 @@ def test_plan_varies_threads_and_batch_within_bounds():
     assert all(a.cpus == 1 and a.memory_gb <= 2.0 for a in one)
 
 
+def test_a_time_preference_probes_the_larger_batch_before_fewer_cpus():
+    rc = ResourceConfig(gpu_count_max=0, cpu_count_max=2, memory_max=8.0)
+    plain = plan_baseline(rc, 4, reference_batch=64)
+    timed = plan_baseline(rc, 4, reference_batch=64, favour_time=True)
+    assert [(a.cpus, a.batch_size) for a in plain[:2]] == [(2, None), (1, None)]
+    assert [(a.cpus, a.batch_size) for a in timed[:2]] == [(2, None), (2, 128)]
+    assert sorted(map(Allocation.key, plain)) == sorted(map(Allocation.key, timed))
+    # nothing to move where the batch cannot be varied
+    assert plan_baseline(rc, 4, vary_batch=False, favour_time=True) == \
+        plan_baseline(rc, 4, vary_batch=False)
+
+
 def test_rank_prefers_sla_then_weighted_score():
     cfg = OptimizerConfig(resources=ResourceConfig(gpu_count_max=0, cpu_count_max=2,
                                                    memory_max=8.0))

@@ -207,3 +207,17 @@ def test_the_best_probe_peer_of_the_curves_takes_only_the_baseline_probes():
     # the memory it asked for
     assert pick.cell == Cell(0, 2, 64) and pick.trials == 2 and pick.memory_gb == 8.0
     assert pick.method == "best-probe@6"
+
+
+def test_the_curves_table_shows_what_every_cell_run_once_reaches():
+    from regret_curves import table
+
+    def row(method, budget, regret):
+        return {"script": "s", "preference": "cost", "method": method, "budget": budget,
+                "regret": regret, "trials": budget or 0}
+
+    rows = [row("cloudopt@2", 2, 0.4), row("default", None, 1.2), row("every-cell", 64, 0.07),
+            {**row("every-cell", 64, 0.21), "preference": "time"}]
+    text = table(rows, [2])
+    assert "| every cell once (64 runs) | 14.0% / 21.0% |" in text
+    assert "| cloudopt (median / worst) | 40.0% / 40.0% |" in text
