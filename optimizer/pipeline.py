@@ -35,7 +35,7 @@ from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import OptimizerConfig, load_config, validate_preference
 from optimizer.foundation.errors import CloudoptError
 from optimizer.foundation.gpu import nvml_device_count, visible_device_indices
-from optimizer.search.baseline import memory_for, plan_baseline, run_baseline, trial_name
+from optimizer.search.baseline import memory_for, plan_baseline, probe_folder, run_baseline
 from optimizer.search.budget import RunBudget, auto_budget, make_budget, within_budget
 from optimizer.search.choice import same_setting
 from optimizer.trials import oom_retry
@@ -278,7 +278,7 @@ class CloudResourceOptimizer:
                   run_dir: Path, opts: JobOptions) -> list[TrialSummary]:
         cfg = self.config
         allocations = self._planned_probes(manager, analysis, opts)
-        done = [(run_dir / "trials" / trial_name(i, a) / "summary.json").exists()
+        done = [(probe_folder(run_dir, i, a) / "summary.json").exists()
                 for i, a in enumerate(allocations)]
         allocations = within_budget(self.budget, allocations, done)
         if manager.batch_control() is None:

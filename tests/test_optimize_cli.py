@@ -101,6 +101,22 @@ def test_plan_varies_threads_and_batch_within_bounds():
     assert all(a.cpus == 1 and a.memory_gb <= 2.0 for a in one)
 
 
+def test_a_probe_recorded_under_another_index_is_found_by_its_setting(tmp_path):
+    """Preferences probe in different orders: a run folder reused under another preference
+    finds its probes by setting, not by their place in the order."""
+    from optimizer.search.baseline import probe_folder
+
+    few = Allocation(gpus=0, cpus=1, memory_gb=4.0)
+    recorded = tmp_path / "trials" / "01-g0-c1-m4-bdefault"
+    recorded.mkdir(parents=True)
+    assert probe_folder(tmp_path, 2, few).name == "02-g0-c1-m4-bdefault"  # no summary yet
+    (recorded / "summary.json").write_text("{}")
+    assert probe_folder(tmp_path, 2, few) == recorded
+    assert probe_folder(tmp_path, 1, few) == recorded
+    other = Allocation(gpus=0, cpus=1, memory_gb=4.0, batch_size=16)
+    assert probe_folder(tmp_path, 1, other).name == "01-g0-c1-m4-b16"
+
+
 def test_a_time_preference_probes_the_larger_batch_before_fewer_cpus():
     rc = ResourceConfig(gpu_count_max=0, cpu_count_max=2, memory_max=8.0)
     plain = plan_baseline(rc, 4, reference_batch=64)

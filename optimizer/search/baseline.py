@@ -113,6 +113,21 @@ def trial_name(index: int, allocation: Allocation) -> str:
     return f"{index:02d}-{allocation.key()}"
 
 
+def probe_folder(run_dir: str | os.PathLike, index: int, allocation: Allocation) -> Path:
+    """The folder of the ``index``-th baseline probe: a probe of the same setting recorded
+    under another index (a run of another preference probes in another order, and its folder
+    may be reused) is that one, else ``trials/<NN-key>``."""
+    trials = Path(run_dir) / "trials"
+    mine = trials / trial_name(index, allocation)
+    if (mine / "summary.json").exists():
+        return mine
+    suffix = f"-{allocation.key()}"
+    for d in sorted(trials.glob(f"[0-9][0-9]{suffix}")) if trials.is_dir() else []:
+        if (d / "summary.json").exists():
+            return d
+    return mine
+
+
 def run_baseline(
     manager: TrainingModuleManager,
     allocations: Sequence[Allocation],
@@ -136,7 +151,7 @@ def run_baseline(
     out: list[TrialSummary | None] = []
     requests, slots = [], []
     for i, alloc in enumerate(allocations):
-        trial_dir = run_dir / "trials" / trial_name(i, alloc)
+        trial_dir = probe_folder(run_dir, i, alloc)
         out.append(manager.recorded_trial(trial_dir))  # None: not recorded, or stale
         if out[-1] is None:
             requests.append(TrialRequest(
