@@ -36,7 +36,13 @@ from optimizer.foundation.config import OptimizerConfig, load_config, validate_p
 from optimizer.foundation.errors import CloudoptError
 from optimizer.foundation.gpu import nvml_device_count, visible_device_indices
 from optimizer.search.baseline import memory_for, plan_baseline, probe_folder, run_baseline
-from optimizer.search.budget import RunBudget, auto_budget, make_budget, within_budget
+from optimizer.search.budget import (
+    RunBudget,
+    auto_budget,
+    make_budget,
+    probes_within,
+    within_budget,
+)
 from optimizer.search.choice import same_setting
 from optimizer.trials import oom_retry
 from optimizer.trials.batch import label_batch
@@ -341,11 +347,17 @@ class CloudResourceOptimizer:
                     vary_batch: bool = True) -> list[Allocation]:
         """Baseline allocations; with offline logs, the one they predict comes first."""
         cfg = self.config
+        n = cfg.run.baseline_samples + extra
         cost, time_w, share = cfg.multi_objective.vector(self.user_preference)
-        allocations = plan_baseline(cfg.resources, cfg.run.baseline_samples + extra,
+        # Only a budget that affords two probes puts the time preference's likeliest setting
+        # second: with more, the same probes run in any order, and the usual order made the
+        # curves' later rounds worse (benchmarks/README.md, issue 41).
+        total = self.budget.total
+        allocations = plan_baseline(cfg.resources, n,
                                     uses_gpu=bool(analysis.get("uses_gpu")),
                                     reference_batch=reference_batch, vary_batch=vary_batch,
-                                    favour_time=time_w > max(cost, share))
+                                    favour_time=time_w > max(cost, share) and total is not None
+                                    and probes_within(total, cfg.run.baseline_samples) <= 2)
         if offline_logs:
             from optimizer.offline.analyzer import predict_start_allocation
 

@@ -101,6 +101,25 @@ def test_plan_varies_threads_and_batch_within_bounds():
     assert all(a.cpus == 1 and a.memory_gb <= 2.0 for a in one)
 
 
+def test_the_time_order_applies_only_where_the_budget_affords_two_probes(tmp_path):
+    from optimizer.pipeline import CloudResourceOptimizer
+    from optimizer.search.budget import RunBudget
+
+    opt = CloudResourceOptimizer(OptimizerConfig(resources=ResourceConfig(
+        gpu_count_max=0, cpu_count_max=2, memory_max=8.0)), quiet=True)
+    opt.set_user_preference("time")
+
+    def second(total):
+        opt.budget = RunBudget(total, tmp_path)
+        return opt.plan_trials({}, reference_batch=64)[1]
+
+    assert (second(2).cpus, second(2).batch_size) == (2, 128)
+    assert (second(12).cpus, second(12).batch_size) == (1, None)
+    assert (second(None).cpus, second(None).batch_size) == (1, None)
+    opt.set_user_preference("cost")
+    assert (second(2).cpus, second(2).batch_size) == (1, None)
+
+
 def test_a_probe_recorded_under_another_index_is_found_by_its_setting(tmp_path):
     """Preferences probe in different orders: a run folder reused under another preference
     finds its probes by setting, not by their place in the order."""

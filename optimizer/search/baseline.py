@@ -68,11 +68,11 @@ def plan_baseline(resources: ResourceConfig, n: int, *, uses_gpu: bool = False,
         False when the script's batch size cannot be set: no batch variations, so no trial is
         labelled with a batch it did not run.
     favour_time : bool
-        The preference weighs time most: the larger batch on the default's resources comes
-        second, before fewer CPUs. A budget of two runs then measures a setting that can
-        beat the default on time (on the 2-core machine's tab grid, batch 128 at 2 CPUs is
-        19% slower than the optimum, the default 47%; 1 CPU is slower still), while the model
-        still sees fewer CPUs from the third probe on.
+        The preference weighs time most and only two probes will run: the larger batch on
+        the default's resources comes second, before fewer CPUs, so the search measures a
+        setting that can beat the default on time (on the 2-core machine's tab grid, batch
+        128 at 2 CPUs is 19% slower than the optimum, the default 47%; 1 CPU is slower
+        still).
     """
     base = default_allocation(resources, uses_gpu)
     ref = reference_batch or REFERENCE_BATCH
