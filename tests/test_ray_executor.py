@@ -199,3 +199,48 @@ def test_the_probe_sees_inside_a_silent_script_on_a_ray_worker(tmp_path, config,
     assert s.total_samples == 2048 * 5000 and s.job_size_source == "probe: dataset x epochs"
     assert s.probe["samples_per_step"] == 64
     assert (trial_dir / "probe.jsonl").exists() and (trial_dir / "stages.csv").exists()
+
+
+PHASED = """
+import time
+import torch
+end = time.time() + 1.5
+while time.time() < end:  # start-up: one thread of pure Python
+    sum(range(2000))
+model = torch.nn.Linear(64, 4)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(128, 64), torch.randint(0, 4, (128,))
+end = time.time() + 1.5
+while time.time() < end:
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+"""
+
+
+def test_a_live_trial_runs_on_a_ray_worker_and_brings_back_its_changes(tmp_path, local_ray):
+    """Issue 40: the live plan's trials run on Ray as they do locally; the controller works
+    on the worker and its log comes back with the trial's files."""
+    from optimizer.foundation.config import ResourceConfig
+    from optimizer.trials.executors import TrialRequest
+    from optimizer.trials.live import read_changes
+    from optimizer.trials.live.controller import PlanDecider
+    from optimizer.trials.live.plan import LivePlan, PhaseAllocation, PhaseEntry
+    from optimizer.trials.live.session import LiveSetup
+
+    script = tmp_path / "phased.py"
+    script.write_text(PHASED)
+    plan = LivePlan(phases={"startup": PhaseEntry(PhaseAllocation(1, None)),
+                            "train": PhaseEntry(PhaseAllocation(2, None))},
+                    fallback=PhaseAllocation(2, 1.0), interval_s=0.2, source="test")
+    live = LiveSetup(PlanDecider(plan), interval_s=0.2, pause_s=1.0, label="live plan")
+    req = TrialRequest(Allocation(cpus=2, memory_gb=1.0), tmp_path / "run" / "trials" / "live",
+                       timeout_s=120, live=live)
+    [(index, summary)] = list(make_executor("ray").run(TrainingModuleManager(script), [req],
+                                                       ResourceConfig()))
+    assert index == 0 and summary.status == "completed", summary.reason
+    assert summary.executor == "ray" and summary.live["decider"] == "live plan"
+    assert {"startup", "train"} <= set(summary.live["phases_seen"])
+    changes = read_changes(req.trial_dir)
+    assert [len(c.cpus) for c in changes if c.phase == "startup" and c.cpus] == [1]
+    assert any(c.phase == "train" and c.cpus and len(c.cpus) == 2 for c in changes)

@@ -39,6 +39,11 @@ from optimizer.trials.records import TrialSummary
 MIN_STEPS, MAX_STEPS = 12, 60
 TIME_SLACK = 0.05
 """A live plan may take this much longer than the static recommendation (the issue's bound)."""
+DECISION_INTERVAL_S = 0.5
+"""Seconds between the controller's decisions in a plan the main command writes. A stage
+change waits for the next one, at the last stage's cores: eval_heavy's live runs (at 0.5 s)
+began each training epoch 0.43-0.48 s late. Each decision reads the probe's new events and
+the monitor's last samples, nothing more."""
 
 
 @dataclass
@@ -107,7 +112,7 @@ def static_forecast(cfg: Any, static: Allocation) -> tuple[float, float]:
 def build_live_plan(trials: list[tuple[TrialSummary, Path]], env_config: Any,
                     config: OptimizerConfig, static: Allocation, *,
                     time_budget_s: float, quiet: bool = True,
-                    interval_s: float = 1.0, detector: Any = None) -> PlanResult:
+                    interval_s: float = DECISION_INTERVAL_S, detector: Any = None) -> PlanResult:
     """The agents' live plan from the trials' stages; ``plan`` is None (and ``why`` says
     why) when the trials show no stages or one only. The probe's stages come first; where
     they show one stage or none and ``detector`` is given (or a callable returning one), the
@@ -143,7 +148,7 @@ def build_live_plan(trials: list[tuple[TrialSummary, Path]], env_config: Any,
 
 
 def plan_from_decisions(decisions: list[dict[str, Any]], model: StageModel, static: Allocation,
-                        agent: str, interval_s: float = 1.0) -> LivePlan:
+                        agent: str, interval_s: float = DECISION_INTERVAL_S) -> LivePlan:
     """The live plan of a greedy episode on the stage model (a row per step with its
     ``phase`` id and ``cpus``): per stage, the cores it held for most of the stage's steps,
     and the stage's measured memory peak, right-sized."""

@@ -22,7 +22,8 @@ STEP_EVENT_S = 0.1  # at most one aggregated "steps" event per 0.1 s: small file
 SAMPLE_EVERY_S = 0.1  # the loss at most 10 times a second (the first steps always)
 GRAD_EVERY_S = 2.0  # a gradient-noise window at most every 2 s
 FLUSH_S = 0.5
-CONTROL_EVERY_S = 0.5
+CONTROL_EVERY_S = 0.1  # a stat() at most 10 times a second: a thread count that lags
+# the controller's change runs a stage on the cores of the one before it
 MAX_WINDOW_ELEMENTS = 50_000_000
 FIRST_STEPS = 5
 
