@@ -35,14 +35,9 @@ from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import OptimizerConfig, load_config, validate_preference
 from optimizer.foundation.errors import CloudoptError
 from optimizer.foundation.gpu import nvml_device_count, visible_device_indices
-from optimizer.search.baseline import memory_for, plan_baseline, probe_folder, run_baseline
-from optimizer.search.budget import (
-    RunBudget,
-    auto_budget,
-    make_budget,
-    probes_within,
-    within_budget,
-)
+from optimizer.search import baseline as probes
+from optimizer.search.baseline import memory_for, plan_baseline, run_baseline
+from optimizer.search.budget import RunBudget, auto_budget, make_budget, within_budget
 from optimizer.search.choice import same_setting
 from optimizer.trials import oom_retry
 from optimizer.trials.batch import label_batch
@@ -244,12 +239,7 @@ class CloudResourceOptimizer:
             total = job_size([whole])
             if whole.throughput:
                 usable.append(whole)
-        # Probes that ran before any trial knew the job's size predicted no job: without this
-        # they would drop out of every comparison of whole jobs, and the final choice would see
-        # only the trials measured after the size was found.
-        said = f"learned from {next((t.trial_id for t in usable if t.total_samples), 'a trial')}"
-        baseline = [with_job_size(t, total, said) for t in baseline]
-        usable = [with_job_size(t, total, said) for t in usable]
+        baseline, usable = with_job_size(baseline, total, usable), with_job_size(usable, total)
         reference = usable[0]
         if self.config.run.budget == "auto":
             whole_cost = (total / reference.throughput * reference.hourly_cost / 3600
@@ -284,7 +274,7 @@ class CloudResourceOptimizer:
                   run_dir: Path, opts: JobOptions) -> list[TrialSummary]:
         cfg = self.config
         allocations = self._planned_probes(manager, analysis, opts)
-        done = [(probe_folder(run_dir, i, a) / "summary.json").exists()
+        done = [(probes.probe_folder(run_dir, i, a) / "summary.json").exists()
                 for i, a in enumerate(allocations)]
         allocations = within_budget(self.budget, allocations, done)
         if manager.batch_control() is None:
@@ -307,7 +297,7 @@ class CloudResourceOptimizer:
                               executor=self.trial_executor())
         self._say_replaced(manager)
         settable = manager.batch_control() is not None
-        return [self._label_batch(t, run_dir / "trials" / self._trial_folder(run_dir, t),
+        return [self._label_batch(t, run_dir / "trials" / probes.trial_folder(run_dir, t),
                                   settable) for t in trials]
 
     def _earlier_trials(self, manager: TrainingModuleManager, run_dir: Path,
@@ -347,17 +337,11 @@ class CloudResourceOptimizer:
                     vary_batch: bool = True) -> list[Allocation]:
         """Baseline allocations; with offline logs, the one they predict comes first."""
         cfg = self.config
-        n = cfg.run.baseline_samples + extra
-        cost, time_w, share = cfg.multi_objective.vector(self.user_preference)
-        # Only a budget that affords two probes puts the time preference's likeliest setting
-        # second: with more, the same probes run in any order, and the usual order made the
-        # curves' later rounds worse (benchmarks/README.md, issue 41).
-        total = self.budget.total
-        allocations = plan_baseline(cfg.resources, n,
+        allocations = plan_baseline(cfg.resources, cfg.run.baseline_samples + extra,
                                     uses_gpu=bool(analysis.get("uses_gpu")),
                                     reference_batch=reference_batch, vary_batch=vary_batch,
-                                    favour_time=time_w > max(cost, share) and total is not None
-                                    and probes_within(total, cfg.run.baseline_samples) <= 2)
+                                    favour_time=probes.favours_time(
+                                        cfg, self.user_preference, self.budget.total))
         if offline_logs:
             from optimizer.offline.analyzer import predict_start_allocation
 
@@ -386,7 +370,7 @@ class CloudResourceOptimizer:
     def _phases(self, reference: TrialSummary, run_dir: Path, opts: JobOptions):
         from optimizer.trials.phase_profile import load_detector, profile_trace, stage_agreement
 
-        trace_path = run_dir / "trials" / self._trial_folder(run_dir, reference) / "trace.csv"
+        trace_path = run_dir / "trials" / probes.trial_folder(run_dir, reference) / "trace.csv"
         try:
             detector = load_detector(opts.phase_model)
             profile = profile_trace(pd.read_csv(trace_path), detector)
@@ -404,13 +388,6 @@ class CloudResourceOptimizer:
                       f" adjusted Rand index {agreement['adjusted_rand']:.2f} over "
                       f"{agreement['samples']} samples")
         return profile, None
-
-    @staticmethod
-    def _trial_folder(run_dir: Path, trial: TrialSummary) -> str:
-        for d in sorted((run_dir / "trials").iterdir()):
-            if (d / "summary.json").exists() and TrialSummary.load(d).trial_id == trial.trial_id:
-                return d.name
-        return trial.trial_id
 
     def _recommend(self, usable: list[TrialSummary], reference: TrialSummary,
                    total: float | None, profile: Any, run_dir: Path,

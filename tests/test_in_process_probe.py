@@ -296,19 +296,20 @@ def test_probes_measured_before_the_job_size_was_known_compete_once_a_whole_run_
 
 
 def test_with_job_size_predicts_a_probe_once_the_size_is_known():
-    from optimizer.trials.records import with_job_size
+    from optimizer.trials.records import probe_job, with_job_size
 
     probe = TrialSummary("00-x", "probe", Allocation(0, 2, 8.0, 32), wall_time_s=20.0,
                          samples=3600.0, throughput=200.0, hourly_cost=0.36, startup_s=1.5)
-    done = with_job_size(probe, 6000.0, "a whole run (whole-x)")
+    whole = TrialSummary("whole-x", "completed", Allocation(0, 2, 8.0, 32), wall_time_s=31.0,
+                         samples=6000.0, throughput=195.0, total_samples=6000.0)
+    done, same = with_job_size([probe, whole], 6000.0)
     assert done.predicted_total_time_s == 31.5 and done.total_samples == 6000.0
     assert done.predicted_total_cost == 0.36 * 31.5 / 3600
-    assert done.job_size_source == "a whole run (whole-x)"
+    assert done.job_size_source == "learned from whole-x"
+    assert same is whole  # a completed run is left as it is
     # an older record without its start-up: the wall time beyond the steady samples counts
-    old = with_job_size(dataclasses.replace(probe, startup_s=None), 6000.0, "w")
+    old = probe_job(dataclasses.replace(probe, startup_s=None), 6000.0, "w")
     assert old.predicted_total_time_s == 2.0 + 30.0
-    # a probe that predicted already, and a completed run, are left as they are
-    assert with_job_size(done, 9000.0, "w") is done
-    whole = TrialSummary("whole-x", "completed", Allocation(0, 2, 8.0, 32), wall_time_s=31.0,
-                         samples=6000.0, throughput=195.0)
-    assert with_job_size(whole, 6000.0, "w") is whole
+    # a probe that predicted already is left as it is, and so is everything without a size
+    assert probe_job(done, 9000.0, "w") is done
+    assert with_job_size([probe], None) == [probe]

@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import OptimizerConfig, ResourceConfig
+from optimizer.search.budget import probes_within
 from optimizer.search.choice import resource_share
 from optimizer.trials.executors import LocalExecutor, TrialExecutor, TrialRequest
 from optimizer.trials.records import TrialSummary, summaries_to_frame, write_trials_csv
@@ -107,6 +108,24 @@ def plan_baseline(resources: ResourceConfig, n: int, *, uses_gpu: bool = False,
             out.remove(bigger)
             out.insert(1, bigger)
     return out[:n]
+
+
+def favours_time(config: OptimizerConfig, preference: Any, budget_total: int | None) -> bool:
+    """Whether :func:`plan_baseline` puts the larger batch second: the preference weighs time
+    most and the budget affords two probes only. With more, the same probes run in any order,
+    and the time order made the curves' later budgets worse (benchmarks/README.md, issue 41):
+    the fit and the agents took another path."""
+    cost, time_w, share = config.multi_objective.vector(preference)
+    return bool(time_w > max(cost, share) and budget_total is not None
+                and probes_within(budget_total, config.run.baseline_samples) <= 2)
+
+
+def trial_folder(run_dir: Path, trial: TrialSummary) -> str:
+    """The folder name of a recorded trial (its id, unless recorded under another name)."""
+    for d in sorted((run_dir / "trials").iterdir()):
+        if (d / "summary.json").exists() and TrialSummary.load(d).trial_id == trial.trial_id:
+            return d.name
+    return trial.trial_id
 
 
 def trial_name(index: int, allocation: Allocation) -> str:

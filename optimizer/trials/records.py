@@ -173,13 +173,23 @@ def job_time(t: TrialSummary) -> float | None:
     return t.predicted_total_time_s
 
 
-def with_job_size(t: TrialSummary, total: float, source: str) -> TrialSummary:
+def with_job_size(trials: Sequence[TrialSummary], total: float | None,
+                  found_by: Sequence[TrialSummary] = ()) -> list[TrialSummary]:
+    """``trials`` with the whole job of ``total`` samples predicted for every probe that ran
+    before any trial knew the job's size (a script that neither prints its size nor shows it
+    to the probe: a later whole run, or a probe that reached the job's end, finds it). Left
+    without a prediction, such probes drop out of every comparison of whole jobs, and the
+    final choice sees only the trials measured after the size was found. ``found_by``: the
+    trials to name as the size's source (default ``trials``)."""
+    source = next((t.trial_id for t in (found_by or trials) if t.total_samples), "a trial")
+    return [probe_job(t, total, f"learned from {source}") if total else t for t in trials]
+
+
+def probe_job(t: TrialSummary, total: float, source: str) -> TrialSummary:
     """``t`` with the whole job of ``total`` samples predicted, where ``t`` is a probe that
-    predicted nothing because the job's size was not known when it ran (a script that neither
-    prints its size nor reveals it to the probe: the size is learned from a later whole run).
-    Without a recorded start-up, the probe's own wall time beyond its steady samples counts as
-    start-up (an upper bound: it includes the stop at the time box). Other trials are returned
-    as they are."""
+    predicted nothing. Without a recorded start-up, the probe's own wall time beyond its
+    steady samples counts as start-up (an upper bound: it includes the stop at the time box).
+    Other trials are returned as they are."""
     if t.status != "probe" or t.predicted_total_time_s is not None or not t.throughput \
             or not total:
         return t
