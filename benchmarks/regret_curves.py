@@ -380,6 +380,11 @@ def plot(rows: list[dict[str, Any]], budgets: list[int], path: Path) -> None:
                 ys.append(100 * min(float(np.median(rs)), 10.0))
         if xs:
             ax.plot(xs, ys, marker="o", label=m)
+    every = [r for r in rows if r["method"] == "every-cell"]
+    if every:  # the ruler's resolution: what one run of every cell reaches
+        rs = [math.inf if r["regret"] is None else r["regret"] for r in every]
+        ax.axhline(100 * min(float(np.median(rs)), 10.0), color="grey", ls="--",
+                   label=f"every cell once ({every[0]['budget']} runs)")
     ax.set_xlabel("real runs")
     ax.set_ylabel("median regret, % (capped at 1000)")
     ax.set_title("Regret against runs on the enlarged grids")
