@@ -253,17 +253,25 @@ def test_phases_are_scored_against_the_probes_stage_marks(tmp_path):
     assert stage_agreement(trace, labels, tmp_path / "missing.csv") is None
 
 
+def _main_job(script, tmp_path, repo_root, *, budget, probe_seconds):
+    """The main command on ``script`` (batch flag ``--bs``, cost preference, no live plan);
+    the run folder, after asserting it succeeded."""
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "optimizer", "--train-file", script, "--batch-size-arg=--bs",
+         "--preference", "cost", "--budget", str(budget), "--probe-seconds", str(probe_seconds),
+         "--agent-seconds", "1", "--live-plan", "off", "--output", str(out), "--quiet"],
+        capture_output=True, text=True, cwd=repo_root, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
 def test_the_main_job_on_a_script_that_prints_nothing_fits_the_model_and_trains_the_agents(
         tmp_path, repo_root):
     """Issue 38's case: nothing printed, no --total-samples; the probe gives every trial its
     rate and the job's size, so the workload model is fitted and both agents trained."""
-    out = tmp_path / "run"
-    proc = subprocess.run(
-        [sys.executable, "-m", "optimizer", "--train-file", "tests/data/silent_torch_train.py",
-         "--batch-size-arg=--bs", "--preference", "cost", "--budget", "5", "--probe-seconds",
-         "0", "--agent-seconds", "1", "--live-plan", "off", "--output", str(out), "--quiet"],
-        capture_output=True, text=True, cwd=repo_root, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = _main_job("tests/data/silent_torch_train.py", tmp_path, repo_root, budget=5,
+                    probe_seconds=0)
     log = (out / "main.log").read_text()
     assert "agents trained" in log and "model not fitted" not in log
     rec = json.loads((out / "recommendation.json").read_text())
@@ -282,13 +290,8 @@ def test_probes_measured_before_the_job_size_was_known_compete_once_a_whole_run_
     """A script that prints nothing and slices its own batches: no trial knows the job's size
     until the whole run. The probes before it must then predict the job and take part in the
     final choice (they used to drop out of every comparison of whole jobs)."""
-    out = tmp_path / "run"
-    proc = subprocess.run(
-        [sys.executable, "-m", "optimizer", "--train-file", "tests/data/sizeless_torch_train.py",
-         "--batch-size-arg=--bs", "--preference", "cost", "--budget", "3", "--probe-seconds",
-         "4", "--agent-seconds", "1", "--live-plan", "off", "--output", str(out), "--quiet"],
-        capture_output=True, text=True, cwd=repo_root, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = _main_job("tests/data/sizeless_torch_train.py", tmp_path, repo_root, budget=3,
+                    probe_seconds=4)
     rec = json.loads((out / "recommendation.json").read_text())
     # the size comes from a whole run, or from a probe that ran to the job's end
     assert rec["baseline"]["trial"].startswith("00-") and rec["baseline"]["job_time_s"] > 0

@@ -173,6 +173,18 @@ def job_time(t: TrialSummary) -> float | None:
     return t.predicted_total_time_s
 
 
+def predict_time(status: str, wall: float, samples: float | None, total: float | None,
+                 thr: float | None, startup: float | None) -> float | None:
+    """Whole-job time: measured when the script ran to its end, else predicted."""
+    if status == "completed":
+        if total is None or samples is None or samples >= total or not thr:
+            return round(wall, 3)
+        return round(wall + (total - samples) / thr, 3)
+    if status == "probe" and thr and total is not None:
+        return round((startup or 0.0) + total / thr, 3)
+    return None
+
+
 def with_job_size(trials: Sequence[TrialSummary], total: float | None,
                   found_by: Sequence[TrialSummary] = ()) -> list[TrialSummary]:
     """``trials`` with the whole job of ``total`` samples predicted for every probe that ran
@@ -196,7 +208,8 @@ def probe_job(t: TrialSummary, total: float, source: str) -> TrialSummary:
     startup = t.startup_s
     if startup is None:
         startup = max(t.wall_time_s - (t.samples or 0.0) / t.throughput, 0.0)
-    predicted = round(startup + float(total) / t.throughput, 3)
+    predicted = predict_time("probe", t.wall_time_s, t.samples, float(total), t.throughput,
+                             startup)
     return dataclasses.replace(t, total_samples=float(total), predicted_total_time_s=predicted,
                                predicted_total_cost=t.hourly_cost * predicted / 3600,
                                job_size_source=source)

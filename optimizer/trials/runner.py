@@ -11,9 +11,9 @@ The steps :meth:`optimizer.trials.training.TrainingModuleManager.run_training` s
 3. :func:`wait_trial` polls its metrics rows and output lines into rate trackers
    (:mod:`optimizer.trials.output`) until it ends, the probe's rate is steady or its time box
    ends (``probe``), or the hard limit passes (``timeout``).
-4. :func:`classify`, :func:`measured_throughput` and :func:`predict_time` turn the finished
-   run into status, throughput and whole-job time; a probe's prediction is
-   ``startup + total_samples / steady_throughput``.
+4. :func:`classify` and :func:`measured_throughput` turn the finished run into status and
+   throughput; its whole-job time is :func:`optimizer.trials.records.predict_time` (a probe's
+   prediction is ``startup + total_samples / steady_throughput``).
 5. :func:`finalize_trial` moves its files into the trial folder (see :mod:`optimizer.trials.records`);
    :func:`load_trial_files` reads them back.
 """
@@ -413,18 +413,6 @@ def printed_windows(run: TrialRun, record: Any, source: str
     offset = float(started) - run.t0_wall  # the probe's zero, in seconds after launch
     ended = run.ended_at - run.t0 if run.ended_at is not None else float("inf")
     return [(t - offset - LINE_LAG_S, rate, t >= ended) for t, rate, _ in tracker.windows]
-
-
-def predict_time(status: str, wall: float, samples: float | None, total: float | None,
-                 thr: float | None, startup: float | None) -> float | None:
-    """Whole-job time: measured when the script ran to its end, else predicted."""
-    if status == "completed":
-        if total is None or samples is None or samples >= total or not thr:
-            return round(wall, 3)
-        return round(wall + (total - samples) / thr, 3)
-    if status == "probe" and thr and total is not None:
-        return round((startup or 0.0) + total / thr, 3)
-    return None
 
 
 def tail(path: Path, chars: int = STDERR_TAIL_CHARS) -> str:

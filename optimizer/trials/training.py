@@ -63,7 +63,7 @@ from optimizer.trials.output import (
 )
 from optimizer.trials.probe import EVENTS_FILE, read_probe, write_stage_marks
 from optimizer.trials.probe.summary import probe_figures
-from optimizer.trials.records import SUMMARY_FILE, TrialSummary
+from optimizer.trials.records import SUMMARY_FILE, TrialSummary, predict_time
 from optimizer.trials.resources import cpu_affinity_set
 from optimizer.trials.runner import (
     STDERR_TAIL_CHARS,
@@ -74,7 +74,6 @@ from optimizer.trials.runner import (
     load_trial_files,
     measured_throughput,
     poll_outputs,
-    predict_time,
     prepare_trial_dir,
     printed_windows,
     recorded_env,
