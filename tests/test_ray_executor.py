@@ -244,3 +244,30 @@ def test_a_live_trial_runs_on_a_ray_worker_and_brings_back_its_changes(tmp_path,
     changes = read_changes(req.trial_dir)
     assert [len(c.cpus) for c in changes if c.phase == "startup" and c.cpus] == [1]
     assert any(c.phase == "train" and c.cpus and len(c.cpus) == 2 for c in changes)
+
+
+def test_run_plan_on_ray_runs_the_job_under_its_plan_and_brings_back_the_log(tmp_path,
+                                                                             local_ray):
+    """Issue 40: ``run --plan --executor ray`` runs the wrapper as one Ray task sized to the
+    plan's largest phase; the job moves between its stages' cores there, its exit status comes
+    back, and so does the log."""
+    from optimizer.commands.run_plan import _run_on_ray, largest_phase
+    from optimizer.trials.live.plan import LivePlan, PhaseAllocation, PhaseEntry
+
+    script = tmp_path / "phased.py"
+    script.write_text(PHASED + "\nimport sys\nsys.exit(3)\n")
+    plan = LivePlan(phases={"startup": PhaseEntry(PhaseAllocation(1, 0.5)),
+                            "train": PhaseEntry(PhaseAllocation(2, 1.0))},
+                    fallback=PhaseAllocation(2, 1.0), interval_s=0.2,
+                    schedule=["startup", "train"], memory_max_gb=1.0)
+    assert largest_phase(plan) == PhaseAllocation(2, 1.0)
+    logs = tmp_path / "logs"
+    options = {"interval": 0.2, "pause_s": 1.0, "config": None, "kubernetes": "off",
+               "quiet": True}
+    code = _run_on_ray([sys.executable, str(script)], plan, logs, options, None)
+    assert code == 3
+    summary = json.loads((logs / "live-summary.json").read_text())
+    assert summary["exit_code"] == 3 and summary["phases_seen"].get("startup")
+    changes = [json.loads(line) for line in (logs / "changes.jsonl").read_text().splitlines()]
+    assert any(c["phase"] == "train" and c["cpus"] and len(c["cpus"]) == 2 for c in changes)
+    assert summary["cpu_seconds"] < 2 * summary["wall_time_s"]  # start-up held one core

@@ -12,6 +12,12 @@ it, and the wrapper exits with its status. If the controller fails, the job keep
 its last allocation. What was done is in ``--log-dir``: ``changes.jsonl`` (every change, its
 cause and stage), ``trace.csv`` (the monitor's samples), ``probe.jsonl`` and
 ``live-summary.json`` (the allocation held over time and its bill).
+
+With ``--executor ray`` the same wrapper runs as one Ray task that asks for the plan's largest
+phase (CPUs, memory, the plan's GPUs), on cores leased on its node
+(:mod:`optimizer.trials.core_lease`); the job's output streams to the driver, and the log's
+files come back into ``--log-dir``. On a cluster (``--ray-address``) the current folder is
+shipped as the task's working directory, so the command's relative paths hold there.
 """
 
 from __future__ import annotations
@@ -21,12 +27,13 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from optimizer.foundation.atomic_files import atomic_write_json
+from optimizer.foundation.atomic_files import atomic_write_bytes, atomic_write_json
 from optimizer.foundation.config import load_config
 from optimizer.foundation.errors import CloudoptError
 from optimizer.trials.live.actuators import LiveTrial
@@ -54,6 +61,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--config", type=Path, default=None, help="TOML config (prices)")
     p.add_argument("--kubernetes", choices=("auto", "on", "off"), default="auto",
                    help="resize the pod in place (auto: when POD_NAME is set)")
+    p.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="where the job runs: here, or as a Ray task sized to the plan's "
+                   "largest phase (pip install 'cloudopt[ray]')")
+    p.add_argument("--ray-address", default=None,
+                   help="with --executor ray: a cluster (auto, HEAD:6379, ray://HEAD:10001); "
+                   "default a local Ray")
     p.add_argument("--quiet", action="store_true", help="say nothing of the changes")
     p.add_argument("command", nargs=argparse.REMAINDER,
                    help="the job's command, after --")
@@ -75,11 +88,23 @@ def run(args: argparse.Namespace) -> int:
         raise CloudoptError("run --plan: give the job's command after --, e.g. "
                             "python -m optimizer run --plan runs/NAME -- python train.py")
     plan = LivePlan.load(args.plan)
-    prices = load_config(args.config).resources
-    interval = args.interval or plan.interval_s
+    out = _log_dir(args)
+    options = {"interval": args.interval or plan.interval_s, "pause_s": args.pause_s,
+               "config": str(args.config) if args.config else None,
+               "kubernetes": args.kubernetes, "quiet": args.quiet}
+    if args.executor == "ray":
+        return _run_on_ray(command, plan, out, options, args.ray_address)
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
         list(range(os.cpu_count() or 1))
-    out = _log_dir(args)
+    return supervise(command, plan, out, cores, **options)
+
+
+def supervise(command: list[str], plan: LivePlan, out: Path, cores: list[int], *,
+              interval: float, pause_s: float, config: str | None, kubernetes: str,
+              quiet: bool, cwd: str | None = None) -> int:
+    """Run ``command`` under ``plan`` on ``cores`` (the most any phase may hold) until it
+    exits; its log goes to ``out``. Returns the job's exit status (128 + N for signal N)."""
+    prices = load_config(Path(config) if config else None).resources
     out.mkdir(parents=True, exist_ok=True)
     events, control = out / "probe.jsonl", out / "probe-control.json"
     env = probe_environment(os.environ, events, control)
@@ -88,16 +113,16 @@ def run(args: argparse.Namespace) -> int:
     env.setdefault("OMP_NUM_THREADS", str(len(start_cores)))
     t0 = time.monotonic()
     try:
-        proc = subprocess.Popen(command, env=env, preexec_fn=_pin(start_cores))
+        proc = subprocess.Popen(command, env=env, cwd=cwd, preexec_fn=_pin(start_cores))
     except OSError as exc:
         raise CloudoptError(f"run --plan: cannot start {command[0]!r}: {exc}") from None
     forward = _forward_signals(proc)
     monitor = ProcessMonitor(proc.pid, out / "trace.csv", exec_id="live", interval=0.5,
                              start_time=t0)
     monitor.start()
-    live = _actuator(args, proc.pid, out, control, monitor, t0)
+    live = _actuator(kubernetes, interval, proc.pid, out, control, monitor, t0)
     tail = ProbeTail(events)
-    tail.tracker.pause_s = args.pause_s
+    tail.tracker.pause_s = pause_s
     source = tail.current
     if plan.phase_source == "detector":  # a job the probe cannot see into
         from optimizer.trials.phase_profile import load_detector
@@ -110,14 +135,96 @@ def run(args: argparse.Namespace) -> int:
     ctl.start()
     try:
         code = proc.wait()
+    except BaseException:  # interrupted (a cancelled Ray task): the job does not outlive us
+        _stop(proc)
+        raise
     finally:
         ctl.stop()
         monitor.stop()
         for sig, handler in forward.items():
             signal.signal(sig, handler)
     wall = time.monotonic() - t0
-    _summarise(out, plan, ctl, wall, code, command, prices, quiet=args.quiet)
+    _summarise(out, plan, ctl, wall, code, command, prices, quiet=quiet)
     return code if code >= 0 else 128 - code
+
+
+def _stop(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def largest_phase(plan: LivePlan) -> PhaseAllocation:
+    """What the job's container (or Ray task) must hold: the most CPUs and memory of any
+    phase, the fallback included."""
+    allocs = [e.allocation for e in plan.phases.values()] + [plan.fallback]
+    memory = [a.memory_gb for a in allocs if a.memory_gb] + (
+        [plan.memory_max_gb] if plan.memory_max_gb else [])
+    return PhaseAllocation(max(a.cpus for a in allocs), max(memory) if memory else None)
+
+
+def plan_task(command: list[str], plan: dict[str, Any], options: dict[str, Any],
+              cwd: str | None) -> dict[str, Any]:
+    """The body of the Ray task (runs on a worker): the wrapper on leased cores, in a
+    temporary log folder whose files come back as bytes with the job's exit status."""
+    import tempfile
+
+    from optimizer.trials.core_lease import CoreLease
+
+    live_plan = LivePlan.from_dict(plan)
+    here = cwd if cwd and Path(cwd).is_dir() else None  # else the shipped copy (the task's cwd)
+    with tempfile.TemporaryDirectory(prefix="cloudopt-plan-") as tmp, \
+            CoreLease(largest_phase(live_plan).cpus) as cores:
+        out = Path(tmp)
+        code = supervise(command, live_plan, out, cores, cwd=here, **options)
+        files = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    return {"exit_code": code, "files": files}
+
+
+def _run_on_ray(command: list[str], plan: LivePlan, out: Path, options: dict[str, Any],
+                address: str | None) -> int:
+    from optimizer.trials.executors.ray_executor import GIB, _ray, shipped_folder
+
+    ray = _ray()
+    biggest = largest_phase(plan)
+    started = not ray.is_initialized()
+    if started:
+        try:
+            if address:
+                ray.init(address=address, runtime_env=shipped_folder(Path.cwd(), [out]),
+                         include_dashboard=False)
+            else:
+                ray.init(num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False)
+        except (ConnectionError, RuntimeError, ValueError, OSError) as exc:
+            raise CloudoptError(f"run --plan --executor ray: could not start or reach "
+                                f"{address or 'a local Ray'}: {exc}") from None
+    resources: dict[str, Any] = {"num_cpus": biggest.cpus,
+                                 "num_gpus": int(plan.static.get("gpus") or 0),
+                                 "name": "cloudopt-run-plan"}
+    if biggest.memory_gb:
+        resources["memory"] = int(biggest.memory_gb * GIB)
+    task = ray.remote(max_retries=0)(plan_task).options(**resources)
+    ref = task.remote(command, plan.to_dict(), options, None if address else os.getcwd())
+    try:
+        result = ray.get(ref)
+    except KeyboardInterrupt:
+        ray.cancel(ref)  # the task's wrapper stops the job
+        raise
+    except ray.exceptions.RayError as exc:
+        raise CloudoptError(f"run --plan --executor ray: the job's task failed: "
+                            f"{str(exc).strip().splitlines()[-1]}") from None
+    finally:
+        if started:
+            ray.shutdown()
+    out.mkdir(parents=True, exist_ok=True)
+    for name, data in result["files"].items():
+        atomic_write_bytes(out / name, data)
+    if not options["quiet"]:
+        print(f"cloudopt: the job ran on Ray; its log is in {out}", file=sys.stderr)
+    return int(result["exit_code"])
 
 
 def _pin(cores: list[int]):
@@ -128,19 +235,22 @@ def _pin(cores: list[int]):
 
 
 def _forward_signals(proc: subprocess.Popen) -> dict[int, Any]:
-    """SIGTERM and SIGINT go to the job (the wrapper waits for it to exit)."""
-    previous = {}
+    """SIGTERM and SIGINT go to the job (the wrapper waits for it to exit); not from a
+    thread other than the main one (a Ray worker's), where Python cannot take signals."""
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is not threading.main_thread():
+        return previous
     for sig in (signal.SIGTERM, signal.SIGINT):
         previous[sig] = signal.getsignal(sig)
         signal.signal(sig, lambda s, f: proc.send_signal(s))
     return previous
 
 
-def _actuator(args: argparse.Namespace, pid: int, out: Path, control: Path, monitor: Any,
-              t0: float) -> Any:
+def _actuator(kubernetes: str, interval: float, pid: int, out: Path, control: Path,
+              monitor: Any, t0: float) -> Any:
     live = LiveTrial(pid, out, control_file=control, monitor=monitor, t0=t0)
     pod = os.environ.get("POD_NAME")
-    if args.kubernetes == "off" or (args.kubernetes == "auto" and not pod):
+    if kubernetes == "off" or (kubernetes == "auto" and not pod):
         return live
     if not pod:
         raise CloudoptError("run --plan --kubernetes on: POD_NAME is not set (the Job's pod "
@@ -149,7 +259,7 @@ def _actuator(args: argparse.Namespace, pid: int, out: Path, control: Path, moni
 
     resizer = PodResizer(pod, os.environ.get("POD_NAMESPACE", "default"),
                          os.environ.get("CONTAINER_NAME", "training"), trial_dir=out,
-                         control_file=control, interval_s=args.interval or 1.0)
+                         control_file=control, interval_s=interval)
     return ResizingTrial(live, resizer)
 
 
