@@ -4,10 +4,12 @@ the job static, and the controller's death leaves the job running at its last al
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -51,12 +53,32 @@ def test_stages_from_events_offline():
     for ev in events:
         tr.feed(ev)
     stages = [s for _, _, s in tr.closed_intervals()]
-    assert stages == ["startup", "train", "eval", "train", "save", "train", "pause", "train",
-                      "pause"]
+    # The one step event after the checkpoint is followed by a long gap: a pause from there.
+    assert stages == ["startup", "train", "eval", "train", "save", "pause", "train", "pause"]
     spans = tr.closed_intervals()
     assert spans[0] == (0.0, 2.0, "startup") and spans[2] == (3.2, 4.0, "eval")
-    assert spans[6] == (5.2, 8.0, "pause")  # the whole gap between steps, offline
+    assert spans[5] == (5.2, 8.0, "pause")  # the whole gap between steps, offline
     assert spans[-1] == (8.3, 10.0, "pause")  # after the last step: the job's end
+    assert spans[4] == (4.6, 5.2, "save")  # until training resumes, not until torch.save returns
+
+
+def test_a_checkpoint_lasts_until_training_resumes_online():
+    """What a script does after ``torch.save`` (compress, hash, write) is still its checkpoint:
+    the stage stays ``save``, never ``pause``, until the next step or a change of mode."""
+    tr = StageTracker(pause_s=1.0)
+    for ev in ({"e": "header", "t": 0, "wall": 50.0}, {"e": "first_step", "t": 1.0},
+               {"e": "steps", "t": 1.1, "n": 2}, {"e": "save", "t": 1.2},
+               {"e": "save_end", "t": 1.3}):
+        tr.feed(ev)
+    assert tr.stage_at(1.4) == "save" and tr.stage_at(3.5) == "save"
+    tr.feed({"e": "steps", "t": 3.6, "n": 1})
+    assert tr.stage_at(3.7) == "train"
+    tr.feed({"e": "save", "t": 4.0})
+    tr.feed({"e": "save_end", "t": 4.1})
+    tr.feed({"e": "mode", "t": 4.5, "train": False})
+    assert tr.stage_at(4.6) == "eval"
+    assert [s for _, _, s in tr.closed_intervals(5.0)] == [
+        "startup", "train", "save", "train", "save", "eval"]
 
 
 def test_the_online_stage_turns_to_pause_only_after_the_pause_delay():
@@ -128,6 +150,31 @@ def test_a_plan_whose_phases_never_appear_leaves_the_job_static(tmp_path):
             ctl.step()
         assert read_changes(tmp_path) == [] and ctl.timeline == [(0.0, 2, 1.0)]
         assert ctl.phases_seen == {"train": 5}
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@needs_two_cores
+def test_a_stage_change_is_acted_on_at_once_not_at_the_next_interval(tmp_path):
+    """A controller watching the probe's stages moves the job within a watch period of the
+    change, although its decision interval is far longer."""
+    proc = _sleeper(tmp_path)
+    stage = ["save"]
+    try:
+        os.sched_setaffinity(proc.pid, {0, 1})
+        ctl = Controller(LiveTrial(proc.pid, tmp_path),
+                         PlanDecider(_plan(save=(1, None), train=(2, None))), lambda: stage[0],
+                         cores=[0, 1], initial=PhaseAllocation(2, None), interval_s=30.0,
+                         watch_s=0.02)
+        ctl.start()
+        assert wait_for(lambda: _affinity(proc.pid) == {0}, 2.0)
+        time.sleep(0.2)
+        stage[0], t0 = "train", time.monotonic()
+        assert wait_for(lambda: _affinity(proc.pid) == {0, 1}, 2.0)
+        assert time.monotonic() - t0 < 1.0  # not the 30 s interval
+        ctl.stop()
+        assert [len(c.cpus) for c in read_changes(tmp_path) if c.cpus] == [1, 2]
     finally:
         proc.kill()
         proc.wait()
@@ -224,3 +271,44 @@ def test_a_plan_follows_the_running_jobs_stages_and_is_billed_per_interval(tmp_p
     assert [s for _, _, s in spans][:3] == ["startup", "train", "eval"]
     assert any(s == "save" for _, _, s in spans)
     assert spans[0][1] > 1.2  # start-up ends at the first step, after the busy loop
+
+
+CHECKPOINTING = textwrap.dedent("""
+    import io, time, zlib
+    import torch
+    model = torch.nn.Linear(64, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(32, 64), torch.randint(0, 4, (32,))
+    def train(seconds):
+        end = time.time() + seconds
+        while time.time() < end:
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+    train(0.5)
+    buf = io.BytesIO()
+    torch.save(model.state_dict(), buf)
+    end = time.time() + 0.8
+    while time.time() < end:  # compress and hash the checkpoint, after torch.save returned
+        zlib.compress(buf.getvalue() * 20, 6)
+    train(0.5)
+""")
+
+
+def test_the_probe_marks_a_checkpoint_until_training_resumes(tmp_path):
+    """The work after ``torch.save`` belongs to the checkpoint, and the first step after it
+    is written at once (a controller sees training resume within its interval)."""
+    from optimizer.trials.probe import probe_environment
+
+    script, events = tmp_path / "ckpt.py", tmp_path / "probe.jsonl"
+    script.write_text(CHECKPOINTING)
+    env = probe_environment(os.environ, events, None)
+    subprocess.run([sys.executable, str(script)], env=env, check=True, timeout=120)
+    spans = stage_intervals(events)
+    saves = [(a, b) for a, b, s in spans if s == "save"]
+    assert len(saves) == 1 and saves[0][1] - saves[0][0] >= 0.7, spans
+    assert [s for _, _, s in spans][-2:] == ["save", "train"]
+    lines = [json.loads(x) for x in events.read_text().splitlines()]
+    end = next(i for i, e in enumerate(lines) if e.get("e") == "save_end")
+    resumed = next(e for e in lines[end + 1:] if e.get("e") == "steps" and e.get("n"))
+    assert resumed["t"] - saves[0][1] < 0.05  # the event is the resuming step's own

@@ -37,7 +37,13 @@ from optimizer.foundation.atomic_files import atomic_write_bytes, atomic_write_j
 from optimizer.foundation.config import load_config
 from optimizer.foundation.errors import CloudoptError
 from optimizer.trials.live.actuators import LiveTrial
-from optimizer.trials.live.controller import Controller, PlanDecider, billed_cost, held_seconds
+from optimizer.trials.live.controller import (
+    WATCH_S,
+    Controller,
+    PlanDecider,
+    billed_cost,
+    held_seconds,
+)
 from optimizer.trials.live.plan import LivePlan, PhaseAllocation
 from optimizer.trials.live.stages import PAUSE_S, DetectorPhases, ProbeTail
 from optimizer.trials.monitor import ProcessMonitor
@@ -123,15 +129,15 @@ def supervise(command: list[str], plan: LivePlan, out: Path, cores: list[int], *
     live = _actuator(kubernetes, interval, proc.pid, out, control, monitor, t0)
     tail = ProbeTail(events)
     tail.tracker.pause_s = pause_s
-    source = tail.current
+    source, watch = tail.current, WATCH_S
     if plan.phase_source == "detector":  # a job the probe cannot see into
         from optimizer.trials.phase_profile import load_detector
 
-        source = DetectorPhases(load_detector(None), lambda: monitor.rows).current
+        source, watch = DetectorPhases(load_detector(None), lambda: monitor.rows).current, None
     initial = PhaseAllocation(len(start_cores), first.memory_gb)
     ctl = Controller(live, PlanDecider(plan), source, cores=cores, initial=initial,
                      interval_s=interval, usage=lambda: monitor.rows,
-                     alive=lambda: proc.poll() is None)
+                     alive=lambda: proc.poll() is None, watch_s=watch)
     ctl.start()
     try:
         code = proc.wait()

@@ -126,6 +126,16 @@ class ReactiveDecider:
                 f"peak {peak:.2f} cores, {level:.2f} GB over the last {self.window_s:g} s")
 
 
+WATCH_S = 0.05
+"""How often a controller following the probe's stages reads them between decisions."""
+
+
+def watches_stages(decider: Decider) -> bool:
+    """Whether a decider acts on the phase (so a stage change is worth deciding on at once);
+    the phase-free rules and the schedule by the clock keep their interval."""
+    return isinstance(decider, PlanDecider)
+
+
 class Controller(threading.Thread):
     """Acts every ``interval_s`` on one live trial until :meth:`stop` or the job's end."""
 
@@ -133,7 +143,8 @@ class Controller(threading.Thread):
                  phase_source: Callable[[], str | None], *, cores: Sequence[int],
                  initial: PhaseAllocation, interval_s: float = 1.0,
                  usage: Callable[[], Sequence[dict[str, Any]]] | None = None,
-                 alive: Callable[[], bool] | None = None, memory_mode: str = "request") -> None:
+                 alive: Callable[[], bool] | None = None, memory_mode: str = "request",
+                 watch_s: float | None = None) -> None:
         super().__init__(name=f"controller-{live.root_pid}", daemon=True)
         self.live = live
         self.decider = decider
@@ -147,6 +158,11 @@ class Controller(threading.Thread):
         """``request``: a phase's memory is billed, the limit stays where the trial started
         (the plan's largest phase, as in a Burstable pod); ``limit``: the monitor enforces
         each phase's memory (a lower one waits until the job fits under it)."""
+        self.watch_s = watch_s
+        """Between decisions, read the phase this often and decide at once when it changes
+        (None: only every ``interval_s``). For a cheap source, the probe's stages: a phase of
+        under a second (checkpoint_heavy's saves) is over before a 0.5 s interval sees it."""
+        self._last_phase: str | None = None
         self.timeline: list[tuple[float, int, float | None]] = [
             (0.0, initial.cpus, initial.memory_gb)]
         """``(t, cpus, memory_gb)`` from each change on (seconds since the trial started)."""
@@ -163,16 +179,29 @@ class Controller(threading.Thread):
         try:
             while self.alive():
                 self.step()
-                if self._halt.wait(self.interval_s):
+                if self._wait():
                     break
         except Exception as exc:  # noqa: BLE001 - the job outlives its controller
             self.error = f"{type(exc).__name__}: {exc}"
             self.live.log(Change(self.live.now(), f"controller stopped ({self.error}); the "
                                   "job keeps its last allocation", skipped=[self.error]))
 
+    def _wait(self) -> bool:
+        """Until the next decision: ``interval_s``, or less when the phase changes first;
+        True when stopped."""
+        if not self.watch_s:
+            return self._halt.wait(self.interval_s)
+        deadline = time.monotonic() + self.interval_s
+        while (left := deadline - time.monotonic()) > 0:
+            if self._halt.wait(min(self.watch_s, left)):
+                return True
+            if self.phase_source() != self._last_phase:
+                break
+        return False
+
     def step(self) -> list[Change]:
         """One decision: read the phase, decide, apply what changed."""
-        phase = self.phase_source()
+        phase = self._last_phase = self.phase_source()
         if phase is not None:
             self.phases_seen[phase] = self.phases_seen.get(phase, 0) + 1
         target, why = self.decider.decide(phase, self.usage(), self.live.now(), self.held)

@@ -16,7 +16,14 @@ from typing import Any
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import ResourceConfig
 from optimizer.trials.live.actuators import LiveTrial
-from optimizer.trials.live.controller import Controller, Decider, billed_cost, held_seconds
+from optimizer.trials.live.controller import (
+    WATCH_S,
+    Controller,
+    Decider,
+    billed_cost,
+    held_seconds,
+    watches_stages,
+)
 from optimizer.trials.live.plan import PhaseAllocation
 from optimizer.trials.live.stages import PAUSE_S, DetectorPhases, ProbeTail
 from optimizer.trials.records import TrialSummary
@@ -56,7 +63,9 @@ def start_controller(setup: LiveSetup, run: Any, work: Path, cpus: list[int],
                      cores=setup.cores or cpus,
                      initial=PhaseAllocation(allocation.cpus, allocation.memory_gb),
                      interval_s=setup.interval_s, usage=lambda: run.monitor.rows,
-                     alive=lambda: not run.exited.is_set(), memory_mode=setup.memory_mode)
+                     alive=lambda: not run.exited.is_set(), memory_mode=setup.memory_mode,
+                     watch_s=WATCH_S if setup.detector is None and tail is not None
+                     and watches_stages(setup.decider) else None)
     ctl.start()
     return ctl
 

@@ -221,6 +221,11 @@ def _install(torch):
             s.emit({"e": "first_step", "samples": b}, flush=True)
         if s.loader_current is not None:
             s.loader_steps[s.loader_current] = s.loader_steps.get(s.loader_current, 0) + 1
+        if s.saved:  # training resumes after a checkpoint: a stage change, out at once
+            s.saved = False
+            _steps_event(s, force=True)
+            s.file.flush()
+            s.last_flush = time.perf_counter()
         _steps_event(s)
         if s.pending:
             _resolve(s)
@@ -344,8 +349,9 @@ def _install(torch):
             if starting:
                 _steps_event(s, force=True)
             s.emit({"e": "save" if starting else "save_end", "step": s.steps}, flush=True)
+            s.saved = not starting
 
-    s.save_depth = 0
+    s.save_depth, s.saved = 0, False
     torch.save = save
 
 
