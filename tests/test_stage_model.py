@@ -118,3 +118,58 @@ def test_a_stage_of_many_short_intervals_is_kept_as_one_block():
     assert shares["train"] == pytest.approx(0.64 + 0.01)  # the short pause joins training
     assert sum(shares.values()) == pytest.approx(1.0)
     assert _fold([("startup", 0.01), ("train", 0.99)]) == [("train", pytest.approx(1.0))]
+
+
+def test_a_plan_that_breaks_the_limits_is_trained_again_with_them_weighed_more(monkeypatch):
+    """Under `cost` the reward may rate a plan's savings above its time overrun; the live plan
+    keeps the static allocation's cost and at most 5% more time: the agents are trained again
+    with the limits weighed more, and a plan that still breaks them is not made."""
+    import pandas as pd
+
+    import optimizer.search.recommend as rec_mod
+    from optimizer.foundation.config import load_config
+    from optimizer.search.live import live_plan
+    from optimizer.search.recommend import PolicyOutcome
+
+    rows = {"c1": _rows("c1", 1, [("startup", 10), ("train", 20), ("eval", 5)],
+                        {"startup": 1.0, "train": 1.0, "eval": 1.0}),
+            "c2": _rows("c2", 2, [("startup", 10), ("train", 11), ("eval", 5)],
+                        {"startup": 1.0, "train": 1.8, "eval": 1.0})}
+    monkeypatch.setattr(live_plan, "trial_stage_rows", lambda d, s, **kw: rows[d])
+    config = EnvConfig(workload="mlp-cpu", preference="cost")
+    config = config.replace(workload=CloudEnvironment(config).resolved.workload)
+    static = Allocation(0, 2, 2.0, 128)
+    over, weights = {}, []
+
+    def fake(env_config, opt_config, **kw):
+        weights.append(env_config.sla_weight)
+        strict = env_config.sla_weight == live_plan.LIMIT_WEIGHT
+        slow = env_config.sla.time_max * over["strict" if strict else "first"]
+        out = PolicyOutcome("reinforce", 5.0, 0.4, slow, env_config.sla.cost_max * 0.7,
+                            False, [Allocation(0, 1, 2.0, 128)] * 3)
+        decisions = pd.DataFrame({"phase": [STAGE_IDS["startup"], STAGE_IDS["train"],
+                                            STAGE_IDS["eval"]], "cpus": [1, 1, 1]})
+        return type("R", (), {"agent": "reinforce", "outcomes": [out],
+                              "decisions": decisions})()
+
+    monkeypatch.setattr(rec_mod, "recommend", fake)
+    trials = [(None, "c1"), (None, "c2")]
+
+    def build():
+        weights.clear()
+        return live_plan.build_live_plan(trials, config, load_config(None), static,
+                                         time_budget_s=1.0)
+
+    over.update(first=1.3, strict=1.2)  # broken, and broken again
+    result = build()
+    assert result.plan is None and "breaks the live plan's limits" in result.why
+    assert not result.outcomes["reinforce"]["within_limits"]
+    assert weights == [config.sla_weight, live_plan.LIMIT_WEIGHT]
+    over.update(first=1.3, strict=0.99)  # kept once the limits weigh more
+    result = build()
+    assert result.plan is not None and "trained again with the limits" in result.why
+    assert result.env_config.sla_weight == live_plan.LIMIT_WEIGHT
+    over.update(first=0.99)  # kept from the start: trained once
+    result = build()
+    assert result.plan is not None and "trained again" not in result.why
+    assert weights == [config.sla_weight]
