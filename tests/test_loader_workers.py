@@ -19,11 +19,13 @@ from optimizer.trials.training import TrainingModuleManager, describe_allocation
 
 
 @pytest.mark.parametrize("cpus, current, expected", [
-    (1, 2, [0, 1]), (2, 2, [0, 1]), (2, 0, [1, 2]), (16, 2, [0, 8, 16]), (2, None, [0, 1, 2]),
+    (1, 2, [0, 1]), (2, 2, [0, 1, 4]), (2, 0, [1, 2, 4]), (16, 2, [0, 8, 16, 32]),
+    (2, None, [0, 1, 2, 4]),
 ])
-def test_worker_levels_are_none_half_and_all_threads_without_the_current(cpus, current,
-                                                                          expected):
+def test_worker_levels_are_none_half_all_and_twice_the_threads_without_the_current(
+        cpus, current, expected):
     assert worker_levels(cpus, current) == expected
+    assert worker_levels(cpus, current, more_first=True) == expected[::-1]
 
 
 def test_a_worker_count_is_part_of_the_setting_and_its_key():
