@@ -22,8 +22,9 @@ yaml = pytest.importorskip("yaml")
 TINY_ARGS = ["--train-args", "--samples 16000", "--baseline-samples", "4", "--probe-seconds", "0",
              "--agent-seconds", "2", "--live-plan", "write"]
 # Tests of something other than the closed loop's end: one run-off round (3 runs, not 6), and
-# 6 real runs in all (the default's 12 cost these tests a minute on a 2-core machine).
-SHORT_LOOP = [*TINY_ARGS, "--runoff-rounds", "1", "--budget", "6"]
+# 6 real runs in all (the default's 12 cost these tests a minute on a 2-core machine), and no
+# live plan (its agents' training is tested by tiny_run and tests/test_stage_model.py).
+SHORT_LOOP = [*TINY_ARGS, "--runoff-rounds", "1", "--budget", "6", "--live-plan", "off"]
 
 
 def cli(repo_root, *args, **kw):
