@@ -192,7 +192,12 @@ def plan_task(command: list[str], plan: dict[str, Any], options: dict[str, Any],
 
 def _run_on_ray(command: list[str], plan: LivePlan, out: Path, options: dict[str, Any],
                 address: str | None) -> int:
-    from optimizer.trials.executors.ray_executor import GIB, _ray, shipped_folder
+    from optimizer.trials.executors.ray_executor import (
+        GIB,
+        OBJECT_STORE_BYTES,
+        _ray,
+        shipped_folder,
+    )
 
     ray = _ray()
     biggest = largest_phase(plan)
@@ -203,7 +208,8 @@ def _run_on_ray(command: list[str], plan: LivePlan, out: Path, options: dict[str
                 ray.init(address=address, runtime_env=shipped_folder(Path.cwd(), [out]),
                          include_dashboard=False)
             else:
-                ray.init(num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False)
+                ray.init(num_cpus=len(os.sched_getaffinity(0)), include_dashboard=False,
+                         object_store_memory=OBJECT_STORE_BYTES)
         except (ConnectionError, RuntimeError, ValueError, OSError) as exc:
             raise CloudoptError(f"run --plan --executor ray: could not start or reach "
                                 f"{address or 'a local Ray'}: {exc}") from None
