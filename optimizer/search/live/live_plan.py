@@ -169,8 +169,8 @@ def build_live_plan(trials: list[tuple[TrialSummary, Path]], env_config: Any,
                               f"allocation, and its ${sla.cost_max:.4g}), also with the limits "
                               f"weighed {LIMIT_WEIGHT:g}x: the static allocation is the plan",
                               model, outcomes, cfg)
-        escalated = (f"; trained again with the limits weighed {LIMIT_WEIGHT:g}x, since "
-                     f"{broke[0]}'s first plan broke them ({broke[1]['time_s']:.1f} s forecast "
+        escalated = (f"; trained again with the limits weighed {LIMIT_WEIGHT:g}x, since the "
+                     f"first plan ({broke[0]}) broke them ({broke[1]['time_s']:.1f} s forecast "
                      f"against at most {cfg.sla.time_max:.1f} s)")
     plan = plan_from_decisions(rec.decisions.to_dict("records"), model, static, rec.agent,
                                interval_s)
@@ -229,9 +229,6 @@ def _source_words(agent: str) -> str:
         return f"{agent}, the phase in its state, trained on the job's measured stages"
     return ("the best static allocation: no agent beat it on the job's measured stages "
             f"({agent})")
-
-
-
 
 
 def hidden_phase_schedule(cfg: Any, config: OptimizerConfig, *, time_budget_s: float,
