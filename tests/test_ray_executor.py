@@ -251,7 +251,7 @@ def test_run_plan_on_ray_runs_the_job_under_its_plan_and_brings_back_the_log(tmp
     """Issue 40: ``run --plan --executor ray`` runs the wrapper as one Ray task sized to the
     plan's largest phase; the job moves between its stages' cores there, its exit status comes
     back, and so does the log."""
-    from optimizer.commands.run_plan import _run_on_ray, largest_phase
+    from optimizer.commands.run_plan import _run_on_ray
     from optimizer.trials.live.plan import LivePlan, PhaseAllocation, PhaseEntry
 
     script = tmp_path / "phased.py"
@@ -260,7 +260,7 @@ def test_run_plan_on_ray_runs_the_job_under_its_plan_and_brings_back_the_log(tmp
                             "train": PhaseEntry(PhaseAllocation(2, 1.0))},
                     fallback=PhaseAllocation(2, 1.0), interval_s=0.2,
                     schedule=["startup", "train"], memory_max_gb=1.0)
-    assert largest_phase(plan) == PhaseAllocation(2, 1.0)
+    assert plan.largest() == PhaseAllocation(2, 1.0)
     logs = tmp_path / "logs"
     options = {"interval": 0.2, "pause_s": 1.0, "config": None, "kubernetes": "off",
                "quiet": True}

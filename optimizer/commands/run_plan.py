@@ -163,15 +163,6 @@ def _stop(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
             proc.kill()
 
 
-def largest_phase(plan: LivePlan) -> PhaseAllocation:
-    """What the job's container (or Ray task) must hold: the most CPUs and memory of any
-    phase, the fallback included."""
-    allocs = [e.allocation for e in plan.phases.values()] + [plan.fallback]
-    memory = [a.memory_gb for a in allocs if a.memory_gb] + (
-        [plan.memory_max_gb] if plan.memory_max_gb else [])
-    return PhaseAllocation(max(a.cpus for a in allocs), max(memory) if memory else None)
-
-
 def plan_task(command: list[str], plan: dict[str, Any], options: dict[str, Any],
               cwd: str | None) -> dict[str, Any]:
     """The body of the Ray task (runs on a worker): the wrapper on leased cores, in a
@@ -183,7 +174,7 @@ def plan_task(command: list[str], plan: dict[str, Any], options: dict[str, Any],
     live_plan = LivePlan.from_dict(plan)
     here = cwd if cwd and Path(cwd).is_dir() else None  # else the shipped copy (the task's cwd)
     with tempfile.TemporaryDirectory(prefix="cloudopt-plan-") as tmp, \
-            CoreLease(largest_phase(live_plan).cpus) as cores:
+            CoreLease(live_plan.largest().cpus) as cores:
         out = Path(tmp)
         code = supervise(command, live_plan, out, cores, cwd=here, **options)
         files = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
@@ -200,7 +191,7 @@ def _run_on_ray(command: list[str], plan: LivePlan, out: Path, options: dict[str
     )
 
     ray = _ray()
-    biggest = largest_phase(plan)
+    biggest = plan.largest()
     started = not ray.is_initialized()
     if started:
         try:

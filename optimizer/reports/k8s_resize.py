@@ -27,7 +27,7 @@ from typing import Any
 
 from optimizer.foundation.memory import memory_quantity
 from optimizer.reports.k8s import PLACEHOLDER_IMAGE, dns_label
-from optimizer.trials.live.plan import PLAN_FILE, LivePlan, PhaseAllocation
+from optimizer.trials.live.plan import PLAN_FILE, LivePlan
 from optimizer.trials.live.pod_spec import parse_quantity, pod_requests, resize_patch
 from optimizer.trials.resources import THREAD_VARS
 
@@ -40,18 +40,13 @@ RESIZE_POLICY = [{"resourceName": "cpu", "restartPolicy": "NotRequired"},
 _RESERVED_ENV = ("POD_NAME", "POD_NAMESPACE", "CONTAINER_NAME")
 
 
-def _allocations(plan: LivePlan) -> list[PhaseAllocation]:
-    return [plan.fallback, *(e.allocation for e in plan.phases.values())]
-
-
 def live_limits(plan: LivePlan) -> dict[str, str]:
     """The container's limits: the largest phase's cores and memory (``memory_max_gb``, or
     the largest phase's memory where larger). No memory limit when no phase names one."""
-    allocs = _allocations(plan)
-    out = {"cpu": str(max(a.cpus for a in allocs))}
-    memories = [m for m in [plan.memory_max_gb, *(a.memory_gb for a in allocs)] if m]
-    if memories:
-        out["memory"] = memory_quantity(max(memories))
+    most = plan.largest()
+    out = {"cpu": str(most.cpus)}
+    if most.memory_gb:
+        out["memory"] = memory_quantity(most.memory_gb)
     return out
 
 

@@ -86,6 +86,15 @@ class LivePlan:
         entry = self.phases.get(phase) if phase is not None else None
         return entry.allocation if entry is not None else self.fallback
 
+    def largest(self) -> PhaseAllocation:
+        """What the job's container (or Ray task) must hold: the most cores of any phase, the
+        fallback's included, and the most memory (``memory_max_gb`` or a phase's, where
+        larger); memory None when no phase names one."""
+        allocs = [self.fallback, *(e.allocation for e in self.phases.values())]
+        memories = [m for m in [self.memory_max_gb, *(a.memory_gb for a in allocs)] if m]
+        return PhaseAllocation(max(a.cpus for a in allocs),
+                               max(memories) if memories else None)
+
     @property
     def is_static(self) -> bool:
         """True when every phase holds the fallback: nothing would change live."""
