@@ -179,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--preference", default="balanced")
     p.add_argument("--root", default=str(ROOT / "runs" / "live_bench"))
     p.add_argument("--json", default=None)
+    p.add_argument("--plans-only", action="store_true",
+                   help="measure the grids (cached) and print the plans; no paired rounds")
     args = p.parse_args(argv)
     config = load_config(None)
     max_cpus = int(config.resources.cpu_count_max)
@@ -217,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
               f"({time.perf_counter() - started:.0f} s)", flush=True)
         if plans.get("plan"):
             print("  " + json.dumps(plans["plan"]["phases"]), flush=True)
+        if args.plans_only:
+            print(f"  phase hidden: {plans.get('hidden_schedule')}", flush=True)
+            continue
         arms = setups(plans, best.wall_time_s, max_cpus, static, args.interval)
         results: dict[str, list[TrialSummary]] = {a: [] for a in arms}
         order = list(arms)

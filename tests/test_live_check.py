@@ -171,3 +171,57 @@ def test_a_failure_while_planning_per_stage_leaves_the_static_recommendation(run
                    "empty)", "recommended": False, "measured": None}
     assert any("the static recommendation stands" in s for s in said)
     assert "Traceback" in log.read_text() and not any("Traceback" in s for s in said)
+
+
+def _planned(monkeypatch, live_check, phases):
+    """live_round with build_live_plan answering a plan of ``phases`` ({stage: (cores,
+    memory)}) against a static 2 cores, 2 GB, and a budget with room."""
+    from optimizer.search.live.live_plan import PlanResult
+    from optimizer.trials.live.plan import PhaseAllocation, PhaseEntry
+
+    plan = LivePlan(phases={k: PhaseEntry(PhaseAllocation(c, m), 0.5) for k, (c, m)
+                            in phases.items()},
+                    fallback=PhaseAllocation(2, 2.0), interval_s=0.5, source="test",
+                    schedule=list(phases), memory_max_gb=2.0)
+    monkeypatch.setattr(live_check, "build_live_plan",
+                        lambda *a, **k: PlanResult(plan, "test plan"))
+    said = []
+    config = OptimizerConfig()
+    config.run.trial_timeout_s = 600
+    opt = SimpleNamespace(config=config, quiet=True, budget=SimpleNamespace(
+        total=20, allows=lambda n=1, reserve=0: True),
+        _say=lambda text, always=False: said.append(text))
+    return opt, SimpleNamespace(agent_seconds=1.0, probe_seconds=None, phase_model=None), said
+
+
+def test_a_plan_that_moves_only_memory_is_written_not_measured(run_dir, monkeypatch):
+    """The demo's plan held its one core everywhere with 0.48 GB against 0.5 GB, and one
+    pair of runs 'measured' it 3% cheaper: noise recommended as a plan."""
+    import optimizer.search.live.live_check as live_check
+
+    opt, opts, said = _planned(monkeypatch, live_check, {"startup": (2, 1.0), "train": (2, 2.0)})
+    monkeypatch.setattr(live_check, "_run", lambda *a: pytest.fail("measured"))
+    out = live_round(opt, None, None, Allocation(0, 2, 2.0, 128), run_dir, opts)
+    assert out["measured"] is None and not out["recommended"]
+    assert "changes only the memory limit" in out["not_measured"]
+    assert (run_dir / "live-plan.json").is_file()
+
+
+@pytest.mark.parametrize(("cost", "recommended"), [(0.97, False), (0.94, True)])
+def test_the_live_plan_is_recommended_only_beyond_the_noise_of_one_pair(
+        run_dir, monkeypatch, cost, recommended):
+    import optimizer.search.live.live_check as live_check
+
+    opt, opts, said = _planned(monkeypatch, live_check, {"startup": (1, 1.0), "train": (2, 2.0)})
+    runs = iter([(10.0, 1.0), (10.2, cost)])
+
+    def measured(opt_, manager, alloc, trial_dir, live):
+        t, c = next(runs)
+        return TrialSummary(trial_id=trial_dir.name, status="completed", allocation=alloc,
+                            wall_time_s=t, cost=c)
+
+    monkeypatch.setattr(live_check, "_run", measured)
+    out = live_round(opt, None, None, Allocation(0, 2, 2.0, 128), run_dir, opts)
+    assert out["cost_change"] == pytest.approx(cost - 1)
+    assert out["recommended"] is recommended
+    assert ("recommended from 5% cheaper" in out["verdict"]) is not recommended

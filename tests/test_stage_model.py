@@ -120,10 +120,10 @@ def test_a_stage_of_many_short_intervals_is_kept_as_one_block():
     assert _fold([("startup", 0.01), ("train", 0.99)]) == [("train", pytest.approx(1.0))]
 
 
-def test_a_plan_that_breaks_the_limits_is_trained_again_with_them_weighed_more(monkeypatch):
-    """Under `cost` the reward may rate a plan's savings above its time overrun; the live plan
-    keeps the static allocation's cost and at most 5% more time: the agents are trained again
-    with the limits weighed more, and a plan that still breaks them is not made."""
+def _fake_planning(monkeypatch, preference, plan_for):
+    """build_live_plan on a three-stage model whose agents are replaced by ``plan_for(cfg)``,
+    which returns ``{policy: (time share of the limit, cost share of the limit, return,
+    cores per stage[, seconds per stage])}``; returns a builder and the SLA weights the agents were trained at."""
     import pandas as pd
 
     import optimizer.search.recommend as rec_mod
@@ -136,30 +136,49 @@ def test_a_plan_that_breaks_the_limits_is_trained_again_with_them_weighed_more(m
             "c2": _rows("c2", 2, [("startup", 10), ("train", 11), ("eval", 5)],
                         {"startup": 1.0, "train": 1.8, "eval": 1.0})}
     monkeypatch.setattr(live_plan, "trial_stage_rows", lambda d, s, **kw: rows[d])
-    config = EnvConfig(workload="mlp-cpu", preference="cost")
+    config = EnvConfig(workload="mlp-cpu", preference=preference)
     config = config.replace(workload=CloudEnvironment(config).resolved.workload)
     static = Allocation(0, 2, 2.0, 128)
-    over, weights = {}, []
+    weights = []
+    stages = [STAGE_IDS["startup"], STAGE_IDS["train"], STAGE_IDS["eval"]]
 
     def fake(env_config, opt_config, **kw):
         weights.append(env_config.sla_weight)
-        strict = env_config.sla_weight == live_plan.LIMIT_WEIGHT
-        slow = env_config.sla.time_max * over["strict" if strict else "first"]
-        out = PolicyOutcome("reinforce", 5.0, 0.4, slow, env_config.sla.cost_max * 0.7,
-                            False, [Allocation(0, 1, 2.0, 128)] * 3)
-        decisions = pd.DataFrame({"phase": [STAGE_IDS["startup"], STAGE_IDS["train"],
-                                            STAGE_IDS["eval"]], "cpus": [1, 1, 1]})
-        return type("R", (), {"agent": "reinforce", "outcomes": [out],
-                              "decisions": decisions})()
+        outcomes, plans = [], {}
+        for name, (t, c, ret, cores, *secs) in plan_for(env_config).items():
+            outcomes.append(PolicyOutcome(
+                name, ret, ret / 10, env_config.sla.time_max * t, env_config.sla.cost_max * c,
+                False, [Allocation(0, k, 2.0, 128) for k in cores]))
+            plans[name] = [{"phase": p, "cpus": k, "step_time_s": x}
+                           for p, k, x in zip(stages, cores, *(secs or [[1.0] * 3]), strict=True)]
+        agent = max(outcomes, key=lambda o: o.total_return).name
+        return type("R", (), {"agent": agent, "outcomes": outcomes, "plans": plans,
+                              "decisions": pd.DataFrame(plans[agent])})()
 
     monkeypatch.setattr(rec_mod, "recommend", fake)
-    trials = [(None, "c1"), (None, "c2")]
 
     def build():
         weights.clear()
-        return live_plan.build_live_plan(trials, config, load_config(None), static,
-                                         time_budget_s=1.0)
+        return live_plan.build_live_plan([(None, "c1"), (None, "c2")], config,
+                                         load_config(None), static, time_budget_s=1.0)
 
+    return build, weights, config
+
+
+def test_a_plan_that_breaks_the_limits_is_trained_again_with_them_weighed_more(monkeypatch):
+    """Under `cost` the reward may rate a plan's savings above its time overrun; the live plan
+    keeps the static allocation's cost and at most 5% more time: the agents are trained again
+    with the limits weighed more, and a plan that still breaks them is not made."""
+    from optimizer.search.live import live_plan
+
+    over = {}
+
+    def plans(cfg):
+        t = over["strict" if cfg.sla_weight == live_plan.LIMIT_WEIGHT else "first"]
+        return {"reinforce": (t, 0.7, 5.0, [1, 1, 1]), "best-static": (1 / 1.05, 1.0, 4.0,
+                                                                       [2, 2, 2])}
+
+    build, weights, config = _fake_planning(monkeypatch, "cost", plans)
     over.update(first=1.3, strict=1.2)  # broken, and broken again
     result = build()
     assert result.plan is None and "breaks the live plan's limits" in result.why
@@ -173,3 +192,24 @@ def test_a_plan_that_breaks_the_limits_is_trained_again_with_them_weighed_more(m
     result = build()
     assert result.plan is not None and "trained again" not in result.why
     assert weights == [config.sla_weight]
+
+
+def test_the_whole_jobs_forecast_chooses_the_plan_not_the_per_interval_reward(monkeypatch):
+    """eval_heavy: the reward rated the best static allocation above reinforce's plan (its
+    evaluation on one core, 2.5% slower and 17% cheaper over the job) because it checks the
+    time limit per interval. Over the whole job the plan keeps the limits and scores better
+    under the preference, so it is the live plan; a plan that gains too little is not."""
+    plan = {"reinforce": (1.025 / 1.05, 0.83, 8.6, [2, 2, 1]),
+            "best-static": (1 / 1.05, 1.0, 9.5, [2, 2, 2])}
+    build, _, _ = _fake_planning(monkeypatch, "balanced", lambda cfg: plan)
+    result = build()
+    assert result.plan is not None
+    assert result.plan.phases["eval"].allocation.cpus == 1
+    assert result.plan.phases["train"].allocation.cpus == 2
+    assert "reward preferred best-static" in result.why and "17% cheaper" in result.why
+    assert result.outcomes["reinforce"]["job_score"] < 0.98
+    # 1% cheaper, 3% slower, one core in a short stage: 0.999 of static's score
+    plan["reinforce"] = (1.03 / 1.05, 0.99, 8.6, [2, 2, 1], [1.0, 10.0, 0.5])
+    result = build()
+    assert all(e.allocation.cpus == 2 for e in result.plan.phases.values())
+    assert "no agent's per-stage plan beat it" in result.why

@@ -72,6 +72,9 @@ class Recommendation:
     sla_feasible: bool = True
     """Whether any allocation of the model meets the SLA (the DP optimum does)."""
     notes: list[str] = field(default_factory=list)
+    plans: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Every policy's greedy episode on the noise-free model, a row per step (as
+    ``decisions``), by policy name."""
 
     def outcome(self, name: str) -> PolicyOutcome:
         return next(o for o in self.outcomes if o.name == name)
@@ -292,4 +295,5 @@ def recommend(env_config: Any, config: OptimizerConfig, *, time_budget_s: float,
         pareto=pareto_sweep(clean), curves=curves, sla_feasible=feasible, notes=notes,
         predicted={"time_s": chosen.total_time_s, "cost": chosen.total_cost,
                    "optimal_time_s": optimum.total_time_s, "optimal_cost": optimum.total_cost},
+        plans=plans,
     )

@@ -37,6 +37,11 @@ from optimizer.trials.live.plan import LivePlan, PhaseAllocation, PhaseEntry
 from optimizer.trials.records import TrialSummary
 
 MIN_STEPS, MAX_STEPS = 12, 60
+AGENTS = ("reinforce", "morl")
+MIN_GAIN = 0.02
+"""An agent's plan replaces the static allocation only where its whole-job score under the
+preference is this much better: a smaller gain on the model is within what the model and
+the switches get wrong."""
 LIMIT_WEIGHT = 4.0
 """The limits' weight when the agents are trained again because their plan broke them: one of
 the three limits checked broken costs 4/3 a step, more than the preference can gain in one
@@ -145,9 +150,12 @@ def build_live_plan(trials: list[tuple[TrialSummary, Path]], env_config: Any,
         return PlanResult(None, f"one stage only ({model.sequence[0][0] if model.sequence else '-'}"
                           "): the static allocation is the plan", model)
     cfg = stage_env_config(env_config, model, static)
+    weights = config.multi_objective.vector(cfg.preference)
     rec, outcomes = _agents(cfg, config, time_budget_s, quiet)
+    pick = _job_choice(rec, outcomes, cfg, static, weights)
     escalated = ""
-    if not outcomes.get(rec.agent, {}).get("within_limits", True):
+    broke = [(n, o) for n, o in outcomes.items() if n in AGENTS and not o["within_limits"]]
+    if pick is None and broke:
         # The reward weighs the limits against the preference: under `cost`, a plan that
         # saves enough may outscore its own time overrun (checkpoint_heavy: one core in every
         # stage, 23% over the time limit). The limits are hard here (the user was promised
@@ -156,29 +164,95 @@ def build_live_plan(trials: list[tuple[TrialSummary, Path]], env_config: Any,
         # holds. Not from the start: the limits are checked per interval, and a slow stage
         # within the whole job's limit (eval_heavy's evaluation on one core) would be
         # punished as if it broke it.
-        broke = (rec.agent, outcomes[rec.agent])
+        first = min(broke, key=lambda b: b[1]["time_s"])
         cfg = cfg.replace(sla_weight=LIMIT_WEIGHT)
         rec, outcomes = _agents(cfg, config, time_budget_s, quiet)
-        chosen = outcomes.get(rec.agent, {})
-        if not chosen.get("within_limits", True):
+        pick = _job_choice(rec, outcomes, cfg, static, weights)
+        if pick is None and any(n in AGENTS and not o["within_limits"]
+                                for n, o in outcomes.items()):
             sla = cfg.sla
-            return PlanResult(None, f"{_source_words(broke[0])}'s per-stage plan breaks the "
-                              f"live plan's limits on the stage model ({broke[1]['time_s']:.1f} s"
-                              f" and ${broke[1]['cost']:.4g} forecast, against at most "
+            return PlanResult(None, f"{_source_words(first[0])}'s per-stage plan breaks the "
+                              f"live plan's limits on the stage model ({first[1]['time_s']:.1f} "
+                              f"s and ${first[1]['cost']:.4g} forecast, against at most "
                               f"{sla.time_max:.1f} s, {TIME_SLACK:.0%} over the static "
                               f"allocation, and its ${sla.cost_max:.4g}), also with the limits "
                               f"weighed {LIMIT_WEIGHT:g}x: the static allocation is the plan",
                               model, outcomes, cfg)
         escalated = (f"; trained again with the limits weighed {LIMIT_WEIGHT:g}x, since the "
-                     f"first plan ({broke[0]}) broke them ({broke[1]['time_s']:.1f} s forecast "
+                     f"first plan ({first[0]}) broke them ({first[1]['time_s']:.1f} s forecast "
                      f"against at most {cfg.sla.time_max:.1f} s)")
-    plan = plan_from_decisions(rec.decisions.to_dict("records"), model, static, rec.agent,
-                               interval_s)
+    if pick is None:
+        plan = plan_from_decisions(_held(rec, static), model, static, "best-static", interval_s)
+        best = max((o["job_score"] for n, o in outcomes.items() if n in AGENTS
+                    and o["within_limits"]), default=None)
+        why = (f"{plan.source}" + (f"; the best agent's plan scores {best:.3f} of the static "
+                                   "allocation over the whole job" if best is not None
+                                   else "; no agent's plan keeps the limits") + escalated)
+    else:
+        name, score = pick
+        o = outcomes[name]
+        plan = plan_from_decisions(rec.plans[name], model, static, name, interval_s)
+        ref_t, ref_c = cfg.sla.time_max / (1 + TIME_SLACK), cfg.sla.cost_max
+        why = (f"{plan.source}; over the whole job it is forecast {1 - o['cost'] / ref_c:.0%} "
+               f"cheaper at {o['time_s'] / ref_t - 1:+.1%} time than the static allocation "
+               f"(the preference's score {score:.3f} of static's), and on the stage model its "
+               f"reward reaches {share_text(o['share_of_optimum'])} of the optimum")
+        if rec.agent != name:
+            why += (f"; the reward preferred {rec.agent}: it checks the time limit per interval,"
+                    " so a stage slower than its share counts as a breach though the whole job "
+                    "keeps the limit")
+        why += escalated
     plan.phase_source = source
-    share = outcomes.get(rec.agent, {}).get("share_of_optimum", float("nan"))
-    why = (f"{plan.source}; on the stage model it reaches {share_text(share)} of the optimum"
-           + escalated)
     return PlanResult(plan, why, model, outcomes, cfg)
+
+
+def _held(rec: Any, static: Allocation) -> list[dict[str, Any]]:
+    """The static allocation's cores in every step of the reference episode (the memory per
+    stage is still each stage's own peak)."""
+    rows = rec.plans.get("best-static") or next(iter(rec.plans.values()), [])
+    return [{**r, "cpus": int(static.cpus)} for r in rows]
+
+
+def job_score(time_s: float, cost: float, mean_cpus: float, static: Allocation, sla: Any,
+              weights: Any) -> float:
+    """A plan's whole-job objective under the preference, relative to the static allocation's
+    (1.0): the weighted sum of its forecast cost, time and mean cores, each over static's."""
+    ref_t, ref_c = sla.time_max / (1 + TIME_SLACK), sla.cost_max
+    parts = (cost / ref_c, time_s / ref_t, mean_cpus / max(float(static.cpus), 1.0))
+    return float(sum(float(w) * x for w, x in zip(weights, parts, strict=True)))
+
+
+def _job_choice(rec: Any, outcomes: dict[str, dict[str, Any]], cfg: Any, static: Allocation,
+                weights: Any) -> tuple[str, float] | None:
+    """The agent whose plan keeps the limits over the whole job and scores best under the
+    preference, at least MIN_GAIN better than the static allocation; None where none does.
+
+    The reward the agents are trained on checks the limits per interval, which is what lets
+    a stage's cheaper cores count, but it also rates a plan whose slow stage the rest of the
+    job makes up for as a breach (eval_heavy: the per-sentence evaluation on one core, 17%
+    cheaper and 2.5% slower over the job, scored 86% of the optimum against static's 95%).
+    The user's limits are the whole job's, so the whole job's forecast decides."""
+    best: tuple[str, float] | None = None
+    for name in AGENTS:
+        o = outcomes.get(name)
+        rows = rec.plans.get(name) if o is not None else None
+        if not rows:
+            continue
+        o["job_score"] = job_score(o["time_s"], o["cost"], _mean_cpus(rows), static, cfg.sla,
+                                   weights)
+        if o["within_limits"] and o["job_score"] <= 1 - MIN_GAIN and (
+                best is None or o["job_score"] < best[1]):
+            best = (name, o["job_score"])
+    return best
+
+
+def _mean_cpus(rows: list[dict[str, Any]]) -> float:
+    """Cores held, weighted by each step's time."""
+    w = [float(r.get("step_time_s") or 0.0) for r in rows]
+    c = [float(r["cpus"]) for r in rows]
+    if sum(w) <= 0:
+        return sum(c) / len(c)
+    return sum(a * b for a, b in zip(w, c, strict=True)) / sum(w)
 
 
 def _agents(cfg: Any, config: OptimizerConfig, time_budget_s: float,
@@ -227,8 +301,8 @@ def plan_from_decisions(decisions: list[dict[str, Any]], model: StageModel, stat
 def _source_words(agent: str) -> str:
     if agent in ("reinforce", "morl"):
         return f"{agent}, the phase in its state, trained on the job's measured stages"
-    return ("the best static allocation: no agent beat it on the job's measured stages "
-            f"({agent})")
+    return ("the static allocation's cores in every stage: no agent's per-stage plan beat it "
+            "over the whole job")
 
 
 def hidden_phase_schedule(cfg: Any, config: OptimizerConfig, *, time_budget_s: float,
