@@ -20,7 +20,7 @@ demo: $(STAMP)
 	$(PY) -m optimizer --train-file examples/train_mlp.py --preference cost $(ARGS)
 
 test: $(STAMP)
-	$(PY) -m pytest -q $(ARGS)
+	$(PY) -m pytest -q --durations=15 $(ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
