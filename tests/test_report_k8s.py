@@ -178,3 +178,17 @@ def test_phase_needs_scale_the_recommended_run_and_only_when_phases_differ():
     capped = phase_needs(_profile([0.4, 1.6], [1.0, 2.0]), cores_mean=1.0, mem_peak_gb=4.0,
                          cpus=1)
     assert capped["cpu_cores"].tolist() == pytest.approx([1.0, 0.4])
+
+
+def test_a_trace_too_short_for_the_phase_model_is_told_without_loading_it(tmp_path):
+    """The main job reads the model's history window from its meta.json and skips loading the
+    model (scikit-learn and the CRBM, about 2 s) for a trace it could not label."""
+    import json
+
+    from optimizer.trials.phase_profile import load_detector, samples_needed, too_short
+
+    assert samples_needed() == load_detector().delay + 2
+    (tmp_path / "meta.json").write_text(json.dumps({"delay": 1}))
+    assert samples_needed(tmp_path) == 3
+    assert samples_needed(tmp_path / "absent") is None
+    assert too_short(2, 5) == "trace has 2 samples; phases need at least 5"

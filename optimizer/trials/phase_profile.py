@@ -71,6 +71,10 @@ def _merge_short(segments: list[list[float]], min_fraction: float) -> list[list[
     return segs
 
 
+def too_short(samples: int, need: int) -> str:
+    return f"trace has {samples} samples; phases need at least {need}"
+
+
 def profile_trace(trace: pd.DataFrame, detector: Any, min_fraction: float = 0.05) -> PhaseProfile:
     """Label a trial's trace (columns ``cpu_cores``, ``mem_gb``) with ``detector`` and profile it.
 
@@ -79,7 +83,7 @@ def profile_trace(trace: pd.DataFrame, detector: Any, min_fraction: float = 0.05
     x = trace.loc[:, list(FEATURES)].to_numpy(dtype=float)
     delay = int(getattr(detector, "delay", 3))
     if len(x) < delay + 2:
-        raise ValueError(f"trace has {len(x)} samples; phases need at least {delay + 2}")
+        raise ValueError(too_short(len(x), delay + 2))
     labels = np.asarray(detector.predict([x])[0], dtype=int)
     known = labels >= 0
     runs: list[list[float]] = []
@@ -132,6 +136,26 @@ def phase_needs(profile: PhaseProfile, cores_mean: float, mem_peak_gb: float,
                             upper=cpus if cpus else None),
                         "mem_gb": mem_peak_gb * st["mem_gb_peak"] / peak})
     return out.sort_values("cpu_cores", ascending=False).reset_index(drop=True)
+
+
+def samples_needed(model_dir: str | os.PathLike | None = None) -> int | None:
+    """The shortest trace the phase model at ``model_dir`` (or the shipped one) can label,
+    read from its ``meta.json`` without loading it (loading imports scikit-learn and the
+    CRBM, seconds on a small machine, wasted on a trace of a few samples); None where the
+    file does not say."""
+    import importlib.util
+    import json
+
+    if model_dir is None:
+        spec = importlib.util.find_spec("phases")
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        model_dir = Path(list(spec.submodule_search_locations)[0]) / "models" / "default"
+    try:
+        delay = json.loads((Path(model_dir) / "meta.json").read_text())["delay"]
+        return int(delay) + 2
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def load_detector(model_dir: str | os.PathLike | None = None) -> Any:
