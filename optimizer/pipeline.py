@@ -368,22 +368,12 @@ class CloudResourceOptimizer:
         return f"baseline forecast + 25% (explicit: {given})"
 
     def _phases(self, reference: TrialSummary, run_dir: Path, opts: JobOptions):
-        from optimizer.trials.phase_profile import (
-            load_detector,
-            profile_trace,
-            samples_needed,
-            stage_agreement,
-            too_short,
-        )
+        from optimizer.trials.phase_profile import detector_for, profile_trace, stage_agreement
 
         trace_path = run_dir / "trials" / probes.trial_folder(run_dir, reference) / "trace.csv"
         try:
             trace = pd.read_csv(trace_path)
-            need = samples_needed(opts.phase_model)
-            if need is not None and len(trace) < need:
-                raise ValueError(too_short(len(trace), need))
-            detector = load_detector(opts.phase_model)
-            profile = profile_trace(trace, detector)
+            profile = profile_trace(trace, detector_for(trace, opts.phase_model))
         except (CloudoptError, ValueError, OSError, KeyError) as exc:
             if opts.phase_model:  # a model the user named must work
                 raise

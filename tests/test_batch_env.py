@@ -80,7 +80,7 @@ def test_main_job_varies_the_variable_and_the_k8s_yaml_sets_it(envbatch, tmp_pat
     import yaml
 
     common = ["--preference", "cost", "--baseline-samples", "4", "--probe-seconds", "0",
-              "--agent-seconds", "2", "--live-plan", "off", "--refine-rounds", "1",
+              "--agent-seconds", "1", "--live-plan", "off", "--refine-rounds", "1",
               "--runoff-rounds", "1", "--quiet"]
     hinted = subprocess.run(
         [sys.executable, "-m", "optimizer", "--train-file", str(envbatch), "--baseline-samples",

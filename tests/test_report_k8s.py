@@ -185,10 +185,20 @@ def test_a_trace_too_short_for_the_phase_model_is_told_without_loading_it(tmp_pa
     model (scikit-learn and the CRBM, about 2 s) for a trace it could not label."""
     import json
 
-    from optimizer.trials.phase_profile import load_detector, samples_needed, too_short
+    import pandas as pd
+
+    from optimizer.trials.phase_profile import (
+        detector_for,
+        load_detector,
+        samples_needed,
+        too_short,
+    )
 
     assert samples_needed() == load_detector().delay + 2
     (tmp_path / "meta.json").write_text(json.dumps({"delay": 1}))
     assert samples_needed(tmp_path) == 3
     assert samples_needed(tmp_path / "absent") is None
     assert too_short(2, 5) == "trace has 2 samples; phases need at least 5"
+    # the folder holds no model: loading it would fail otherwise
+    with pytest.raises(ValueError, match="trace has 2 samples; phases need at least 3"):
+        detector_for(pd.DataFrame({"cpu_cores": [1.0, 1.0]}), tmp_path)

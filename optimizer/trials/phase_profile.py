@@ -158,6 +158,15 @@ def samples_needed(model_dir: str | os.PathLike | None = None) -> int | None:
         return None
 
 
+def detector_for(trace: pd.DataFrame, model_dir: str | os.PathLike | None = None) -> Any:
+    """The phase model for ``trace``; ``ValueError`` without loading it where the trace is
+    too short for its history window."""
+    need = samples_needed(model_dir)
+    if need is not None and len(trace) < need:
+        raise ValueError(too_short(len(trace), need))
+    return load_detector(model_dir)
+
+
 def load_detector(model_dir: str | os.PathLike | None = None) -> Any:
     """The phase model at ``model_dir``, or the shipped default one."""
     from phases import PhaseDetector, load_default_detector
