@@ -225,3 +225,20 @@ def test_the_live_plan_is_recommended_only_beyond_the_noise_of_one_pair(
     assert out["cost_change"] == pytest.approx(cost - 1)
     assert out["recommended"] is recommended
     assert ("recommended from 5% cheaper" in out["verdict"]) is not recommended
+
+
+def test_the_report_shows_what_decided_the_live_plan(tmp_path):
+    """Every policy's whole-job forecast, its score against static and the reward's share of
+    the optimum, beside the plan."""
+    from optimizer.reports.live import live_section
+    from optimizer.reports.render import Report
+
+    r = Report("t")
+    live_section(r, {"why": "reinforce, the phase in its state", "model": {
+        "reinforce": {"time_s": 33.3, "cost": 0.0005, "within_limits": True, "job_score": 0.886,
+                      "share_of_optimum": 0.863},
+        "best-static": {"time_s": 32.5, "cost": 0.0006, "within_limits": True,
+                        "share_of_optimum": 0.949}}})
+    text = r.to_markdown(tmp_path)
+    assert "| reinforce | 33.3 s |" in text and "0.886" in text and "86.3%" in text
+    assert "| best-static | 32.5 s |" in text and "94.9%" in text

@@ -73,6 +73,18 @@ def live_section(r: Report, live: dict[str, Any] | None, figure: Path | None = N
                     "be fitted).")
         return
     r.paragraph(live.get("why", ""))
+    model = live.get("model") or {}
+    if model:
+        # What decided: each policy's whole-job forecast on the stage model, its score under
+        # the preference against the static allocation's (1.000; agents only) and the
+        # per-interval reward's share of the optimum, which the agents were trained on.
+        r.table([{"policy": name, "forecast time": f"{o['time_s']:.1f} s",
+                  "forecast cost": dollars(o["cost"]),
+                  "within the limits": "yes" if o.get("within_limits", True) else "no",
+                  "score vs static": f"{o['job_score']:.3f}" if "job_score" in o else "",
+                  "reward, share of optimum": f"{o['share_of_optimum']:.1%}"
+                  if o.get("share_of_optimum") == o.get("share_of_optimum") else "n/a"}
+                 for name, o in model.items()])
     plan = live.get("plan")
     if plan:
         rows = [{"stage": name, "cores": e["allocation"]["cpus"],
