@@ -33,11 +33,11 @@ from optimizer.search.live.stage_model import (
     stage_phases,
     trial_stage_rows,
 )
+from optimizer.search.recommend import AGENTS, share_text
 from optimizer.trials.live.plan import LivePlan, PhaseAllocation, PhaseEntry
 from optimizer.trials.records import TrialSummary
 
 MIN_STEPS, MAX_STEPS = 12, 60
-AGENTS = ("reinforce", "morl")
 MIN_GAIN = 0.02
 """An agent's plan replaces the static allocation only where its whole-job score under the
 preference is this much better: a smaller gain on the model is within what the model and
@@ -132,8 +132,6 @@ def build_live_plan(trials: list[tuple[TrialSummary, Path]], env_config: Any,
     why) when the trials show no stages or one only. The probe's stages come first; where
     they show one stage or none and ``detector`` is given (or a callable returning one), the
     phase detector's phases of the monitor's traces stand in (``phase-N``)."""
-    from optimizer.search.recommend import share_text
-
     rows = [r for s, d in trials for r in trial_stage_rows(d, s)]
     model = build_stage_model(rows, reference_cpus=static.cpus)
     source = "probe"
@@ -192,7 +190,7 @@ def build_live_plan(trials: list[tuple[TrialSummary, Path]], env_config: Any,
         name, score = pick
         o = outcomes[name]
         plan = plan_from_decisions(rec.plans[name], model, static, name, interval_s)
-        ref_t, ref_c = cfg.sla.time_max / (1 + TIME_SLACK), cfg.sla.cost_max
+        ref_t, ref_c = _static_reference(cfg.sla)
         why = (f"{plan.source}; over the whole job it is forecast {1 - o['cost'] / ref_c:.0%} "
                f"cheaper at {o['time_s'] / ref_t - 1:+.1%} time than the static allocation "
                f"(the preference's score {score:.3f} of static's), and on the stage model its "
@@ -209,15 +207,20 @@ def build_live_plan(trials: list[tuple[TrialSummary, Path]], env_config: Any,
 def _held(rec: Any, static: Allocation) -> list[dict[str, Any]]:
     """The static allocation's cores in every step of the reference episode (the memory per
     stage is still each stage's own peak)."""
-    rows = rec.plans.get("best-static") or next(iter(rec.plans.values()), [])
-    return [{**r, "cpus": int(static.cpus)} for r in rows]
+    return [{**r, "cpus": int(static.cpus)} for r in rec.plans["best-static"]]
+
+
+def _static_reference(sla: Any) -> tuple[float, float]:
+    """The static allocation's forecast time and cost, which a live plan's limits are set
+    from (:func:`stage_env_config`)."""
+    return sla.time_max / (1 + TIME_SLACK), sla.cost_max
 
 
 def job_score(time_s: float, cost: float, mean_cpus: float, static: Allocation, sla: Any,
               weights: Any) -> float:
     """A plan's whole-job objective under the preference, relative to the static allocation's
     (1.0): the weighted sum of its forecast cost, time and mean cores, each over static's."""
-    ref_t, ref_c = sla.time_max / (1 + TIME_SLACK), sla.cost_max
+    ref_t, ref_c = _static_reference(sla)
     parts = (cost / ref_c, time_s / ref_t, mean_cpus / max(float(static.cpus), 1.0))
     return float(sum(float(w) * x for w, x in zip(weights, parts, strict=True)))
 
@@ -299,7 +302,7 @@ def plan_from_decisions(decisions: list[dict[str, Any]], model: StageModel, stat
 
 
 def _source_words(agent: str) -> str:
-    if agent in ("reinforce", "morl"):
+    if agent in AGENTS:
         return f"{agent}, the phase in its state, trained on the job's measured stages"
     return ("the static allocation's cores in every stage: no agent's per-stage plan beat it "
             "over the whole job")
