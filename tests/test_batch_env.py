@@ -34,6 +34,19 @@ def test_source_scan_names_the_batch_flags_and_variables():
                                  "env": ["GLOBAL_BATCH", "MICRO_BATCH", "BATCH"]}
 
 
+def test_a_flag_fed_to_a_loaders_batch_size_is_a_batch_knob_whatever_its_name():
+    """tab_transformer.py's ``--bs`` (``DataLoader(rows, batch_size=args.bs)``): named by what
+    the source does with it, so the hint tells the user which flag to hand cloudopt."""
+    tree = ast.parse(
+        "import argparse\nfrom torch.utils.data import DataLoader\n"
+        "p = argparse.ArgumentParser()\np.add_argument('--lr', type=float)\n"
+        "p.add_argument('-b', '--bs', type=int, default=64)\n"
+        "p.add_argument('--chunk', dest='rows_per_step', type=int)\n"
+        "args = p.parse_args()\nDataLoader([], batch_size=args.bs, shuffle=True)\n"
+        "DataLoader([], batch_size=args.rows_per_step)\nprint(args.lr)\n")
+    assert batch_knobs(tree) == {"flags": ["--bs", "--chunk"], "env": []}
+
+
 def test_manager_sets_and_reads_the_scripts_own_variable(envbatch, monkeypatch):
     monkeypatch.delenv("BATCH_SIZE", raising=False)
     plain = TrainingModuleManager(envbatch)

@@ -71,6 +71,10 @@ def test_trials_are_labelled_with_the_batch_they_ran_with(tmp_path):
     # Neither settable nor known: a nominal batch, so the model keeps it fixed.
     assert label_batch(t, None, None, settable=False).allocation.batch_size == 1
     assert t.allocation.batch_size is None  # labelling copies
+    # A script with no batch flag whose DataLoader the probe saw: the batch it ran with.
+    seen = TrialSummary("01", "probe", Allocation(0, 2, 4.0, None), throughput=100.0,
+                        probe={"steps": 188, "samples_per_step": 64})
+    assert label_batch(seen, None, None, settable=False).allocation.batch_size == 64
 
 
 def test_right_sized_memory_rounds_up_and_bumps_after_out_of_memory():

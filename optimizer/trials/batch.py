@@ -1,7 +1,8 @@
 """The batch size a trial ran with, so that every trial can feed the workload model.
 
 A trial's batch is the one its allocation set; else the one the script reported (its metrics,
-or a ``batch_size=N`` line of its output); else the script's own default, read from its source
+or a ``batch_size=N`` line of its output); else the samples per optimizer step the in-process
+probe saw; else the script's own default, read from its source
 (:meth:`optimizer.trials.training.TrainingModuleManager.default_batch_size`). A script whose batch is
 neither known nor settable is labelled with a nominal 1: its throughput is samples per second
 all the same, and the workload model then keeps the batch fixed.
@@ -17,7 +18,8 @@ from optimizer.trials.records import TrialSummary
 
 def _effective_batch(t: TrialSummary, trial_dir: Path | None = None) -> int | None:
     """The batch size a trial ran with: the allocation's, or what the script reported (its
-    metrics/model info, else a ``batch_size=N`` line of its output)."""
+    metrics/model info, else a ``batch_size=N`` line of its output), else the probe's samples
+    per step."""
     if t.allocation.batch_size is not None:
         return int(t.allocation.batch_size)
     value = (t.model_info or {}).get("batch_size")
@@ -25,8 +27,12 @@ def _effective_batch(t: TrialSummary, trial_dir: Path | None = None) -> int | No
         with open(trial_dir / "stdout.log", encoding="utf-8", errors="replace") as fh:
             m = BATCH_SIZE_PATTERN.search(fh.read(20_000))
         value = m.group(1) if m else None
+    if value is None:
+        # What the probe saw inside the script (its DataLoader's batches): a script with no
+        # batch flag was labelled with the nominal 1 in every table and note before.
+        value = (t.probe or {}).get("samples_per_step")
     try:
-        return int(value) if value is not None else None
+        return int(round(float(value))) if value is not None and float(value) > 0 else None
     except (TypeError, ValueError):
         return None
 

@@ -249,12 +249,34 @@ def _env_read(node: ast.AST) -> str | None:
     return None
 
 
+def _flag_dest(call: ast.Call) -> tuple[str | None, str | None]:
+    """An ``add_argument``/``click.option`` call's destination (``dest=``, else its first long
+    flag with dashes as underscores) and the flag to name it by (its first long one)."""
+    names = [a.value for a in call.args if isinstance(a, ast.Constant)
+             and isinstance(a.value, str) and a.value.startswith("-")]
+    flag = next((n for n in names if n.startswith("--")), names[0] if names else None)
+    for kw in call.keywords:
+        if kw.arg == "dest" and isinstance(kw.value, ast.Constant):
+            return str(kw.value.value), flag
+    return (flag.lstrip("-").replace("-", "_") if flag else None), flag
+
+
 def batch_knobs(tree: ast.Module) -> dict[str, list[str]]:
     """Flags (``add_argument``/``click.option`` names) and environment variables whose name
-    mentions a batch size, in source order: ``{"flags": [...], "env": [...]}``.
-    ``OPTIMIZER_BATCH_SIZE`` is left out: cloudopt sets it anyway."""
+    mentions a batch size, in source order, then flags whose value is passed as a loader's
+    ``batch_size=`` (``DataLoader(ds, batch_size=args.bs)``): ``{"flags": [...], "env":
+    [...]}``. ``OPTIMIZER_BATCH_SIZE`` is left out: cloudopt sets it anyway."""
     flags: list[str] = []
     env: list[str] = []
+    fed = {kw.value.attr for node in ast.walk(tree) if isinstance(node, ast.Call)
+           for kw in node.keywords
+           if kw.arg == "batch_size" and isinstance(kw.value, ast.Attribute)}
+    by_dest: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _name(node.func) in ("add_argument", "option"):
+            dest, flag = _flag_dest(node)
+            if dest in fed and flag and flag not in by_dest:
+                by_dest.append(flag)
     for node in ast.walk(tree):
         var = _env_read(node)
         if var and "batch" in var.lower() and var != "OPTIMIZER_BATCH_SIZE" and var not in env:
@@ -265,6 +287,7 @@ def batch_knobs(tree: ast.Module) -> dict[str, list[str]]:
                         and a.value.startswith("-") and "batch" in a.value.lower()
                         and a.value not in flags):
                     flags.append(a.value)
+    flags += [f for f in by_dest if f not in flags]
     return {"flags": flags, "env": env}
 
 
