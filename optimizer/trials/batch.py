@@ -1,11 +1,11 @@
 """The batch size a trial ran with, so that every trial can feed the workload model.
 
 A trial's batch is the one its allocation set; else the one the script reported (its metrics,
-or a ``batch_size=N`` line of its output); else the samples per optimizer step the in-process
-probe saw; else the script's own default, read from its source
-(:meth:`optimizer.trials.training.TrainingModuleManager.default_batch_size`). A script whose batch is
-neither known nor settable is labelled with a nominal 1: its throughput is samples per second
-all the same, and the workload model then keeps the batch fixed.
+or a ``batch_size=N`` line of its output); else the script's own default, read from its source
+(:meth:`optimizer.trials.training.TrainingModuleManager.default_batch_size`); else, for a
+batch cloudopt cannot set, the samples per optimizer step the in-process probe saw. A script
+whose batch is neither known nor settable is labelled with a nominal 1: its throughput is
+samples per second all the same, and the workload model then keeps the batch fixed.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from optimizer.trials.records import TrialSummary
 
 def _effective_batch(t: TrialSummary, trial_dir: Path | None = None) -> int | None:
     """The batch size a trial ran with: the allocation's, or what the script reported (its
-    metrics/model info, else a ``batch_size=N`` line of its output), else the probe's samples
-    per step."""
+    metrics/model info, else a ``batch_size=N`` line of its output)."""
     if t.allocation.batch_size is not None:
         return int(t.allocation.batch_size)
     value = (t.model_info or {}).get("batch_size")
@@ -27,10 +26,10 @@ def _effective_batch(t: TrialSummary, trial_dir: Path | None = None) -> int | No
         with open(trial_dir / "stdout.log", encoding="utf-8", errors="replace") as fh:
             m = BATCH_SIZE_PATTERN.search(fh.read(20_000))
         value = m.group(1) if m else None
-    if value is None:
-        # What the probe saw inside the script (its DataLoader's batches): a script with no
-        # batch flag was labelled with the nominal 1 in every table and note before.
-        value = (t.probe or {}).get("samples_per_step")
+    return _positive_int(value)
+
+
+def _positive_int(value: object) -> int | None:
     try:
         return int(round(float(value))) if value is not None and float(value) > 0 else None
     except (TypeError, ValueError):
@@ -51,7 +50,12 @@ def label_batch(t: TrialSummary, trial_dir: Path | None, default_batch: int | No
     """``t`` with the batch size it ran with (see the module docstring)."""
     t = _with_batch(t, trial_dir)
     if t.allocation.batch_size is None:
-        label = default_batch or (None if settable else 1)
+        # The probe's samples per optimizer step only for a batch cloudopt cannot set (every
+        # trial then runs the same one): with gradient accumulation it is a multiple of the
+        # batch that settable trials are labelled with. Before it, such a script was "batch 1"
+        # in every table and note.
+        seen = None if settable else _positive_int((t.probe or {}).get("samples_per_step"))
+        label = default_batch or (None if settable else seen or 1)
         if label is not None:
             t = TrialSummary.from_dict(t.to_dict())
             t.allocation.batch_size = int(label)
