@@ -102,6 +102,17 @@ def test_the_stage_environment_wants_fewer_cores_only_in_the_serial_stages():
     assert res.total_cost < 0.9 * cost and res.total_time_s <= time_s * 1.05
 
 
+def test_the_scripts_own_batch_is_the_one_its_trials_ran_with():
+    """A static recommendation at "the script's own batch" (one cloudopt cannot set, batch
+    None) plans at the batch the model kept fixed; it had no plan (total_samples NaN)."""
+    config = EnvConfig(workload="mlp-cpu", preference="balanced")
+    workload = CloudEnvironment(config).resolved.workload
+    config = config.replace(workload=workload, batch_sizes=[128], batch_actions=False)
+    cfg = stage_env_config(config, _model(), Allocation(0, 2, 2.0, None))
+    assert cfg.initial.batch_size == 128 and cfg.batch_sizes == [128]
+    assert cfg.total_samples > 0 and cfg.sla.time_max == pytest.approx(26 * 1.05, rel=0.05)
+
+
 def test_a_stage_of_many_short_intervals_is_kept_as_one_block():
     """Twenty checkpoints of 0.8% each are 16% of the run: kept (as one block after the
     training they interrupt); a stage whose whole share is under 2% is folded."""

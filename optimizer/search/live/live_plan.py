@@ -74,6 +74,12 @@ def stage_env_config(env_config: Any, model: StageModel, static: Allocation) -> 
     measured one, the batch and GPUs fixed at ``static``'s and no restart cost."""
     workload = env_config.workload
     params = workload.params
+    if static.batch_size is None:
+        # "The script's own batch" (one cloudopt cannot set): the one the trials ran with,
+        # which the model kept fixed (tab_transformer: no plan, total_samples NaN, without it)
+        known = (env_config.batch_sizes or [None])[0] or getattr(env_config.initial,
+                                                                  "batch_size", None)
+        static = dataclasses.replace(static, batch_size=known)
     phases = stage_phases(model, params.parallel_fraction)
     shortest = min(p.fraction for p in phases)
     n_steps = int(min(max(math.ceil(3 / shortest), MIN_STEPS), MAX_STEPS))
