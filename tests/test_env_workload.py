@@ -174,6 +174,21 @@ def test_single_gpu_fit_is_limited_to_the_measured_gpu_count():
         CloudEnvironment(EnvConfig(workload=model, resources=ResourceConfig(gpu_count_max=0)))
 
 
+def test_three_gpu_trials_fit_the_gpu_step_time_without_the_input_pipeline():
+    # As on the H200 (benchmarks/README.md, "GPU machine"): the CPU-only baseline trial of a
+    # script that needs CUDA crashed, leaving three for four parameters. The GPU's step time
+    # is fitted, CPU threads are taken not to matter, and the reason is reported.
+    true = dataclasses.replace(WorkloadModel.from_preset("vgg16-v100").params, noise_scale=0.0)
+    trials = synthetic_trials(true, [(1, 16, 128), (1, 8, 128), (1, 16, 256)], noise=0.03)
+    model = fit_workload_model(trials)
+    rep = model.fit_report_
+    assert rep.free == ["alpha_c", "beta_c"] and model.params.delta == 0.0
+    assert "3 trials cannot identify the input pipeline" in rep.fixed["parallel_fraction"]
+    assert rep.max_rel_error < 0.1
+    with pytest.raises(CloudoptError, match="2 usable trial|2 trial"):
+        fit_workload_model(trials[:1] + trials[2:])
+
+
 def test_env_config_from_trials_and_preset_round_trip(tmp_path):
     from envs import CloudEnvironment, oracle
     from optimizer.foundation.config import ResourceConfig

@@ -99,6 +99,32 @@ def test_plan_varies_threads_and_batch_within_bounds():
     assert {a.gpus for a in gpu} == {0, 1, 2}
     one = plan_baseline(ResourceConfig(gpu_count_max=0, cpu_count_max=1, memory_max=2.0), 10)
     assert all(a.cpus == 1 and a.memory_gb <= 2.0 for a in one)
+    # a big machine's second CPU count is the range's geometric middle, not its half
+    big = plan_baseline(ResourceConfig(gpu_count_max=1, cpu_count_max=16, memory_max=128.0), 4,
+                        uses_gpu=True)
+    assert [(a.gpus, a.cpus) for a in big[:3]] == [(1, 16), (0, 16), (1, 4)]
+    assert [a.cpus for a in plan_baseline(rc, 2)] == [4, 2]
+
+
+def test_a_crashed_setting_and_a_gpu_count_that_only_crashes_are_not_probed_again():
+    # On the H200 the closed loop re-measured the CPU-only setting of a script that needs CUDA.
+    from optimizer.search.refine import _measured
+
+    def trial(i, g, c, b, ok):
+        return TrialSummary(trial_id=f"t{i}", status="completed" if ok else "failed",
+                            reason=None if ok else "crash",
+                            allocation=Allocation(g, c, 16.0, b), throughput=1.0 if ok else None)
+
+    crashed = trial(1, 0, 16, None, False)
+    trials = [trial(0, 1, 16, 128, True), crashed]
+    assert _measured(Allocation(0, 16, 64.0), trials, 128, True)  # the crashed one itself
+    assert _measured(Allocation(0, 4, 16.0, 64), trials, 128, True)  # no CPU-only run works
+    assert _measured(Allocation(0, 4, 16.0), trials, 128, False)
+    assert not _measured(Allocation(1, 4, 16.0, 64), trials, 128, True)
+    # a crash beside a run that works on the same GPU count rules out that setting only
+    mixed = [*trials, trial(2, 0, 4, 64, True)]
+    assert not _measured(Allocation(0, 8, 16.0, 64), mixed, 128, True)
+    assert _measured(Allocation(0, 16, 16.0), mixed, 128, True)
 
 
 def test_the_time_order_applies_only_where_the_budget_affords_two_probes(tmp_path):

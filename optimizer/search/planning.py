@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from optimizer.foundation.allocation import Allocation, describe_allocation, job_words
@@ -119,11 +120,30 @@ def initial_allocation(config: Any, reference: TrialSummary) -> Allocation:
     adjustments the phases call for. The reference trial's allocation if that fails."""
     from envs.oracle import best_static
 
+    start = _right_sized(config, reference.allocation)
     try:
-        target = best_static(config.replace(initial=reference.allocation, restart_s=0.0))
+        target = best_static(config.replace(initial=start, restart_s=0.0))
     except CloudoptError:
         return reference.allocation
     return target.allocation or reference.allocation
+
+
+def _right_sized(config: Any, alloc: Allocation) -> Allocation:
+    """``alloc`` with the memory the model says it needs (with the request's margin) where
+    that is less. A static allocation is walked to one level per interval, and on the H200's
+    128 GB in 1-GB levels the 64 GB a 16-CPU probe ran under stayed near 60 GB in every plan,
+    for a job that peaked at 2.4 GB."""
+    from optimizer.foundation.memory import right_size_memory
+
+    batch = alloc.batch_size or config.workload.params.ref_batch
+    try:
+        need = float(config.workload.predict(alloc.gpus, alloc.cpus, np.inf, batch)["mem_gb"])
+    except (ValueError, KeyError):
+        return alloc
+    res = config.resources
+    want = max(right_size_memory(need), res.memory_min) if need > 0 else alloc.memory_gb
+    return Allocation(alloc.gpus, alloc.cpus, min(alloc.memory_gb, want), alloc.batch_size,
+                      alloc.workers) if res is not None else alloc
 
 
 def _fallback(opt: Any, usable: list[TrialSummary], reason: str) -> dict[str, Any]:

@@ -89,9 +89,23 @@ def _measured(a: Allocation, trials: Sequence[TrialSummary], default_batch: int 
               batch_settable: bool) -> bool:
     """Whether ``a`` would run a setting measured already: a batch the script cannot be told
     is not a setting (the trial runs the script's own)."""
+    if _crashes_on(a.gpus, trials):
+        return True
     if not batch_settable:
         return any((t.allocation.gpus, t.allocation.cpus) == (a.gpus, a.cpus) for t in trials)
-    return any(same_setting(t.allocation, _with_default_batch(a, default_batch)) for t in trials)
+    # A crashed trial keeps the batch it was asked for ("default"): it is the same setting.
+    mine = _with_default_batch(a, default_batch)
+    return any(same_setting(_with_default_batch(t.allocation, default_batch), mine)
+               for t in trials)
+
+
+def _crashes_on(gpus: int, trials: Sequence[TrialSummary]) -> bool:
+    """Whether every trial on ``gpus`` GPUs crashed while one on another count ran: a script
+    that needs CUDA fails on none, whatever its CPUs or batch (seen on the H200: the closed
+    loop measured the crashed CPU-only setting again)."""
+    on = [t for t in trials if t.allocation.gpus == gpus]
+    return bool(on) and all(t.status == "failed" and t.reason == "crash" for t in on) and any(
+        t.ok for t in trials if t.allocation.gpus != gpus)
 
 
 def _batches(trials: Sequence[TrialSummary], most: int | None = None) -> list[int]:

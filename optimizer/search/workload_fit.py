@@ -366,6 +366,13 @@ def _fit(table, proto, *, noise_scale, ref_batch, gpu_mem_gb, fixed):
         _refuse("trials mix CPU-only and GPU runs; fit them as separate workloads", d)
     _check_cpu_monotone(d)
     free, fixed, base = _choose_free(d, device, dict(fixed or {}))
+    if device == "gpu" and len(free) - 2 < len(d.ids) < len(free) and _PIPELINE <= set(free):
+        # A GPU script whose other trial crashed (CPU-only, say) leaves three: enough for the
+        # GPU's step time, which decides, not for the input pipeline as well. The closed loop
+        # measures whatever the simpler model plans, so a pipeline that matters shows there.
+        free = _without_pipeline(free, base, fixed, f"{len(d.ids)} trials cannot identify "
+                                 "the input pipeline beside the GPU's step time: CPU threads "
+                                 "are taken not to matter until a trial shows they do")
     if len(d.ids) < len(free):
         _refuse(f"{len(d.ids)} trial(s) for {len(free)} parameters ({', '.join(free)})", d)
     proto = dataclasses.replace(
@@ -377,14 +384,11 @@ def _fit(table, proto, *, noise_scale, ref_batch, gpu_mem_gb, fixed):
     except CloudoptError as exc:
         # A GPU job whose input pipeline never limited the trials says nothing about it; a
         # model without one explains the trials as well, so use that and say so.
-        if device != "gpu" or not any(k in str(exc) for k in ("delta", "parallel_fraction")):
+        if device != "gpu" or not any(k in str(exc) for k in _PIPELINE):
             raise
-        free = [k for k in free if k not in ("delta", "parallel_fraction")]
-        base["delta"] = 0.0
-        fixed["delta"] = fixed["parallel_fraction"] = (
-            "the input pipeline never limited the measured trials (CPU threads do not matter "
-            "in the measured range)"
-        )
+        free = _without_pipeline(free, base, fixed, "the input pipeline never limited the "
+                                 "measured trials (CPU threads do not matter in the measured "
+                                 "range)")
         values = _solve(d, free, base, proto, y)
     if device == "gpu" and values["delta"] < 1e-12 and "parallel_fraction" in free:
         fixed["parallel_fraction"] = "the input pipeline never limited the measured trials"
@@ -395,6 +399,18 @@ def _fit(table, proto, *, noise_scale, ref_batch, gpu_mem_gb, fixed):
     if params.noise_scale == 0:
         fixed["noise_scale"] = "no gradient noise scale given: statistical efficiency is off"
     return params, _report(params, d, free, fixed), d
+
+
+_PIPELINE = {"delta", "parallel_fraction"}
+"""A GPU job's input pipeline: host work per sample and how CPU threads speed it up."""
+
+
+def _without_pipeline(free: list[str], base: dict[str, float], fixed: dict[str, str],
+                      why: str) -> list[str]:
+    """``free`` without the input pipeline's parameters, held at none (``fixed`` says why)."""
+    base["delta"] = 0.0
+    fixed["delta"] = fixed["parallel_fraction"] = why
+    return [k for k in free if k not in _PIPELINE]
 
 
 def _solve(d: _Data, free: list[str], base: dict[str, float], proto, y: np.ndarray):
