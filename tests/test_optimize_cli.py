@@ -190,3 +190,21 @@ def test_rank_prefers_sla_then_weighted_score():
     # Each objective over its best among usable trials: cost 1.0/0.5 (slow is cheapest), time
     # 90/50, resource share 0.5/0.5 -> 0.7*2 + 0.2*1.8 + 0.1*1 = 1.86.
     assert cost.loc[0, "score"] == pytest.approx(0.7 * 2 + 0.2 * 1.8 + 0.1 * 1)
+
+
+def test_a_run_folder_from_another_machine_is_refused_and_kept(tmp_path):
+    # A folder brought back from the H200 was resumed here: it planned 2-CPU trials beside
+    # 16-CPU ones and overwrote the config it had recorded.
+    from optimizer.commands.optimize import _same_machine
+
+    here = OptimizerConfig(resources=ResourceConfig(gpu_count_max=0, cpu_count_max=2,
+                                                    memory_max=8.0))
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"resources": {"cpu_count_max": 16, "gpu_count_max": 1}}))
+    with pytest.raises(Exception, match="16 CPU.*1 GPU.*here the bounds are 2 CPU.*0 GPU"):
+        _same_machine(tmp_path, here)
+    assert json.loads((tmp_path / "config.json").read_text())["resources"]["cpu_count_max"] == 16
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"resources": {"cpu_count_max": 2, "gpu_count_max": 0}}))
+    _same_machine(tmp_path, here)  # the same bounds: resumed
+    _same_machine(tmp_path / "missing", here)  # nothing recorded: nothing to compare

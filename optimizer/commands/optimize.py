@@ -26,7 +26,7 @@ from optimizer.commands.resume import (
     resume_command,
 )
 from optimizer.foundation.allocation import Allocation, describe_allocation, job_words
-from optimizer.foundation.atomic_files import atomic_write_json
+from optimizer.foundation.atomic_files import atomic_write_json, read_json
 from optimizer.foundation.config import OptimizerConfig, load_config
 from optimizer.foundation.errors import CloudoptError, ConfigError
 from optimizer.foundation.preferences import parse_preference
@@ -141,6 +141,8 @@ def _load(args: argparse.Namespace) -> OptimizerConfig:
                 "budget": _budget(args.budget)},
     }
     config = load_config(args.config, overrides)
+    if args.resume:
+        _same_machine(Path(args.resume), config)
     check_available(config.run.executor)
     args.preference = parse_preference(args.preference)
     config.multi_objective.vector(args.preference)  # unknown names fail here (exit 2)
@@ -154,6 +156,23 @@ def _load(args: argparse.Namespace) -> OptimizerConfig:
         if value is not None and (value < low or (strict and value == low)):
             raise ConfigError(f"{flag} must be {'>' if strict else '>='} {low} (got {value:g})")
     return config
+
+
+def _same_machine(folder: Path, config: OptimizerConfig) -> None:
+    """A run folder resumed where its CPUs and GPUs differ would plan other settings, run them
+    beside trials that cannot be compared, and overwrite the config it recorded (a folder
+    brought back from a GPU machine did): refused, naming both machines."""
+    files = [folder / "config.json", *sorted(folder.glob("*/config.json"))]
+    recorded = next((read_json(f) for f in files if f.is_file()), None)
+    res = (recorded or {}).get("resources") or {}
+    was = (res.get("cpu_count_max"), res.get("gpu_count_max"))
+    now = (config.resources.cpu_count_max, config.resources.gpu_count_max)
+    if None not in was and tuple(was) != now:
+        raise CloudoptError(
+            f"--resume {folder}: recorded on a machine with {was[0]} CPU(s) and {was[1]} "
+            f"GPU(s); here the bounds are {now[0]} CPU(s) and {now[1]} GPU(s), so its trials "
+            "would not be reused. Resume it on that machine, set the same [resources] "
+            "bounds with --config, or start a new run with --train-file")
 
 
 def _run_dir(args: argparse.Namespace, config: OptimizerConfig, script: Path, n_files: int) -> Path:
