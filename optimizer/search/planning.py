@@ -138,12 +138,13 @@ def _right_sized(config: Any, alloc: Allocation) -> Allocation:
     batch = alloc.batch_size or config.workload.params.ref_batch
     try:
         need = float(config.workload.predict(alloc.gpus, alloc.cpus, np.inf, batch)["mem_gb"])
-    except (ValueError, KeyError):
+    except (ValueError, KeyError, AttributeError):
         return alloc
-    res = config.resources
-    want = max(right_size_memory(need), res.memory_min) if need > 0 else alloc.memory_gb
+    if config.resources is None or not need > 0:  # no memory measured: nothing to size by
+        return alloc
+    want = max(right_size_memory(need), config.resources.memory_min)
     return Allocation(alloc.gpus, alloc.cpus, min(alloc.memory_gb, want), alloc.batch_size,
-                      alloc.workers) if res is not None else alloc
+                      alloc.workers)
 
 
 def _fallback(opt: Any, usable: list[TrialSummary], reason: str) -> dict[str, Any]:
