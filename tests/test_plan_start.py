@@ -47,3 +47,17 @@ def test_a_forecast_counts_the_start_up_once_at_the_first_price():
     assert out.total_cost == pytest.approx(0.006 + 0.001 * 10.0)
     assert out.sla_ok and not _outcome("best-static", 1.0, rows, 1.0,
                                        SLAConfig(time_max=15.0, cost_max=1.0), 10.0).sla_ok
+
+
+def test_a_fallback_says_when_every_allowed_setting_was_measured():
+    # tab_transformer without a batch flag on 2 cores: its two settings were both measured.
+    from optimizer.search.planning import _all_measured
+
+    res = ResourceConfig(gpu_count_max=0, cpu_count_max=2, memory_max=8.0)
+    both = [TrialSummary(trial_id=f"t{c}", status="completed", throughput=1.0,
+                         allocation=Allocation(0, c, 4.0, 64)) for c in (1, 2)]
+    assert "every setting these bounds allow" in _all_measured(res, both)
+    assert _all_measured(res, both[:1]) == ""
+    other_batch = [both[0], TrialSummary(trial_id="b", status="completed", throughput=1.0,
+                                         allocation=Allocation(0, 2, 4.0, 128))]
+    assert _all_measured(res, other_batch) == ""

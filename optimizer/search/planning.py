@@ -158,8 +158,22 @@ def _fallback(opt: Any, usable: list[TrialSummary], reason: str) -> dict[str, An
             "notes": [f"the workload model could not be fitted: {reason}; the best measured "
                       f"baseline setting ({describe_allocation(alloc)}: "
                       f"{job_words(best['job_cost'], best['job_time_s'])}) is recommended "
-                      "and no agent was trained"],
+                      "and no agent was trained" + _all_measured(opt.config.resources, usable)],
             "fit": None}
+
+
+def _all_measured(res: Any, usable: list[TrialSummary]) -> str:
+    """Words for a fallback that loses nothing: at one batch size, every CPU and GPU count the
+    bounds allow was measured (a script without a batch flag on 2 cores has two settings)."""
+    if len({t.allocation.batch_size for t in usable}) != 1:
+        return ""
+    seen = {(t.allocation.gpus, t.allocation.cpus) for t in usable}
+    gpus = {g for g, _ in seen}
+    every = {(g, c) for g in gpus for c in range(res.cpu_count_min, res.cpu_count_max + 1)}
+    if not every <= seen or len(gpus) < res.gpu_count_max - res.gpu_count_min + 1:
+        return ""
+    return (": every setting these bounds allow at that batch was measured, so no model could "
+            "add a better one")
 
 
 def _rec_dict(r: Any, fitted: Any) -> dict[str, Any]:
