@@ -207,8 +207,8 @@ def recommend(env_config: Any, config: OptimizerConfig, *, time_budget_s: float,
     noisy = env_config.replace(noise=env_config.noise or 0.05)
     optimum = optimal_policy(clean)
     static = best_static(clean)
-    sla = CloudEnvironment(clean).resolved.sla
-    startup = CloudEnvironment(clean).resolved.restart_s  # the job's start-up, once
+    resolved = CloudEnvironment(clean).resolved
+    sla, startup = resolved.sla, resolved.restart_s  # the job's start-up, counted once
 
     def env_fn() -> Any:
         return CloudEnvironment(noisy)
