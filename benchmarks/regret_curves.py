@@ -1,7 +1,8 @@
 """Regret against the number of real runs, on grids too large to enumerate (issue 41).
 
-For every script of the manifest marked ``large`` (8 batch sizes x 4 data-loader worker counts
-x the machine's CPU levels: 64 cells on 2 cores):
+For every script of the manifest marked ``large`` (8 batch sizes x the machine's CPU levels x
+4 data-loader worker counts, or x 3 memory requests for a script without workers whose peak grows
+with its batch: 64 or 48 points on 2 cores):
 
 1. the ground truth: every cell run to its end ``--repeats`` times (3), cached and resumable
    (``regret_truth.TruthStore``; interrupted, it goes on where it stopped);
@@ -11,8 +12,9 @@ x the machine's CPU levels: 64 cells on 2 cores):
      with ``[run].seed`` = 0..``--seeds``-1 (the seed picks which recorded run a cell answers
      with first, and seeds the agents); ``--goodput off`` sets ``[run].goodput = false``, so
      that cloudopt, like the ruler and the peers, compares batch sizes by samples/s;
-   - ``random@N``, ``optuna-tpe@N``, ``optuna-gp@N``: N distinct cells run once each, the best
-     observed wins (``--peer-seeds`` seeds each);
+   - ``random@N``, ``optuna-tpe@N``, ``optuna-gp@N``: N distinct points run once each, the best
+     observed wins (``--peer-seeds`` seeds each; ``--memory-levels off``: they right-size the
+     memory request from the peak they saw instead of searching it);
    - ``best-probe@N``: the best of cloudopt's own baseline probes in that run, by their
      measured figures (what it would recommend if it stopped after them);
    - ``default``: the script's own setting, no search.
@@ -23,8 +25,8 @@ x the machine's CPU levels: 64 cells on 2 cores):
 The grid is packed into ``benchmarks/data/grids/<machine>/<script>-<hash>.tar.gz`` (``--pack``)
 so a later session replays it without measuring. Usage::
 
-    python benchmarks/regret_curves.py [--scripts cnn,tab] [--budgets 2,4,6] [--seeds 3]
-        [--measure-only] [--pack] [--json runs/regret/curves.json]
+    python benchmarks/regret_curves.py [--scripts cnn,tab,charlm] [--budgets 2,4,6] [--seeds 3]
+        [--measure-only [--fresh]] [--pack] [--json runs/regret/curves.json]
 """
 
 from __future__ import annotations
@@ -79,8 +81,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--jobs", type=int, default=2, help="cloudopt runs side by side")
     p.add_argument("--root", default=str(ROOT / "runs" / "regret"), help="cache folder")
     p.add_argument("--measure-only", action="store_true", help="the ground truth, nothing else")
+    p.add_argument("--fresh", action="store_true",
+                   help="measure the grid into --root instead of unpacking the packed one first "
+                   "(all its runs then come from one sitting of this machine)")
     p.add_argument("--pack", action="store_true",
                    help=f"pack each measured grid into {PACK_DIR.relative_to(ROOT)}")
+    p.add_argument("--memory-levels", choices=("on", "off"), default="on",
+                   help="on: the peers search the memory requests of a script's "
+                   "large_memory_gb as a dimension; off: they right-size each request from the "
+                   "peak they observed, as on the grids without levels")
     p.add_argument("--no-optuna", action="store_true")
     p.add_argument("--json", default=None, metavar="PATH")
     p.add_argument("--plot", default=None, metavar="PNG")
@@ -147,7 +156,7 @@ def ruled_of(body: dict[str, Any]) -> list[list[int]]:
 def curves_for(w: Any, config: Any, args: argparse.Namespace,
                say: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     store = TruthStore(w, config, Path(args.root), repeats=args.repeats)
-    added = unpack(store)
+    added = 0 if args.fresh else unpack(store)
     if added:
         say(f"{w.name}: {added} files of the packed grid unpacked into {store.dir}")
     cells = grid_cells(w, config, gpus=False)
@@ -160,12 +169,18 @@ def curves_for(w: Any, config: Any, args: argparse.Namespace,
             truths.append(extra)
     from recommendation_regret import prices_of
 
-    truth = GroundTruth(truths, prices_of(config), dcell)
-    say(f"{w.name}: {len(cells)} cells, {len(truths)} measured ({time.monotonic() - t0:.0f} s "
+    truth = GroundTruth(truths, prices_of(config), dcell,
+                        memory_levels=[] if args.memory_levels == "off" else w.memory_gb,
+                        default_memory_gb=dmem)
+    points = truth.points()
+    levels = f" x {len(truth.memory_levels)} memory requests = {len(points)} points" \
+        if truth.memory_levels else ""
+    say(f"{w.name}: {len(cells)} cells{levels}, {len(truths)} measured ({time.monotonic() - t0:.0f} s "
         f"this run) in {store.dir}")
     if args.pack:
         say(f"{w.name}: packed into {pack(store)}")
-    grid = {"dir": str(store.dir), "cells": len(cells), "measured": len(truths),
+    grid = {"dir": str(store.dir), "cells": len(cells), "points": len(points),
+            "memory_levels": list(truth.memory_levels), "measured": len(truths),
             "optimum": {p: truth.optimum(p)[0].key() for p in args.preferences}}
     if args.measure_only:
         return [], grid
@@ -175,10 +190,10 @@ def curves_for(w: Any, config: Any, args: argparse.Namespace,
         # The ruler's resolution: every cell run once (a random one of its runs), the best
         # observed wins. What a single run per cell cannot tell apart, no search of single
         # runs can either.
-        every = [evaluate(truth, random_search(truth, len(cells), pref,
+        every = [evaluate(truth, random_search(truth, len(points), pref,
                                                np.random.default_rng(s)), pref, w.name)
                  for s in range(args.peer_seeds)]
-        rows.append(seed_row(every, "every-cell", len(cells)))
+        rows.append(seed_row(every, "every-cell", len(points)))
     # cloudopt's runs first, --jobs at a time (replayed trials measure nothing, so runs side by
     # side only share the agents' training time), then the scoring in order.
     tasks = [(b, p, s) for b in args.budgets for p in args.preferences for s in range(args.seeds)]
@@ -307,9 +322,30 @@ def table(rows: list[dict[str, Any]], budgets: list[int]) -> str:
     every = [r for r in rows if r["method"] == "every-cell"]
     if every:
         rs = [math.inf if r["regret"] is None else r["regret"] for r in every]
-        lines.append(f"| every cell once ({every[0]['budget']} runs) | "
+        lines.append(f"| every cell once ({_runs_range(every)} runs) | "
                      f"{pct(float(np.median(rs)))} / {pct(max(rs))} |"
                      + " |" * (len(budgets) - 1))
+    return "\n".join(lines)
+
+
+def _runs_range(rows: list[dict[str, Any]]) -> str:
+    sizes = sorted({int(r["budget"]) for r in rows})
+    return str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
+
+
+def per_case(rows: list[dict[str, Any]], budgets: list[int]) -> str:
+    """Each script and preference: cloudopt's regret (mean over its seeds) beside each peer's
+    at every budget."""
+    lines = ["| script | preference | method | " + " | ".join(f"{b} runs" for b in budgets)
+             + " |", "|---|---|---|" + "---|" * len(budgets)]
+    cases = dict.fromkeys((r["script"], r["preference"]) for r in rows)
+    for script, pref in cases:
+        for m in ("cloudopt", "optuna-gp", "optuna-tpe", "random"):
+            got = {r["budget"]: r["regret"] for r in rows if r["script"] == script
+                   and r["preference"] == pref and r["method"] == f"{m}@{r['budget']}"}
+            if got:
+                lines.append(f"| {script} | {pref} | {m} | " + " | ".join(
+                    pct(got.get(b)) if b in got else "–" for b in budgets) + " |")
     return "\n".join(lines)
 
 
@@ -384,7 +420,7 @@ def plot(rows: list[dict[str, Any]], budgets: list[int], path: Path) -> None:
     if every:  # the ruler's resolution: what one run of every cell reaches
         rs = [math.inf if r["regret"] is None else r["regret"] for r in every]
         ax.axhline(100 * min(float(np.median(rs)), 10.0), color="grey", ls="--",
-                   label=f"every cell once ({every[0]['budget']} runs)")
+                   label=f"every cell once ({_runs_range(every)} runs)")
     ax.set_xlabel("real runs")
     ax.set_ylabel("median regret, % (capped at 1000)")
     ax.set_title("Regret against runs on the enlarged grids")
@@ -416,6 +452,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\nRegret against real runs (median / worst over scripts x preferences; "
               "randomised methods averaged over their seeds first):")
         print(table(rows, args.budgets))
+        print("\nPer script and preference (mean regret over seeds):")
+        print(per_case(rows, args.budgets))
         print("\nWho proposed cloudopt's recommendation (count over budgets x preferences x "
               "seeds):")
         print(winners(rows))

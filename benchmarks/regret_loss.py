@@ -148,7 +148,7 @@ def loss_truth(truth: GroundTruth, times: Mapping[Cell, Sequence[float]]) -> Gro
              for c, t in truth.cells.items() if c in times and len(times[c])]
     if not any(math.isfinite(c.time_s) for c in cells if c.on_grid):
         return None
-    return GroundTruth(cells, truth.prices, truth.default)
+    return GroundTruth(cells, truth.prices, truth.default, truth.memory_levels)
 
 
 def never_reaches(lt: GroundTruth, cell: Cell | None) -> bool:

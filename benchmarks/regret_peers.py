@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from regret_score import Cell, GroundTruth, Pick, right_size
+from regret_score import Cell, GroundTruth, Pick, nothing_found, right_size
 from regret_truth import ROOT, TruthStore, Workload
 
 from optimizer.foundation.allocation import Allocation
@@ -227,15 +227,21 @@ def dominating_cell(trials: list[TrialSummary], w: Workload, truth: GroundTruth,
 
 
 def optuna_pick(truth: GroundTruth, n: int, preference: str, seed: int, sampler: str) -> Pick:
-    """Optuna (TPE or its GP sampler) over the grid's dimensions, ``n`` trials."""
+    """Optuna (TPE or its GP sampler) over the grid's dimensions, ``n`` trials; the memory
+    request is one of them where the grid has memory levels (a run killed for memory scores
+    as a very bad trial, as a user's objective would return it)."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     cells = sorted(c.cell for c in truth.cells.values() if c.on_grid)
-    dims = {name: sorted({getattr(c, name) for c in cells}, key=lambda v: (v is None, v))
-            for name in ("gpus", "cpus", "batch", "workers")}
+    names = ("gpus", "cpus", "batch", "workers")
+    dims: dict[str, list[Any]] = {
+        name: sorted({getattr(c, name) for c in cells}, key=lambda v: (v is None, v))
+        for name in names}
     dims = {k: v for k, v in dims.items() if len(v) > 1}
-    fixed = {k: getattr(cells[0], k) for k in ("gpus", "cpus", "batch", "workers") if k not in dims}
+    fixed = {k: getattr(cells[0], k) for k in names if k not in dims}
+    if truth.memory_levels:
+        dims["memory_gb"] = list(truth.memory_levels)
     startup = max(2, math.ceil(n / 2))
     if sampler == "tpe":
         s = optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup)
@@ -243,17 +249,21 @@ def optuna_pick(truth: GroundTruth, n: int, preference: str, seed: int, sampler:
         s = optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup)
     study = optuna.create_study(direction="minimize", sampler=s)
     rng = np.random.default_rng(seed)
-    seen: list[tuple[float, float, float, Cell]] = []
+    seen: list[tuple[float, float, float, Cell, float | None]] = []
 
     def objective(trial: Any) -> float:
         values = {k: trial.suggest_categorical(k, v) for k, v in dims.items()}
+        memory = values.pop("memory_gb", None)
         cell = Cell(**{**fixed, **values})
-        value, wall, peak = truth.observed(cell, int(rng.integers(1 << 30)), preference)
-        seen.append((value, wall, peak, cell))
+        value, wall, peak = truth.observed(cell, int(rng.integers(1 << 30)), preference, memory)
+        seen.append((value, wall, peak, cell, memory))
         return value if math.isfinite(value) else 1e30
 
     study.optimize(objective, n_trials=n)
-    value, _, peak, cell = min(seen, key=lambda s: s[0])
-    return Pick(f"optuna-{sampler}@{n}", cell, right_size(peak), trials=n,
-                search_s=sum(s[1] for s in seen))
+    value, _, peak, cell, memory = min(seen, key=lambda s: s[0])
+    search_s = sum(s[1] for s in seen)
+    if not math.isfinite(value):
+        return nothing_found(truth, f"optuna-{sampler}@{n}", n, search_s)
+    return Pick(f"optuna-{sampler}@{n}", cell, right_size(peak) if memory is None else memory,
+                trials=n, search_s=search_s)
 

@@ -108,13 +108,27 @@ def right_size(peak_gb: float, margin: float = MEMORY_MARGIN, step: float = MEMO
     return math.ceil(peak_gb * (1 + margin) / step - 1e-9) * step
 
 
-class GroundTruth:
-    """The measured cells of one script on one machine, and objectives under them."""
+Point = tuple[Cell, float | None]
+"""What a search peer runs: a cell and the memory it requests (None: it right-sizes the request
+from the peak it observes)."""
 
-    def __init__(self, cells: Iterable[CellTruth], prices: Prices, default: Cell):
+
+class GroundTruth:
+    """The measured cells of one script on one machine, and objectives under them.
+
+    ``memory_levels`` (GB) make the memory request a dimension of the peers' search space: each
+    cell at each level is one point, a level under the run's peak an out-of-memory failure. The
+    optimum stays each cell at its own peak, the request no level grid can beat.
+    """
+
+    def __init__(self, cells: Iterable[CellTruth], prices: Prices, default: Cell,
+                 memory_levels: Sequence[float] = (), default_memory_gb: float | None = None):
         self.cells = {c.cell: c for c in cells}
         self.prices = prices
         self.default = default
+        self.default_memory_gb = default_memory_gb
+        """The default allocation's request: what a user runs when a search found nothing."""
+        self.memory_levels = tuple(sorted(float(m) for m in memory_levels))
         grid = [c for c in self.cells.values() if c.on_grid]
         if not grid:
             raise ValueError("ground truth holds no grid cell")
@@ -161,16 +175,26 @@ class GroundTruth:
             return None
         return 1.0 - self.cells[cell].peak / memory_gb
 
+    def points(self) -> list[Point]:
+        """The peers' search space: every grid cell, at every memory level if there are some."""
+        cells = sorted(c.cell for c in self.cells.values() if c.on_grid)
+        levels: Sequence[float | None] = self.memory_levels or (None,)
+        return [(c, m) for c in cells for m in levels]
+
     def search_cost(self, seconds: float) -> float:
         """Seconds of trials over the seconds of one full run of the default allocation."""
         return seconds / self.cells[self.default].time_s
 
-    def observed(self, cell: Cell, rep: int, preference: str) -> tuple[float, float, float]:
-        """What a search that ran ``cell`` once (repetition ``rep``) saw: its objective at the
-        memory it would request, the run's seconds and its peak GB."""
+    def observed(self, cell: Cell, rep: int, preference: str,
+                 memory_gb: float | None = None) -> tuple[float, float, float]:
+        """What a search that ran ``cell`` once (repetition ``rep``) at ``memory_gb`` saw: its
+        objective (inf: killed for memory), the run's seconds and its peak GB. Without
+        ``memory_gb`` the run had room and the request is right-sized from its peak. A killed
+        run is counted at its whole length: when in the run the peak came is not recorded."""
         truth = self.cells[cell]
         wall, peak = truth.wall_s[rep % len(truth.wall_s)], truth.peak_gb[rep % len(truth.peak_gb)]
-        value = self.objective(cell, right_size(peak), preference, time_s=wall, peak_gb=peak)
+        memory = right_size(peak) if memory_gb is None else memory_gb
+        value = self.objective(cell, memory, preference, time_s=wall, peak_gb=peak)
         return value, wall, peak
 
 
@@ -204,22 +228,35 @@ def evaluate(truth: GroundTruth, pick: Pick, preference: str, script: str) -> di
 
 def random_search(truth: GroundTruth, n: int, preference: str, rng: np.random.Generator,
                   cells: Sequence[Cell] | None = None) -> Pick:
-    """``n`` distinct grid cells in random order, each run once; the best observed wins."""
-    pool = list(cells or sorted(c.cell for c in truth.cells.values() if c.on_grid))
+    """``n`` distinct points of the search space in random order, each run once; the best
+    observed wins."""
+    pool: list[Point] = [(c, None) for c in cells] if cells else truth.points()
     chosen = [pool[i] for i in rng.permutation(len(pool))[:n]]
     return best_observed(truth, chosen, preference, rng, f"random@{n}")
 
 
-def best_observed(truth: GroundTruth, cells: Sequence[Cell], preference: str,
+def best_observed(truth: GroundTruth, points: Sequence[Point | Cell], preference: str,
                   rng: np.random.Generator, method: str) -> Pick:
-    """Run each cell once (a random repetition); recommend the best seen, right-sized."""
+    """Run each point once (a random repetition); recommend the best seen: at the memory it
+    ran with, or right-sized from its peak where the search does not choose memory; the
+    default allocation where every run was killed for memory."""
     seen = []
-    for c in cells:
-        value, wall, peak = truth.observed(c, int(rng.integers(1 << 30)), preference)
-        seen.append((value, wall, peak, c))
-    value, _, peak, cell = min(seen, key=lambda s: s[0])
-    return Pick(method, cell, right_size(peak), trials=len(cells),
-                search_s=sum(s[1] for s in seen))
+    for p in points:
+        cell, memory = p if isinstance(p, tuple) else (p, None)
+        value, wall, peak = truth.observed(cell, int(rng.integers(1 << 30)), preference, memory)
+        seen.append((value, wall, peak, cell, memory))
+    value, _, peak, cell, memory = min(seen, key=lambda s: s[0])
+    search_s = sum(s[1] for s in seen)
+    if not math.isfinite(value):
+        return nothing_found(truth, method, len(points), search_s)
+    return Pick(method, cell, right_size(peak) if memory is None else memory,
+                trials=len(points), search_s=search_s)
+
+
+def nothing_found(truth: GroundTruth, method: str, trials: int, search_s: float) -> Pick:
+    """A search whose every run was killed for memory leaves the user with the default."""
+    return Pick(method, truth.default, truth.default_memory_gb, trials=trials, search_s=search_s,
+                note="every run was killed for memory: the default allocation stays")
 
 
 def mean_of_picks(truth: GroundTruth, make: Callable[[int], Pick], preference: str,

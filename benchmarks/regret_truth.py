@@ -64,6 +64,9 @@ class Workload:
     epochs_flag: str | None = None
     epochs: int | None = None
     """The script's own epoch count, for arguments that do not give ``epochs_flag``."""
+    memory_gb: list[float] = field(default_factory=list)
+    """Memory requests searched as a dimension of the grid (GB; empty: each search right-sizes
+    its request from the peak it observed)."""
 
     @property
     def train_args(self) -> list[str]:
@@ -141,7 +144,8 @@ def load_workloads(quick: bool = False, manifest: Path = MANIFEST,
             cloudopt_args=pick("cloudopt_args", ""), workers_flag=spec.get("workers_flag"),
             default_workers=spec.get("default_workers"), workers=list(pick("workers", [])),
             needs_gpu=bool(spec.get("needs_gpu", False)), quick=bool(spec.get("quick")),
-            epochs_flag=spec.get("epochs_flag"), epochs=spec.get("epochs")))
+            epochs_flag=spec.get("epochs_flag"), epochs=spec.get("epochs"),
+            memory_gb=[float(m) for m in pick("memory_gb", [])]))
     return out
 
 

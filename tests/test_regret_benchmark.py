@@ -149,6 +149,46 @@ def test_optuna_peer_searches_the_grid():
     assert pick.search_s >= 3 * 50.0
 
 
+def test_memory_levels_make_requests_a_dimension_where_too_little_is_killed():
+    t = GroundTruth(truth().cells.values(), PRICES, default=Cell(0, 2, 64),
+                    memory_levels=[1.5, 1.0, 4.0], default_memory_gb=8.0)
+    assert t.memory_levels == (1.0, 1.5, 4.0)
+    assert len(t.points()) == 3 * len(GRID) and len(truth().points()) == len(GRID)
+    # a run at 1.5 GB of a cell that peaks at 2 GB was killed; at 4 GB it is priced at 4 GB
+    assert math.isinf(t.observed(Cell(0, 1, 128), 0, "cost", 1.5)[0])
+    assert t.observed(Cell(0, 1, 128), 0, "cost", 4.0)[0] == pytest.approx(
+        80 * (0.036 + 4 * 0.0036) / 3600)
+    # every point once: the cheapest cell at its peak (1 CPU, batch 128, 2 GB) holds only at
+    # 4 GB, where batch 64 at 1 GB is cheaper; the pick keeps the request it ran with (a peer
+    # has no memory model to right-size with) and pays for the level grid against the optimum
+    pick = random_search(t, len(t.points()), "cost", np.random.default_rng(0))
+    assert (pick.cell, pick.memory_gb, pick.trials) == (Cell(0, 1, 64), 1.0, 12)
+    assert t.optimum("cost")[0] == Cell(0, 1, 128)  # the optimum is still sized at its peak
+    assert t.regret(pick.cell, pick.memory_gb, "cost") == pytest.approx(
+        100 * 0.0396 / (80 * 0.0432) - 1)
+
+
+def test_a_peer_whose_every_run_was_killed_leaves_the_default():
+    from regret_score import best_observed
+
+    t = GroundTruth(truth().cells.values(), PRICES, default=Cell(0, 2, 64),
+                    memory_levels=[0.5], default_memory_gb=8.0)
+    pick = best_observed(t, t.points()[:2], "time", np.random.default_rng(0), "random@2")
+    assert (pick.cell, pick.memory_gb) == (Cell(0, 2, 64), 8.0)
+    assert "killed for memory" in pick.note and pick.search_s == pytest.approx(180.0)
+
+
+def test_optuna_peer_searches_memory_levels_too():
+    pytest.importorskip("optuna")
+    from regret_peers import optuna_pick
+
+    t = GroundTruth(truth().cells.values(), PRICES, default=Cell(0, 2, 64),
+                    memory_levels=[1.0, 2.0, 4.0], default_memory_gb=8.0)
+    picks = [optuna_pick(t, 6, "cost", seed=s, sampler="tpe") for s in range(3)]
+    assert all(p.memory_gb in t.memory_levels for p in picks)
+    assert all(p.memory_gb >= t.cells[p.cell].peak for p in picks)
+
+
 def test_paired_regret_judges_both_cells_by_their_runs_of_the_same_hour():
     from regret_rejudge import paired_regret
 
@@ -221,3 +261,15 @@ def test_the_curves_table_shows_what_every_cell_run_once_reaches():
     text = table(rows, [2])
     assert "| every cell once (64 runs) | 14.0% / 21.0% |" in text
     assert "| cloudopt (median / worst) | 40.0% / 40.0% |" in text
+
+
+def test_every_enlarged_grid_has_48_points_on_two_cores():
+    from regret_truth import load_workloads
+
+    large = load_workloads(variant="large")
+    assert {w.name for w in large} >= {"cnn", "tab", "charlm"}
+    for w in large:
+        per_cpu_level = len(w.batch_sizes) * max(1, len(w.workers)) * max(1, len(w.memory_gb))
+        assert len(w.batch_sizes) == 8 and 2 * per_cpu_level >= 48, w.name
+        # a script without a worker count searches its memory request instead
+        assert bool(w.workers) != bool(w.memory_gb), w.name
