@@ -116,7 +116,9 @@ def pack(store: TruthStore) -> Path:
 
 def unpack(store: TruthStore) -> int:
     """Fill the cache from a packed grid of this machine and script version, if there is one;
-    the number of files it added."""
+    the number of files it added. Files already in the cache are kept; a run summary there
+    that differs from the packed one is said (the cache then holds another measurement of the
+    grid than the repository's, e.g. one made before the grid was measured again)."""
     src = PACK_DIR / machine_key() / f"{store.dir.name}.tar.gz"
     if not src.is_file():
         return 0
@@ -124,7 +126,16 @@ def unpack(store: TruthStore) -> int:
         members = [m for m in tar.getmembers() if m.isfile() and not m.name.startswith(("/", ".."))
                    and ".." not in Path(m.name).parts]
         todo = [m for m in members if not (store.dir / m.name).exists()]
+        differ = sum(1 for m in members if m.name.endswith("summary.json")
+                     and (store.dir / m.name).exists()
+                     and (f := tar.extractfile(m)) is not None
+                     and f.read() != (store.dir / m.name).read_bytes())
         tar.extractall(store.dir, members=todo, filter="data")
+    if differ:
+        print(f"warning: {differ} recorded run{'s' * (differ != 1)} in {store.dir} differ"
+              f"{'s' * (differ == 1)} from the packed grid "
+              f"{src.relative_to(ROOT)}; the cached ones are used. For the packed grid, use "
+              "another --root or remove that folder's cells/", file=sys.stderr)
     return len(todo)
 
 

@@ -273,3 +273,31 @@ def test_every_enlarged_grid_has_48_points_on_two_cores():
         assert len(w.batch_sizes) == 8 and 2 * per_cpu_level >= 48, w.name
         # a script without a worker count searches its memory request instead
         assert bool(w.workers) != bool(w.memory_gb), w.name
+
+
+def test_unpacking_keeps_the_cache_and_says_where_it_differs_from_the_packed_grid(
+        tmp_path, monkeypatch, capsys):
+    import io
+    import tarfile
+    from types import SimpleNamespace
+
+    import regret_curves
+
+    monkeypatch.setattr(regret_curves, "PACK_DIR", tmp_path / "packs")
+    monkeypatch.setattr(regret_curves, "ROOT", tmp_path)
+    monkeypatch.setattr(regret_curves, "machine_key", lambda: "m")
+    store = SimpleNamespace(dir=tmp_path / "cache" / "s-hash")
+    (store.dir / "cells/c/rep0").mkdir(parents=True)
+    (store.dir / "cells/c/rep0/summary.json").write_text('{"wall_time_s": 9}')
+    (tmp_path / "packs/m").mkdir(parents=True)
+    with tarfile.open(tmp_path / "packs/m/s-hash.tar.gz", "w:gz") as tar:
+        for name, body in (("cells/c/rep0/summary.json", b'{"wall_time_s": 12}'),
+                           ("cells/c/rep1/summary.json", b'{"wall_time_s": 13}')):
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+    assert regret_curves.unpack(store) == 1
+    assert (store.dir / "cells/c/rep0/summary.json").read_text() == '{"wall_time_s": 9}'
+    assert (store.dir / "cells/c/rep1/summary.json").read_text() == '{"wall_time_s": 13}'
+    assert "1 recorded run in" in capsys.readouterr().err
+    assert regret_curves.unpack(store) == 0  # nothing left to add; the difference is said again
