@@ -235,14 +235,13 @@ def random_search(truth: GroundTruth, n: int, preference: str, rng: np.random.Ge
     return best_observed(truth, chosen, preference, rng, f"random@{n}")
 
 
-def best_observed(truth: GroundTruth, points: Sequence[Point | Cell], preference: str,
+def best_observed(truth: GroundTruth, points: Sequence[Point], preference: str,
                   rng: np.random.Generator, method: str) -> Pick:
     """Run each point once (a random repetition); recommend the best seen: at the memory it
     ran with, or right-sized from its peak where the search does not choose memory; the
     default allocation where every run was killed for memory."""
     seen = []
-    for p in points:
-        cell, memory = p if isinstance(p, tuple) else (p, None)
+    for cell, memory in points:
         value, wall, peak = truth.observed(cell, int(rng.integers(1 << 30)), preference, memory)
         seen.append((value, wall, peak, cell, memory))
     value, _, peak, cell, memory = min(seen, key=lambda s: s[0])
