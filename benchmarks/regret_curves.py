@@ -1,8 +1,8 @@
 """Regret against the number of real runs, on grids too large to enumerate (issue 41).
 
 For every script of the manifest marked ``large`` (8 batch sizes x the machine's CPU levels x
-4 data-loader worker counts, or x 3 memory requests for a script without workers whose peak grows
-with its batch: 64 or 48 points on 2 cores):
+4 data-loader worker counts, or x 3 memory requests for a script without workers: 64 or 48
+points on 2 cores; a request changes no run's speed, so a cell is measured once for all of them):
 
 1. the ground truth: every cell run to its end ``--repeats`` times (3), cached and resumable
    (``regret_truth.TruthStore``; interrupted, it goes on where it stopped);
