@@ -118,22 +118,25 @@ def test_a_measured_progress_beyond_what_batch_size_can_do_corrects_nothing(tmp_
                                                                             monkeypatch):
     """16x the script's per-sample progress at 8x its batch (env_batch.py's short probes, one
     in the loss's fast early drop) is not a batch-size effect: efficiency stays off, and says
-    why."""
+    why. A value just past the bound is clipped to it."""
     from optimizer.search import efficiency as eff_module
     from optimizer.search.efficiency import Measured, efficiency_from_trials
+
+    def measured(m):
+        monkeypatch.setattr(eff_module, "common_loss_efficiency",
+                            lambda best, ref: {256: Measured(1.0, 1.0, 1.0), 2048: m})
+        return efficiency_from_trials([], tmp_path, 256)
 
     monkeypatch.setattr(eff_module, "probe_records", lambda trials, run_dir: {256: [], 2048: []})
     monkeypatch.setattr(eff_module, "estimate_noise_scale",
                         lambda records: NoiseScaleEstimate(why="no measurable gradient noise"))
-    monkeypatch.setattr(eff_module, "_progress", lambda records: ({}, True))
-    monkeypatch.setattr(eff_module, "measured_efficiency",
-                        lambda progress, ref: {256: Measured(1.0, 1.0, 1.0),
-                                               2048: Measured(16.4, 15.0, 18.0)})
-    out = efficiency_from_trials([], tmp_path, 256)
+    monkeypatch.setattr(eff_module, "best_records", lambda records: {})
+    monkeypatch.setattr(eff_module, "progress_over_shared_samples", lambda best: {})
+    out = measured(Measured(16.4, 15.0, 18.0))
     assert not out.on and out.decided_by == "nothing measured"
-    assert "different stretches of training" in out.note
-    monkeypatch.setattr(eff_module, "measured_efficiency",
-                        lambda progress, ref: {256: Measured(1.0, 1.0, 1.0),
-                                               2048: Measured(0.5, 0.45, 0.55)})
-    plausible = efficiency_from_trials([], tmp_path, 256)
+    assert "outside what batch size alone can do (0.12x to 1.00x)" in out.note
+    plausible = measured(Measured(0.5, 0.45, 0.55))
     assert plausible.decided_by == "measured progress" and plausible(2048) == 0.5
+    clipped = measured(Measured(1.05, 0.9, 1.2))
+    assert clipped(2048) == 1.0 and clipped.measured[2048].high == 1.0
+    assert measured(Measured(0.1, 0.09, 0.115))(2048) == 0.125  # at least the same steps

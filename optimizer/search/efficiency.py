@@ -4,8 +4,10 @@ Pollux's ``E(B) = (phi + B0) / (phi + B)`` (:mod:`envs.workload`) needs the grad
 scale ``phi``. From the probe's squared gradient norms (:mod:`optimizer.trials.probe`) the simple
 noise scale ``B_simple = tr(Sigma) / |G|^2`` follows by the unbiased estimators of McCandlish et
 al. 2018, "An Empirical Model of Large-Batch Training", appendix A.1 (``E|G_B|^2 = |G|^2 +
-tr(Sigma) / B``). The probe's loss samples give the progress per sample at each batch size, a
-check of that prior: :func:`efficiency_from_trials` uses it where its interval excludes the prior.
+tr(Sigma) / B``). The probe's loss samples check that prior: the samples each batch size needed
+to reach a loss the script's own batch also reached (:mod:`optimizer.search.common_loss`) replace
+it where their interval excludes it. The loss progress per sample (a slope over the samples the
+runs share) is what the report shows beside them.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 from scipy.stats import t as student_t
 from scipy.stats import theilslopes
 
+from optimizer.search.common_loss import samples_ratio
 from optimizer.trials.probe import EVENTS_FILE, ProbeRecord, read_probe
 from optimizer.trials.records import TrialSummary
 
@@ -331,31 +334,33 @@ def loss_progress(record: ProbeRecord, *, batch: int | None = None,
     return LossProgress(-float(slope), -float(hi), -float(lo), points=len(x), span=span)
 
 
-def measured_efficiency(progress_by_batch: Mapping[int, LossProgress],
-                        ref_batch: int) -> dict[int, Measured]:
-    """Progress per sample at each batch size relative to that at ``ref_batch``.
+def common_loss_efficiency(records: Mapping[int, ProbeRecord], ref_batch: int
+                           ) -> dict[int, Measured]:
+    """Each batch size's samples to a common loss relative to ``ref_batch``'s
+    (:func:`optimizer.search.common_loss.samples_ratio`), from one record per batch size.
 
     Returns
     -------
     dict of int to Measured
-        Ratios of rates, with the extreme ratios of their interval ends; undefined (and why)
-        where a rate is missing or the loss did not measurably fall at ``ref_batch``.
+        The ratios with their 90% intervals; undefined (and why) where a curve is missing or
+        too short, or the loss did not measurably fall at ``ref_batch``.
     """
-    ref = progress_by_batch.get(ref_batch)
-    why, rate, ends = "", 0.0, (0.0, 0.0)
-    if ref is None:
-        why = f"the reference batch {ref_batch} was not measured"
-    elif ref.value is None or ref.low is None or ref.high is None or ref.low <= 0:
-        why = f"at the reference batch {ref_batch}, {ref.why or 'the loss did not measurably fall'}"
-    else:
-        rate, ends = ref.value, (ref.low, ref.high)
+    ref = records.get(ref_batch)
     out: dict[int, Measured] = {}
-    for b, p in sorted(progress_by_batch.items()):
-        if why or p.value is None or p.low is None or p.high is None:
-            out[b] = Measured(why=why or p.why)
+    for b, rec in sorted(records.items()):
+        if ref is None:
+            out[b] = Measured(why=f"the reference batch {ref_batch} was not measured")
+        elif not ref.losses:
+            out[b] = Measured(why=f"at the reference batch {ref_batch}, no loss recorded: "
+                              "never a backward() on a scalar loss")
+        elif b == ref_batch:
+            out[b] = Measured(1.0, 1.0, 1.0)
+        elif not rec.losses:
+            out[b] = Measured(why="no loss recorded: never a backward() on a scalar loss")
         else:
-            corners = [a / c for a in (p.low, p.high) for c in ends]
-            out[b] = Measured(p.value / rate, min(corners), max(corners))
+            value, low, high, why = samples_ratio(loss_points(ref, ref_batch),
+                                                  loss_points(rec, b))
+            out[b] = Measured(value, low, high, why if value is None else "")
     return out
 
 
@@ -372,16 +377,42 @@ def probe_records(trials: Iterable[TrialSummary], run_dir: str | Path
     return out
 
 
-def _progress(records: Mapping[int, list[ProbeRecord]]) -> tuple[dict[int, LossProgress], bool]:
-    """Each batch's progress from its record with the most loss samples, over the stretch of
-    samples all those with losses share when it holds enough of each (then ``True``)."""
-    best = {b: max(recs, key=lambda r: len(r.losses)) for b, recs in records.items()}
+def best_records(records: Mapping[int, list[ProbeRecord]]) -> dict[int, ProbeRecord]:
+    """Each batch size's record with the most loss samples."""
+    return {b: max(recs, key=lambda r: len(r.losses)) for b, recs in records.items()}
+
+
+def progress_over_shared_samples(best: Mapping[int, ProbeRecord]) -> dict[int, LossProgress]:
+    """Each batch's loss progress per sample (the report's figure), over the stretch of samples
+    all runs with losses share when it holds enough of each."""
     xs = [x for x in (loss_points(r, b)[0] for b, r in best.items()) if len(x)]
     within = (max(x.min() for x in xs), min(x.max() for x in xs)) if xs else (0.0, 0.0)
-    aligned = len(xs) < 2 or all(((x >= within[0]) & (x <= within[1])).sum() >= MIN_LOSSES
-                                 for x in xs)
-    return {b: loss_progress(r, batch=b, within=within if aligned and len(xs) > 1 else None)
-            for b, r in best.items()}, aligned
+    aligned = len(xs) > 1 and all(((x >= within[0]) & (x <= within[1])).sum() >= MIN_LOSSES
+                                  for x in xs)
+    return {b: loss_progress(r, batch=b, within=within if aligned else None)
+            for b, r in best.items()}
+
+
+def bounded_by_batch(b: int, ref_batch: int, m: Measured) -> Measured:
+    """``m`` within what batch size alone can do at a fixed learning rate: a larger batch
+    needs at most as many steps as the script's (efficiency at least ``B0/B``) and is not
+    taken to need fewer samples (at most 1: a larger batch's edge at the script's rate is not
+    assumed from one pair of noisy curves); a smaller batch needs at least as many steps (at
+    most ``B0/B``) and may train worse at the script's rate (down to 0). A value just outside
+    is clipped; one whose whole interval lies well outside is no batch-size effect (the
+    curves compare something else, such as a warm-up against a steady stretch) and is set
+    aside, saying so."""
+    if m.value is None or b == ref_batch:
+        return m
+    lo, hi = (ref_batch / b, 1.0) if b > ref_batch else (0.0, ref_batch / b)
+    low, high = (m.low if m.low is not None else m.value), (
+        m.high if m.high is not None else m.value)
+    if low > hi * 1.1 or high < lo * 0.9:
+        span = f"{lo:.2f}x to {hi:.2f}x"
+        return Measured(why=f"the samples to a common loss at batch {b} ({m.value:.2f}x the "
+                        f"script's) are outside what batch size alone can do ({span})")
+    value, low, high = (min(hi, max(lo, float(v))) for v in (m.value, low, high))
+    return replace(m, value=value, low=low, high=high)
 
 
 def efficiency_from_trials(trials: Iterable[TrialSummary], run_dir: str | Path,
@@ -400,39 +431,17 @@ def efficiency_from_trials(trials: Iterable[TrialSummary], run_dir: str | Path,
     -------
     TrialEfficiency
         The prior ``(phi + B0) / (phi + B)`` at each measured batch size, replaced by the
-        measured progress ratio where that ratio's interval excludes it.
+        measured samples to a common loss where that ratio's interval excludes it.
     """
     records = probe_records(trials, run_dir)
     noise = estimate_noise_scale(records) if records else NoiseScaleEstimate(why="no probe records")
-    progress, aligned = _progress(records)
-    measured = measured_efficiency(progress, ref_batch)
+    best = best_records(records)
+    progress = progress_over_shared_samples(best)
+    measured = {b: bounded_by_batch(b, ref_batch, m)
+                for b, m in common_loss_efficiency(best, ref_batch).items()}
     phi = noise.value
     prior = {b: (phi + ref_batch) / (phi + b) for b in sorted(records)} if phi is not None else {}
-    # Per-sample progress between batch sizes lies between 1 and B0/B (the noise-scale form at
-    # phi = infinity and 0) when the learning rate suits each batch. A measurement above that
-    # compares different stretches of training (a fast early drop against a flat later one),
-    # not the batch sizes: it corrects nothing. One below it at a *smaller* batch, over the
-    # same stretch of samples, is what the script's own learning rate does to small batches
-    # (noisy steps that stall the loss): it stands, since cloudopt does not retune the rate.
-    # Over different stretches a smaller batch saw fewer samples, an earlier and steeper part
-    # of the curve: its higher progress is the stretch, so it may not raise efficiency above 1.
-    def floor(b: int) -> float:
-        return 0.0 if aligned and b < ref_batch else min(1.0, ref_batch / b) * 0.9
-
-    def ceiling(b: int) -> float:
-        return max(1.0, ref_batch / b) * 1.1 if aligned else 1.1
-
-    plausible = {b for b, m in measured.items() if m.value is not None
-                 and floor(b) <= m.value <= ceiling(b)}
-    def span(b: int) -> str:
-        lo, hi = floor(b) / 0.9, ceiling(b) / 1.1
-        return f"{lo:.2f}x to {hi:.2f}x" if hi - lo > 0.005 else f"{hi:.2f}x"
-
-    measured = {b: m if m.value is None or b in plausible else replace(
-        m, why=f"the loss progress at batch {b} ({m.value:.2f}x the script's) is outside what "
-        f"batch size alone can do ({span(b)}): the runs covered different stretches of training")
-        for b, m in measured.items()}
-    corrected = [b for b, m in measured.items() if b != ref_batch and b in plausible
+    corrected = [b for b, m in measured.items() if b != ref_batch and m.value is not None
                  and (b not in prior or not (m.low or 0) <= prior[b] <= (m.high or 0))]
     efficiency = {**prior, **{b: float(measured[b].value or 0) for b in corrected}}
     efficiency |= {ref_batch: 1.0} if efficiency else {}  # by definition: work counted at B0
@@ -440,25 +449,24 @@ def efficiency_from_trials(trials: Iterable[TrialSummary], run_dir: str | Path,
                   else "nothing measured")
     return TrialEfficiency(ref_batch, noise, progress, measured, prior,
                            dict(sorted(efficiency.items())), decided_by,
-                           _note(decided_by, noise, measured, corrected, prior, aligned))
+                           _note(decided_by, noise, measured, corrected, prior))
 
 
 def _note(decided_by: str, noise: NoiseScaleEstimate, measured: Mapping[int, Measured],
-          corrected: Sequence[int], prior: Mapping[int, float], aligned: bool) -> str:
+          corrected: Sequence[int], prior: Mapping[int, float]) -> str:
     checked = [b for b, m in measured.items()
                if m.value is not None and not m.why and b not in corrected]
     why_not = next((m.why for m in measured.values() if m.why), "one batch size measured")
-    stretch = "" if aligned else " (over different stretches of training)"
     if decided_by == "nothing measured":
         return (f"Statistical efficiency is off (1 at every batch size): no noise scale "
-                f"({noise.why}) and no usable loss progress ({why_not}).")
+                f"({noise.why}) and no loss curves to compare ({why_not}).")
     if decided_by == "noise scale":
         return (f"Statistical efficiency follows the gradient noise scale measured on the script,"
                 f" about {noise.value:,.0f} samples (90% interval {noise.low:,.0f} to "
-                f"{noise.high:,.0f}), " + (f"which the loss progress at batch sizes {checked}"
-                f"{stretch} agrees with." if len(checked) > 1 else f"unchecked ({why_not})."))
+                f"{noise.high:,.0f}), " + (f"which the samples to a common loss at batch sizes "
+                f"{checked} agree with." if len(checked) > 1 else f"unchecked ({why_not})."))
     shown = ", ".join(f"{measured[b].value:.2f} at batch {b}" + (
         f" (the noise scale predicts {prior[b]:.2f})" if prior else "") for b in corrected)
-    return (f"Statistical efficiency comes from the loss progress per sample measured{stretch} "
-            f"against the script's own batch size: {shown}"
+    return (f"Statistical efficiency comes from the samples each batch size needed to reach "
+            f"the lowest loss both it and the script's own batch size reached: {shown}"
             + ("." if prior else f"; no noise scale ({noise.why})."))

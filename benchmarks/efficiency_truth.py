@@ -1,0 +1,151 @@
+"""Statistical efficiency read from a probe, against what whole runs show (issue 39).
+
+On every packed grid (``benchmarks/data/grids/<machine>/``, unpacked on first use as by
+``regret_curves.py``), at each CPU level and the script's own data-loader workers:
+
+- **truth**: the samples the script's own batch needed to reach its mean end loss (smoothed as
+  the loss ruler smooths, ``regret_loss``), over the samples each other batch needed (median of
+  its repetitions). A batch that never got there within its job has only a bound: below the
+  script's samples over its whole job's;
+- **what a probe sees**: the first ``--probe-seconds`` (cloudopt's default, 20) of one
+  repetition of each batch, as a trial's time box cuts it;
+- **samples to a common loss** (cloudopt's estimator, ``optimizer.search.common_loss``, within
+  what batch size alone can do) and **slopes over shared samples** (the loss's fall per sample
+  over the stretch both runs cover, the ratio cloudopt used before).
+
+It prints each row and, per estimator, how often it puts a batch on the right side of the
+script's own (better or worse per sample; truths within 5% of 1 left out) and its median
+error where the truth is a number. Usage::
+
+    python benchmarks/efficiency_truth.py [--scripts cnn,charlm] [--probe-seconds 20] [--rep 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+from regret_curves import unpack
+from regret_loss import EMA_SHARE, smooth
+from regret_score import Cell
+from regret_truth import ROOT, TruthStore, cpu_levels, load_workloads, read_loss_curve
+
+from optimizer.foundation.config import load_config
+from optimizer.search.efficiency import (
+    bounded_by_batch,
+    common_loss_efficiency,
+    progress_over_shared_samples,
+)
+from optimizer.trials.probe import read_probe
+
+TIE = 0.05  # truths within this of 1 say no side
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--scripts", default=None, help="comma-separated (default: every large one)")
+    p.add_argument("--probe-seconds", type=float, default=20.0)
+    p.add_argument("--rep", type=int, default=0, help="the repetition a probe is cut from")
+    p.add_argument("--root", default=str(ROOT / "runs" / "regret-large"), help="cache folder")
+    return p.parse_args(argv)
+
+
+def samples_to(curve, level: float, tau: float) -> float:
+    """Training samples until the smoothed loss first reaches ``level`` (inf: never)."""
+    s = smooth(curve, tau)
+    hit = np.flatnonzero((curve.samples - curve.samples[0] >= tau) & (s <= level))
+    return float(curve.samples[hit[0]]) if len(hit) else math.inf
+
+
+def cut(rec, seconds: float):
+    """The record as a probe time-boxed to ``seconds`` would have left it."""
+    keep = rec.step_points[:, 0] <= seconds if len(rec.step_points) else []
+    return replace(rec, losses=[x for x in rec.losses if x[1] <= seconds],
+                   step_points=rec.step_points[keep] if len(rec.step_points) else rec.step_points)
+
+
+def rows_for(w, store: TruthStore, cpus: int, args: argparse.Namespace) -> list[dict]:
+    ref = w.default_batch
+    cell = {b: Cell(0, cpus, b, w.default_workers) for b in w.batch_sizes}
+    reps = {b: [d for d in (store.cell_dir(c) / f"rep{k}" for k in range(store.repeats))
+                if (d / "summary.json").exists()] for b, c in cell.items()}
+    curves = {b: [c for c in (read_loss_curve(d, b) for d in ds) if c is not None and len(c)]
+              for b, ds in reps.items()}
+    if not curves.get(ref):
+        return []
+    job = float(np.mean([c.samples[-1] for c in curves[ref]]))
+    tau = EMA_SHARE * job
+    target = float(np.mean([smooth(c, tau)[-1] for c in curves[ref]]))
+    need_ref = statistics.median(samples_to(c, target, tau) for c in curves[ref])
+    probes = {b: cut(rec, args.probe_seconds) for b, ds in reps.items() if len(ds) > args.rep
+              for rec in [read_probe(ds[args.rep] / "probe.jsonl")] if rec is not None}
+    common = {b: bounded_by_batch(b, ref, m)
+              for b, m in common_loss_efficiency(probes, ref).items()}
+    progress = progress_over_shared_samples(probes)
+    out = []
+    for b in w.batch_sizes:
+        if b == ref or not curves.get(b) or b not in probes:
+            continue
+        need = statistics.median(samples_to(c, target, tau) for c in curves[b])
+        whole = float(np.mean([c.samples[-1] for c in curves[b]]))
+        slope = (progress[b].value / progress[ref].value
+                 if progress[b].value is not None and progress[ref].value else None)
+        out.append({"script": w.name, "cpus": cpus, "batch": b, "ref": ref,
+                    "truth": need_ref / need if math.isfinite(need) else None,
+                    "bound": need_ref / whole, "common": common[b].value,
+                    "common_why": common[b].why, "slope": slope,
+                    "seen": float(probes[b].losses[-1][1]) if probes[b].losses else 0.0})
+    return out
+
+
+def right_side(row: dict, key: str) -> bool | None:
+    est, truth = row[key], row["truth"]
+    if est is None:
+        return None
+    if truth is None:  # never reached within its job: worse than the script's own
+        return est < 1.0
+    if abs(math.log(truth)) < math.log(1 + TIE):
+        return None
+    return (est > 1.0) == (truth > 1.0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    config = load_config(None)
+    names = set(args.scripts.split(",")) if args.scripts else None
+    rows = []
+    for w in load_workloads(variant="large"):
+        if names and w.name not in names:
+            continue
+        store = TruthStore(w, config, Path(args.root), repeats=3)
+        unpack(store)
+        for cpus in cpu_levels(config.resources.cpu_count_max):
+            rows += rows_for(w, store, cpus, args)
+    if not rows:
+        print("no measured grid under", args.root, file=sys.stderr)
+        return 1
+    print("| script | CPUs | batch (own) | truth | samples to a common loss | slopes over shared "
+          "samples |\n|---|---|---|---|---|---|")
+    for r in rows:
+        truth = f"{r['truth']:.2f}" if r["truth"] is not None else f"< {r['bound']:.2f} (never)"
+        common = f"{r['common']:.2f}" if r["common"] is not None else f"- ({r['common_why']})"
+        slope = f"{r['slope']:.2f}" if r["slope"] is not None else "-"
+        print(f"| {r['script']} | {r['cpus']} | {r['batch']} ({r['ref']}) | {truth} | {common} "
+              f"| {slope} |")
+    print()
+    for key, name in (("common", "samples to a common loss"), ("slope", "slopes over shared samples")):
+        sides = [s for s in (right_side(r, key) for r in rows) if s is not None]
+        errs = [abs(math.log(r[key] / r["truth"])) for r in rows
+                if r[key] and r["truth"] and r[key] > 0]
+        print(f"{name}: right side of the script's own batch {sum(sides)}/{len(sides)}; median "
+              f"error {math.exp(statistics.median(errs)) - 1:.0%} over {len(errs)} numeric truths")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
