@@ -257,8 +257,15 @@ class TruthStore:
                 quiet=True)
 
     def measure_all(self, cells: Sequence[Cell], quiet: bool = False) -> list[CellTruth]:
-        """Every cell, repetitions interleaved round-robin so slow drift spreads over all."""
+        """Every cell, repetitions interleaved round-robin so slow drift spreads over all; and
+        the script's own settings beside them, for a replay of a trial that leaves them unset."""
         from tqdm.auto import tqdm
+
+        from optimizer.foundation.atomic_files import atomic_write_json
+        from optimizer.trials.executors.replay import DEFAULTS_FILE
+
+        atomic_write_json(self.dir / DEFAULTS_FILE, {"default_batch": self.w.default_batch,
+                                                     "default_workers": self.w.default_workers})
 
         todo = [(k, c) for k in range(self.repeats) for c in cells
                 if not (self.cell_dir(c) / f"rep{k}" / "summary.json").exists()]

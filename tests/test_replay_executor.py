@@ -76,3 +76,27 @@ def test_the_scripts_own_settings_and_a_seed_pick_the_recorded_run(tmp_path):
         [(_, got)] = list(ex.run(_Manager(), [req], res))
         assert got.status == "completed" and got.wall_time_s == first
         assert got.allocation.batch_size is None and got.allocation.workers is None
+
+
+class _Unreadable:
+    """A script whose own batch is computed in code (``examples/train_mlp.py``): not found."""
+
+    def default_batch_size(self):
+        return None
+
+    def default_workers(self):
+        return None
+
+
+def test_the_grid_says_the_scripts_own_batch_where_its_source_does_not(tmp_path):
+    grid = _grid(tmp_path / "grid")
+    res, req = ResourceConfig(), TrialRequest(Allocation(0, 2, 1.0, None), tmp_path / "t0")
+    missing = make_executor(f"replay:{grid}").replay(req, res, _Unreadable())
+    assert missing.status == "failed" and "g0-c2-bNone" in missing.stderr_tail
+    (grid / "grid.json").write_text('{"default_batch": 128, "default_workers": null}')
+    req = TrialRequest(Allocation(0, 2, 1.0, None), tmp_path / "t1")
+    got = make_executor(f"replay:{grid}").replay(req, res, _Unreadable())
+    assert got.status == "completed" and got.allocation.batch_size is None
+    (grid / "grid.json").write_text("[1, 2")
+    with pytest.raises(ConfigError, match="grid.json"):
+        make_executor(f"replay:{grid}")

@@ -15,6 +15,11 @@ memory limit the search asked for (a recorded peak above it is an out-of-memory 
 the monitor would have killed it), the cost priced at that limit, ``executor = "replay"``.
 What a replay cannot do: a time-boxed probe gets the whole recorded run (a replayed probe
 knows the job's end), and a setting outside the grid is a failed trial that says so.
+
+A trial that leaves the batch size or the workers unset runs the script's own: the values the
+manager reads from the script's source, else ``DIR/grid.json``'s ``default_batch`` and
+``default_workers`` (a script that computes its default in code, such as
+``examples/train_mlp.py``'s ``$OPTIMIZER_BATCH_SIZE``-else-128, shows none in its source).
 """
 
 from __future__ import annotations
@@ -27,22 +32,27 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.atomic_files import read_json
 from optimizer.foundation.config import ResourceConfig
-from optimizer.foundation.errors import ConfigError
+from optimizer.foundation.errors import CloudoptError, ConfigError
 from optimizer.trials.cost import ResourceCostCalculator
 from optimizer.trials.executors.base import TrialRequest
 from optimizer.trials.records import SUMMARY_FILE, TrialSummary
 
 PREFIX = "replay:"
+DEFAULTS_FILE = "grid.json"
 
 
-def cell_key(a: Allocation, manager: Any = None) -> str:
+def cell_key(a: Allocation, manager: Any = None, defaults: dict[str, Any] | None = None) -> str:
     """The recorded cell of an allocation (the grid's folder name); the script's own batch size
-    and data-loader workers, as ``manager`` reads them, where the allocation leaves them unset."""
-    batch, workers = a.batch_size, a.workers
+    and data-loader workers, as ``manager`` reads them or else as the grid's ``defaults``
+    record them, where the allocation leaves them unset."""
+    batch, workers, defaults = a.batch_size, a.workers, defaults or {}
     if manager is not None:
         batch = batch if batch is not None else manager.default_batch_size()
         workers = workers if workers is not None else manager.default_workers()
+    batch = batch if batch is not None else defaults.get("default_batch")
+    workers = workers if workers is not None else defaults.get("default_workers")
     w = "" if workers is None else f"-w{workers}"
     return f"g{a.gpus}-c{a.cpus}-b{batch}{w}"
 
@@ -59,6 +69,13 @@ class ReplayExecutor:
             raise ConfigError(f"--executor replay:{root}: no cells/ folder there (a grid "
                               "recorded by benchmarks/regret_truth.py, e.g. "
                               "runs/regret/<machine>/<script>-<hash>)")
+        self.defaults: dict[str, Any] = {}
+        if (self.root / DEFAULTS_FILE).is_file():
+            try:
+                self.defaults = dict(read_json(self.root / DEFAULTS_FILE))
+            except (CloudoptError, ValueError, TypeError) as e:
+                raise ConfigError(f"{self.root / DEFAULTS_FILE}: not a JSON object of the "
+                                  f"script's default_batch and default_workers ({e})") from None
         self.served: Counter = Counter()
 
     def _runs(self, key: str) -> list[Path]:
@@ -74,7 +91,7 @@ class ReplayExecutor:
                manager: Any = None) -> TrialSummary:
         trial_dir = Path(req.trial_dir)
         trial_dir.mkdir(parents=True, exist_ok=True)
-        key = cell_key(req.allocation, manager)
+        key = cell_key(req.allocation, manager, self.defaults)
         runs = self._runs(key)
         if not runs:
             summary = TrialSummary(trial_id=trial_dir.name, status="failed",
@@ -112,4 +129,4 @@ class ReplayExecutor:
         pass
 
 
-__all__ = ["PREFIX", "ReplayExecutor", "cell_key"]
+__all__ = ["DEFAULTS_FILE", "PREFIX", "ReplayExecutor", "cell_key"]
