@@ -3,9 +3,9 @@
 On every packed grid (``benchmarks/data/grids/<machine>/``, unpacked on first use as by
 ``regret_curves.py``), at each CPU level and the script's own data-loader workers:
 
-- **truth**: the samples the script's own batch needed to reach its mean end loss (smoothed as
-  the loss ruler smooths, ``regret_loss``), over the samples each other batch needed (median of
-  its repetitions). A batch that never got there within its job has only a bound: below the
+- **truth**: the samples the script's own batch needed to reach the loss every one of its runs
+  ended at or below (smoothed as the loss ruler smooths, ``regret_loss``), over the samples each
+  other batch needed (medians of their repetitions). A batch that never got there within its job has only a bound: below the
   script's samples over its whole job's;
 - **what a probe sees**: the first ``--probe-seconds`` (cloudopt's default, 20) of one
   repetition of each batch, as a trial's time box cuts it;
@@ -80,7 +80,7 @@ def rows_for(w, store: TruthStore, cpus: int, args: argparse.Namespace) -> list[
         return []
     job = float(np.mean([c.samples[-1] for c in curves[ref]]))
     tau = EMA_SHARE * job
-    target = float(np.mean([smooth(c, tau)[-1] for c in curves[ref]]))
+    target = float(np.max([smooth(c, tau)[-1] for c in curves[ref]]))  # every run got there
     need_ref = statistics.median(samples_to(c, target, tau) for c in curves[ref])
     probes = {b: cut(rec, args.probe_seconds) for b, ds in reps.items() if len(ds) > args.rep
               for rec in [read_probe(ds[args.rep] / "probe.jsonl")] if rec is not None}
