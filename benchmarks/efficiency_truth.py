@@ -1,23 +1,29 @@
-"""Statistical efficiency read from a probe, against what whole runs show (issue 39).
+"""Statistical efficiency read from probes, against what whole runs show (issue 39).
 
 On every packed grid (``benchmarks/data/grids/<machine>/``, unpacked on first use as by
 ``regret_curves.py``), at each CPU level and the script's own data-loader workers:
 
 - **truth**: the samples the script's own batch needed to reach the loss every one of its runs
   ended at or below (smoothed as the loss ruler smooths, ``regret_loss``), over the samples each
-  other batch needed (medians of their repetitions). A batch that never got there within its job has only a bound: below the
-  script's samples over its whole job's;
-- **what a probe sees**: the first ``--probe-seconds`` (cloudopt's default, 20) of one
-  repetition of each batch, as a trial's time box cuts it;
-- **samples to a common loss** (cloudopt's estimator, ``optimizer.search.common_loss``, within
-  what batch size alone can do) and **slopes over shared samples** (the loss's fall per sample
-  over the stretch both runs cover, the ratio cloudopt used before).
+  other batch needed (medians of their repetitions). A batch that never got there within its
+  job has only a bound: below the script's samples over its whole job's;
+- **what the probes see**, cut from one repetition of each batch (``--mode``):
+  - ``target`` (cloudopt's probes now): the script's own batch runs its whole time box
+    (``--probe-seconds``, cloudopt's default 20); another batch stops when its rate is steady
+    (``--steady-seconds``, about 8 on this machine's suite) or, later, when its loss watch has
+    reached the own batch's lowest loss (``optimizer.trials.probe.loss_target``), within three
+    time boxes;
+  - ``steady`` (cloudopt's probes before): every probe stops at ``--steady-seconds``;
+  - ``box``: every probe runs its whole time box;
+- **samples to a common loss** (cloudopt's estimator, ``optimizer.search.goodput.common_loss``,
+  within what batch size alone can do) and **slopes over shared samples** (the loss's fall per
+  sample over the stretch both runs cover, the ratio cloudopt used before that).
 
 It prints each row and, per estimator, how often it puts a batch on the right side of the
 script's own (better or worse per sample; truths within 5% of 1 left out) and its median
 error where the truth is a number. Usage::
 
-    python benchmarks/efficiency_truth.py [--scripts cnn,charlm] [--probe-seconds 20] [--rep 0]
+    python benchmarks/efficiency_truth.py [--mode target|steady|box] [--scripts cnn,charlm]
 """
 
 from __future__ import annotations
@@ -36,12 +42,14 @@ from regret_score import Cell
 from regret_truth import ROOT, TruthStore, cpu_levels, load_workloads, read_loss_curve
 
 from optimizer.foundation.config import load_config
-from optimizer.search.efficiency import (
+from optimizer.search.goodput.efficiency import (
     bounded_by_batch,
     common_loss_efficiency,
     progress_over_shared_samples,
 )
+from optimizer.search.goodput.probe_target import loss_target
 from optimizer.trials.probe import read_probe
+from optimizer.trials.probe.loss_target import LossTarget, LossWatch
 
 TIE = 0.05  # truths within this of 1 say no side
 
@@ -51,6 +59,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--scripts", default=None, help="comma-separated (default: every large one)")
     p.add_argument("--probe-seconds", type=float, default=20.0)
     p.add_argument("--rep", type=int, default=0, help="the repetition a probe is cut from")
+    p.add_argument("--mode", choices=("target", "steady", "box"), default="target",
+                   help="how the probes are cut (see the module docstring)")
+    p.add_argument("--steady-seconds", type=float, default=8.0,
+                   help="when a probe's rate is steady")
     p.add_argument("--root", default=str(ROOT / "runs" / "regret-large"), help="cache folder")
     return p.parse_args(argv)
 
@@ -69,6 +81,20 @@ def cut(rec, seconds: float):
                    step_points=rec.step_points[keep] if len(rec.step_points) else rec.step_points)
 
 
+def watched(rec, target, steady: float, box: float) -> float:
+    """Seconds at which a probe of ``rec`` with ``target`` stops: its rate steady at
+    ``steady``, then on until its loss watch is done, at most ``box``."""
+    if target is None or not rec.losses or not len(rec.step_points):
+        return steady
+    watch = LossWatch(target)
+    p = rec.step_points
+    for step, t, value in rec.losses:
+        watch.add(float(np.interp(step - 1, np.r_[0.0, p[:, 1]], np.r_[0.0, p[:, 2]])), value)
+        if watch.done:
+            return min(max(steady, t), box)
+    return box
+
+
 def rows_for(w, store: TruthStore, cpus: int, args: argparse.Namespace) -> list[dict]:
     ref = w.default_batch
     cell = {b: Cell(0, cpus, b, w.default_workers) for b in w.batch_sizes}
@@ -82,8 +108,16 @@ def rows_for(w, store: TruthStore, cpus: int, args: argparse.Namespace) -> list[
     tau = EMA_SHARE * job
     target = float(np.max([smooth(c, tau)[-1] for c in curves[ref]]))  # every run got there
     need_ref = statistics.median(samples_to(c, target, tau) for c in curves[ref])
-    probes = {b: cut(rec, args.probe_seconds) for b, ds in reps.items() if len(ds) > args.rep
-              for rec in [read_probe(ds[args.rep] / "probe.jsonl")] if rec is not None}
+    whole = {b: rec for b, ds in reps.items() if len(ds) > args.rep
+             for rec in [read_probe(ds[args.rep] / "probe.jsonl")] if rec is not None}
+    if ref not in whole:
+        return []
+    steady = args.probe_seconds if args.mode == "box" else args.steady_seconds
+    probes = {ref: cut(whole[ref], args.probe_seconds if args.mode != "steady" else steady)}
+    aim = loss_target({ref: [probes[ref]]}, ref) if args.mode == "target" else None
+    box = LossTarget(0, 1, 1, ref).time_box(args.probe_seconds, math.inf)
+    probes |= {b: cut(rec, watched(rec, aim, steady, box) if aim else steady)
+               for b, rec in whole.items() if b != ref}
     common = {b: bounded_by_batch(b, ref, m)
               for b, m in common_loss_efficiency(probes, ref).items()}
     progress = progress_over_shared_samples(probes)

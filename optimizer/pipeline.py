@@ -5,9 +5,8 @@ folder so that ``--resume`` continues where an interrupted run stopped:
 
 1. load and scan the script (its batch size: settable or not, its default read from the
    source); check that CUDA, ``CUDA_VISIBLE_DEVICES`` and NVML agree;
-2. baseline trials: real, monitored, time-boxed runs under a few allocations
-   (``trials/NN-*``; a trial with a ``summary.json`` is never rerun), each labelled with the
-   batch size it ran with;
+2. baseline trials: real, monitored, time-boxed runs under a few allocations (``trials/NN-*``,
+   never rerun once recorded), each labelled with the batch size it ran with;
 3. phases of the baseline trace (shipped default phase model or ``--phase-model``);
 4. the closed loop (:mod:`optimizer.search.refine`), within the budget of real runs: the
    workload model fitted to the trials, agents trained on a ``CloudEnvironment`` over it
@@ -39,11 +38,12 @@ from optimizer.search import baseline as probes
 from optimizer.search.baseline import memory_for, plan_baseline, run_baseline
 from optimizer.search.budget import RunBudget, auto_budget, make_budget, within_budget
 from optimizer.search.choice import same_setting
+from optimizer.search.goodput.probe_target import target_for_batch
 from optimizer.trials import oom_retry
 from optimizer.trials.batch import label_batch
 from optimizer.trials.cost import ResourceCostCalculator, cost_time_flags, trial_figures
 from optimizer.trials.executors import TrialExecutor, TrialRequest, make_executor
-from optimizer.trials.failures import cause_of, explain_unusable
+from optimizer.trials.failures import cause_of, no_usable_baseline
 from optimizer.trials.guard import clean_stale_work
 from optimizer.trials.records import TrialSummary, job_cost, job_size, job_time, with_job_size
 from optimizer.trials.training import TrainingModuleManager
@@ -100,6 +100,8 @@ class CloudResourceOptimizer:
     quiet : bool
         No progress bars or stage messages.
     """
+
+    _default_batch: int | None = None  # the script's own batch size, read from its source
 
     def __init__(self, config: OptimizerConfig | None = None, *, quiet: bool = False) -> None:
         self.config = config or load_config()
@@ -215,10 +217,9 @@ class CloudResourceOptimizer:
         if not usable:
             probe = None if opts.probe_seconds == 0 else (opts.probe_seconds
                                                           or self.config.run.probe_seconds)
-            causes = explain_unusable(baseline, probe, self.config.run.trial_timeout_s)
-            raise CloudoptError(f"{train_file}: no baseline trial produced a throughput:\n  "
-                                + "\n  ".join(causes)
-                                + f"\n  (trial records: {run_dir / 'trials'})")
+            raise no_usable_baseline(str(train_file), baseline, probe,
+                                     self.config.run.trial_timeout_s,
+                                     self.config.resources.memory_max, run_dir)
         reference = usable[0]
         total = opts.total_samples or job_size(usable)
 
@@ -294,7 +295,7 @@ class CloudResourceOptimizer:
                   f"{'probes of ' + format(probe, 'g') + ' s' if probe else 'full runs'}")
         trials = run_baseline(manager, allocations, run_dir, cfg, probe_seconds=probe,
                               total_samples=opts.total_samples, quiet=self.quiet,
-                              executor=self.trial_executor())
+                              executor=self.trial_executor(), ref_batch=self._default_batch)
         self._say_replaced(manager)
         settable = manager.batch_control() is not None
         return [self._label_batch(t, run_dir / "trials" / probes.trial_folder(run_dir, t),
@@ -330,7 +331,7 @@ class CloudResourceOptimizer:
                                 vary_batch=manager.batch_control() is not None)
 
     def _label_batch(self, t: TrialSummary, trial_dir: Path, settable: bool) -> TrialSummary:
-        return label_batch(t, trial_dir, getattr(self, "_default_batch", None), settable)
+        return label_batch(t, trial_dir, self._default_batch, settable)
 
     def plan_trials(self, analysis: dict[str, Any], offline_logs: str | None = None, *,
                     extra: int = 0, reference_batch: int | None = None,
@@ -435,9 +436,11 @@ class CloudResourceOptimizer:
         if probe and probe >= 0.5 * run.trial_timeout_s:
             probe = None
         self._say(f"measuring {alloc.key()} ({'probe' if probe else 'whole job'})")
-        request = TrialRequest(alloc, trial_dir, probe_seconds=probe,
-                               timeout_s=run.trial_timeout_s,
-                               monitor_interval=run.monitor_interval, total_samples=total)
+        target = (target_for_batch(alloc.batch_size, run_dir, self._default_batch)
+                  if probe and run.goodput and alloc.batch_size is not None else None)
+        request = TrialRequest(alloc, trial_dir, probe_seconds=probe, timeout_s=run.trial_timeout_s,
+                               monitor_interval=run.monitor_interval, total_samples=total,
+                               loss_target=target)
         # One trial at a time here: the closed loop's steps depend on each other, and a trial
         # alone measures what the job gets alone (see optimizer.trials.executors).
         return [s for _, s in self.trial_executor().run(manager, [request],

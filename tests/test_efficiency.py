@@ -1,4 +1,4 @@
-"""Statistical efficiency measured on the user's script (optimizer.search.efficiency): the
+"""Statistical efficiency measured on the user's script (optimizer.search.goodput.efficiency): the
 gradient noise scale against a known truth, through the real in-process probe, the loss progress
 per sample, and the rule that decides between them."""
 
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from optimizer.foundation.allocation import Allocation
-from optimizer.search.common_loss import samples_ratio
-from optimizer.search.efficiency import (
+from optimizer.search.goodput.common_loss import samples_ratio
+from optimizer.search.goodput.efficiency import (
     efficiency_from_trials,
     estimate_noise_scale,
     loss_points,

@@ -11,7 +11,7 @@ import pytest
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import load_config
 from optimizer.search.choice import best_measured, goodput_comparison, objective_table
-from optimizer.search.efficiency import NoiseScaleEstimate, TrialEfficiency
+from optimizer.search.goodput.efficiency import NoiseScaleEstimate, TrialEfficiency
 from optimizer.search.planning import measure_efficiency
 from optimizer.trials.records import TrialSummary
 
@@ -119,8 +119,8 @@ def test_a_measured_progress_beyond_what_batch_size_can_do_corrects_nothing(tmp_
     """16x the script's per-sample progress at 8x its batch (env_batch.py's short probes, one
     in the loss's fast early drop) is not a batch-size effect: efficiency stays off, and says
     why. A value just past the bound is clipped to it."""
-    from optimizer.search import efficiency as eff_module
-    from optimizer.search.efficiency import Measured, efficiency_from_trials
+    from optimizer.search.goodput import efficiency as eff_module
+    from optimizer.search.goodput.efficiency import Measured, efficiency_from_trials
 
     def measured(m):
         monkeypatch.setattr(eff_module, "common_loss_efficiency",

@@ -9,7 +9,13 @@ from types import SimpleNamespace
 
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import ResourceConfig
-from optimizer.search.learning_rate import _decide, _with_lr, lr_args, script_lr, tune_learning_rate
+from optimizer.search.goodput.learning_rate import (
+    _decide,
+    _with_lr,
+    lr_args,
+    script_lr,
+    tune_learning_rate,
+)
 from optimizer.trials.records import TrialSummary
 from optimizer.trials.training import TrainingModuleManager
 

@@ -8,7 +8,8 @@ workload model fitted to the trials (:mod:`~optimizer.search.workload_fit`,
 expected-improvement probes (:mod:`~optimizer.search.acquisition`), the data-loader workers sweep
 (:mod:`~optimizer.search.loader_workers`), the run-off of close settings
 (:mod:`~optimizer.search.runoff`) and the choice among measured trials with its right-sized memory
-(:mod:`~optimizer.search.choice`).
+(:mod:`~optimizer.search.choice`). Batch sizes are compared by goodput, their statistical
+efficiency measured on the script (:mod:`~optimizer.search.goodput`).
 
 May import the foundation, :mod:`optimizer.trials` (it runs trials and reads their records) and
 the libraries ``envs`` and ``agents``; never :mod:`optimizer.reports`: what is chosen does not

@@ -12,6 +12,7 @@ score (1.0 is an ideal trial), and trials meeting the SLA rank before those that
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Sequence
@@ -26,6 +27,7 @@ from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import OptimizerConfig, ResourceConfig
 from optimizer.search.budget import probes_within
 from optimizer.search.choice import resource_share
+from optimizer.search.goodput.probe_target import loss_target_from_trials
 from optimizer.trials.executors import LocalExecutor, TrialExecutor, TrialRequest
 from optimizer.trials.records import TrialSummary, summaries_to_frame, write_trials_csv
 from optimizer.trials.sla import calculate_sla_violations
@@ -162,6 +164,7 @@ def run_baseline(
     total_samples: float | None = None,
     quiet: bool = False,
     executor: TrialExecutor | None = None,
+    ref_batch: int | None = None,
 ) -> list[TrialSummary]:
     """Run each allocation as a trial of ``run_dir`` (skipping those already recorded).
 
@@ -169,11 +172,17 @@ def run_baseline(
     complete and is loaded instead of run again. ``runs/<run>/trials.csv`` is rewritten after
     each trial. The trials run on ``executor`` (default: one after another, locally; the job
     size found by an earlier trial is then passed on, so every probe predicts the same job).
+
+    With ``[run].goodput`` and probes, the script's own batch size (``ref_batch``, or the
+    script's default where allocations leave it unset) runs first, the first such probe for
+    its whole time box; the probes of other batch sizes then train until they reach its loss
+    (:mod:`optimizer.trials.probe.loss_target`), so that their efficiencies compare training as far.
     """
     run_dir = Path(run_dir)
     executor = executor or LocalExecutor()
     out: list[TrialSummary | None] = []
     requests, slots = [], []
+    goodput = bool(config.run.goodput and probe_seconds)
     for i, alloc in enumerate(allocations):
         trial_dir = probe_folder(run_dir, i, alloc)
         out.append(manager.recorded_trial(trial_dir))  # None: not recorded, or stale
@@ -184,14 +193,23 @@ def run_baseline(
                 monitor_interval=config.run.monitor_interval,
                 total_samples=total_samples or next(
                     (t.total_samples for t in out if t is not None and t.ok and t.total_samples),
-                    None)))
+                    None), until_box=goodput and i == 0))
             slots.append(i)
+    own = [k for k, i in enumerate(slots)
+           if not goodput or allocations[i].batch_size in (None, ref_batch)]
+    waves = [own, [k for k in range(len(requests)) if k not in own]]
     bar = tqdm(total=len(requests), desc=f"baseline trials ({executor.name})", unit="trial",
                disable=quiet or not requests, leave=False)
-    for k, summary in executor.run(manager, requests, config.resources):
-        out[slots[k]] = summary
-        bar.set_postfix_str(summary.allocation.key())
-        bar.update()
+    for n, wave in enumerate(waves):
+        if not wave:
+            continue
+        target = loss_target_from_trials([t for t in out if t is not None], run_dir,
+                                         ref_batch) if n else None
+        batch = [dataclasses.replace(requests[k], loss_target=target) for k in wave]
+        for j, summary in executor.run(manager, batch, config.resources):
+            out[slots[wave[j]]] = summary
+            bar.set_postfix_str(summary.allocation.key())
+            bar.update()
     bar.close()
     write_trials_csv(run_dir)
     return [t for t in out if t is not None]

@@ -65,7 +65,7 @@ def objective_table(trials: Sequence[TrialSummary], config: OptimizerConfig,
     cost at that memory, its resource share and ``objective`` (lower is better).
 
     ``efficiency`` (statistical efficiency by batch size relative to the script's own,
-    :class:`optimizer.search.efficiency.TrialEfficiency`) turns the time into the time to the
+    :class:`optimizer.search.goodput.efficiency.TrialEfficiency`) turns the time into the time to the
     same training progress: a batch that learns half as much per sample takes twice as long.
 
     ``cost`` and ``time`` are the job's dollars and seconds; other preferences are the weighted
@@ -215,7 +215,7 @@ def goodput_comparison(trials: Sequence[TrialSummary], config: OptimizerConfig,
     """The recommended batch against the script's own (``efficiency.ref_batch``) at the same
     GPUs, CPUs and workers where both were measured (else the script's best): samples/s,
     statistical efficiency, goodput, and the time and cost to the same training progress.
-    ``efficiency`` is a :class:`optimizer.search.efficiency.TrialEfficiency`."""
+    ``efficiency`` is a :class:`optimizer.search.goodput.efficiency.TrialEfficiency`."""
     out: dict[str, Any] = efficiency.summary() if efficiency is not None else {
         "decided_by": "nothing measured", "note": "Statistical efficiency was not measured."}
     table = objective_table(trials, config, preference, efficiency)

@@ -17,7 +17,11 @@ from optimizer.foundation.allocation import Allocation, describe_allocation, job
 from optimizer.foundation.atomic_files import atomic_write_json, read_json
 from optimizer.foundation.errors import CloudoptError
 from optimizer.search.baseline import rank_trials
-from optimizer.search.efficiency import NoiseScaleEstimate, TrialEfficiency, efficiency_from_trials
+from optimizer.search.goodput.efficiency import (
+    NoiseScaleEstimate,
+    TrialEfficiency,
+    efficiency_from_trials,
+)
 from optimizer.search.plan_cache import plan_inputs, reusable_plan
 from optimizer.trials.records import TrialSummary
 

@@ -59,7 +59,7 @@ from optimizer.search.choice import (
     same_setting,
     setting_peak,
 )
-from optimizer.search.learning_rate import lr_args, tune_learning_rate
+from optimizer.search.goodput.learning_rate import lr_args, tune_learning_rate
 from optimizer.search.loader_workers import PROPOSER, sweep_workers
 from optimizer.search.runoff import runoff, standings, tie_note
 from optimizer.search.workload_fit import measurements_from_trials

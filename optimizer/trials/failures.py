@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from pathlib import Path
 
+from optimizer.foundation.errors import CloudoptError
+from optimizer.trials.oom_retry import OutgrewMemory, killed_for_memory, outgrew_message
 from optimizer.trials.records import TrialSummary
 
 STDERR_LINES = 3
@@ -72,3 +75,16 @@ def explain_unusable(trials: Sequence[TrialSummary], probe_seconds: float | None
 
 
 __all__ = ["cause_of", "explain_unusable"]
+
+
+def no_usable_baseline(train_file: str, baseline: Sequence[TrialSummary],
+                       probe_seconds: float | None, timeout_s: float, memory_max: float,
+                       run_dir: Path) -> CloudoptError:
+    """The error for a baseline without a usable trial: :class:`OutgrewMemory` when every
+    trial was killed at the largest memory limit on offer, else one line per cause."""
+    if baseline and all(killed_for_memory(t) and t.allocation.memory_gb >= memory_max
+                        for t in baseline):
+        return OutgrewMemory(outgrew_message(train_file, list(baseline), memory_max, run_dir))
+    return CloudoptError(f"{train_file}: no baseline trial produced a throughput:\n  "
+                         + "\n  ".join(explain_unusable(baseline, probe_seconds, timeout_s))
+                         + f"\n  (trial records: {run_dir / 'trials'})")

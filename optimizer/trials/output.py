@@ -133,3 +133,22 @@ class RateTracker:
         if not self.windows:
             return None
         return float(self.steady_rates().mean())
+
+
+def reported_model_info(source: dict[str, Any], metrics: Any, stdout_text: str
+                        ) -> dict[str, Any]:
+    """``source`` (what the script's source shows) updated with the ``INFO_KEYS`` the script
+    reported: the last value of each in the metrics frame, else a ``key=value`` it printed."""
+    info = {k: v for k, v in source.items() if v is not None}
+    reported: dict[str, Any] = {}
+    if metrics is not None and not metrics.empty:
+        for k in INFO_KEYS:
+            if k in metrics and metrics[k].notna().any():
+                reported[k] = metrics[k].dropna().iloc[-1]
+    kv = parse_key_values(stdout_text)
+    reported.update({k: kv[k] for k in INFO_KEYS if k in kv and k not in reported})
+    for k in ("params", "layers"):
+        if k in reported:
+            reported[k] = to_number(reported[k])
+    info.update({k: v for k, v in reported.items() if v is not None})
+    return info

@@ -35,18 +35,21 @@ from typing import Any
 import pandas as pd
 
 from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.atomic_files import atomic_write_json
 from optimizer.foundation.config import ResourceConfig
 from optimizer.trials.guard import Watchdog, die_with_parent, record_owner
 from optimizer.trials.monitor import CSVMonitor, ProcessMonitor, kill_tree
 from optimizer.trials.output import BATCH_SIZE_PATTERN, RateTracker, parse_rate, to_number
 from optimizer.trials.probe import probe_environment
+from optimizer.trials.probe.loss_target import FILE as LOSS_TARGET_FILE
+from optimizer.trials.probe.loss_target import LossWatch
 from optimizer.trials.records import SUMMARY_FILE, TrialSummary, write_trials_csv
 from optimizer.trials.resources import ResourceManager
 from optimizer.trials.script_scan import ScriptInfo
 
 STDERR_TAIL_CHARS = 2000
 TRIAL_FILES = ("trace.csv", "metrics.csv", "stdout.log", "stderr.log", "probe.jsonl",
-               "stages.csv", "changes.jsonl")
+               "stages.csv", "changes.jsonl", LOSS_TARGET_FILE)
 RECORDED_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                         "NUMEXPR_NUM_THREADS")
 
@@ -166,6 +169,10 @@ class TrialRun:
     rates_probe: RateTracker = field(default_factory=RateTracker)
     t0_wall: float = 0.0
     """``time.time()`` at ``t0``: the probe's events are timed from its own start."""
+    loss_watch: LossWatch | None = None
+    """A probe of another batch than the script's runs on until this says it is done."""
+    probe_steps: tuple[float, float] = (0.0, 0.0)
+    """(step, cumulative samples) of the last step event: where a loss is placed."""
 
 
 def start_trial(cmd: list[str], env: dict[str, str], cpus: list[int], work: Path,
@@ -244,7 +251,10 @@ def wait_trial(run: TrialRun, probe_seconds: float | None, timeout_s: float,
         elif probe_seconds is not None:
             tracker = next((r for r in (run.rates_csv, run.rates_probe) if r.windows),
                            run.rates_stdout)
-            if elapsed >= probe_seconds or tracker.is_steady(k, tol):
+            watch = run.loss_watch
+            if (elapsed >= probe_seconds or tracker.is_steady(k, tol)) and (
+                    watch is None or watch.done
+                    or elapsed >= watch.target.time_box(probe_seconds, timeout_s)):
                 run.stop_reason = "probe"
         if run.stop_reason:
             kill_tree(run.proc.pid, popen=run.proc)
@@ -281,11 +291,15 @@ def _poll_probe(run: TrialRun) -> None:
     end = chunk.rfind(b"\n") + 1  # a line still being written waits for the next poll
     run.probe_pos += end
     for line in chunk[:end].splitlines():
+        if run.loss_watch is not None and b'"e":"loss"' in line:
+            _watch_loss(run, line)
+            continue
         if b'"e":"steps"' not in line:
             continue
         try:
             ev = json.loads(line)
             t, samples = float(ev["t"]), float(ev["samples"])
+            run.probe_steps = (float(ev.get("step", 0) or 0), samples)
         except (ValueError, KeyError, TypeError):
             continue
         if run.probe_last is None:
@@ -294,6 +308,26 @@ def _poll_probe(run: TrialRun) -> None:
             rate = (samples - run.probe_last[1]) / (t - run.probe_last[0])
             run.rates_probe.add(time.monotonic() - run.t0, rate, samples)
             run.probe_last = (t, samples)
+
+
+def _watch_loss(run: TrialRun, line: bytes) -> None:
+    """A loss event into the watch, at the samples seen before its step: the last step
+    event's count, carried on at its samples per step when the loss is ahead of it (as
+    :func:`optimizer.search.goodput.efficiency.loss_points` places losses, without the history)."""
+    try:
+        ev = json.loads(line)
+        step, value = float(ev["step"]), float(ev["value"])
+    except (ValueError, KeyError, TypeError):
+        return
+    known_step, known = run.probe_steps
+    per_step = known / known_step if known_step > 0 else 0.0
+    run.loss_watch.add(known + per_step * (step - 1 - known_step), value)
+
+
+def write_loss_watch(run: TrialRun, work: Path) -> None:
+    """What the watch saw, filed with the trial (``loss_target.json``)."""
+    if run.loss_watch is not None:
+        atomic_write_json(work / LOSS_TARGET_FILE, run.loss_watch.record())
 
 
 def poll_outputs(run: TrialRun, elapsed: float, quiet: bool) -> None:

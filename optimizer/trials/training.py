@@ -36,6 +36,7 @@ import re
 import shlex
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
@@ -54,14 +55,15 @@ from optimizer.trials.live.session import bill_live_trial, start_controller
 from optimizer.trials.monitor import CSVMonitor
 from optimizer.trials.output import (
     BATCH_SIZE_PATTERN,
-    INFO_KEYS,
     RateTracker,
     parse_key_values,
     parse_rate,
+    reported_model_info,
     to_number,
     total_samples_from_args,
 )
 from optimizer.trials.probe import EVENTS_FILE, read_probe, write_stage_marks
+from optimizer.trials.probe.loss_target import LossTarget, LossWatch
 from optimizer.trials.probe.summary import probe_figures
 from optimizer.trials.records import SUMMARY_FILE, TrialSummary, predict_time
 from optimizer.trials.resources import cpu_affinity_set
@@ -83,6 +85,7 @@ from optimizer.trials.runner import (
     trial_environment,
     wait_trial,
     with_flag,
+    write_loss_watch,
 )
 from optimizer.trials.script_scan import (
     ENTRY_NAMES,
@@ -331,6 +334,8 @@ class TrainingModuleManager:
         steady_tol: float = 0.03,
         cpu_ids: Sequence[int] | None = None,
         live: Any = None,
+        loss_target: LossTarget | None = None,
+        until_box: bool = False,
     ) -> TrialSummary:
         """Run the script once under ``allocation`` and record it in ``trial_dir``.
 
@@ -368,6 +373,9 @@ class TrainingModuleManager:
         live : LiveSetup, optional
             A controller that changes the allocation while the script runs
             (:mod:`optimizer.trials.live`); the cost is then billed at what it held.
+        loss_target, until_box : LossTarget, bool
+            A probe that trains on to ``loss_target`` (:mod:`optimizer.trials.probe.loss_target`),
+            or runs its whole time box (the script's own batch, whose loss the others train to).
 
         Returns
         -------
@@ -395,22 +403,27 @@ class TrainingModuleManager:
             "batch_env": self.batch_environment(allocation.batch_size),
             "probe_seconds": probe_seconds, "timeout_s": timeout_s,
             "monitor_interval": monitor_interval, "started_at": started_at,
+            "loss_target": loss_target.to_dict() if loss_target is not None else None,
+            "until_box": until_box,
         })
         run = start_trial(cmd, env, cpus, work, trial_id, allocation, monitor_interval,
                           metrics_part)
         run.probe_path = probe_events
+        if loss_target is not None and probe_events is not None and probe_seconds is not None:
+            run.loss_watch = LossWatch(loss_target)
         self.training_process = run.proc
         self.csv_monitor = run.csv_monitor
         self.output_csv_path = metrics_part
         ctl = start_controller(live, run, work, cpus, allocation) if live is not None else None
         try:
             wall = wait_trial(run, probe_seconds, timeout_s, monitor_interval, quiet,
-                              steady_windows, steady_tol)
+                              sys.maxsize if until_box else steady_windows, steady_tol)
         finally:
             if ctl is not None:
                 ctl.stop()
             stop_trial(run)
         poll_outputs(run, time.monotonic() - run.t0, quiet)
+        write_loss_watch(run, work)
         summary = self.generate_summary(run, allocation, trial_id, wall, resource_config,
                                         total_samples, work, started_at)
         if ctl is not None:
@@ -426,21 +439,9 @@ class TrainingModuleManager:
         Reads ``model_name, model_family, params, layers, dataset`` from columns of the
         metrics CSV (a frame or a path) and from ``key=value`` tokens in its output.
         """
-        info = {k: v for k, v in self.analyze_module().items() if v is not None}
         if metrics is not None and not isinstance(metrics, pd.DataFrame):
             metrics = CSVMonitor(metrics).load_latest_data()
-        reported: dict[str, Any] = {}
-        if isinstance(metrics, pd.DataFrame) and not metrics.empty:
-            for k in INFO_KEYS:
-                if k in metrics and metrics[k].notna().any():
-                    reported[k] = metrics[k].dropna().iloc[-1]
-        kv = parse_key_values(stdout_text)
-        reported.update({k: kv[k] for k in INFO_KEYS if k in kv and k not in reported})
-        for k in ("params", "layers"):
-            if k in reported:
-                reported[k] = to_number(reported[k])
-        info.update({k: v for k, v in reported.items() if v is not None})
-        return info
+        return reported_model_info(self.analyze_module(), metrics, stdout_text)
 
     def generate_summary(self, run: TrialRun, allocation: Allocation, trial_id: str,
                          wall: float, resource_config: ResourceConfig,

@@ -38,6 +38,12 @@ class TrialRequest:
     live: Any = None
     """A :class:`~optimizer.trials.live.session.LiveSetup`: the allocation changes while the
     trial runs (billed per interval)."""
+    until_box: bool = False
+    """A probe that runs its whole time box, steady or not: the script's own batch's, whose
+    loss the probes of other batches train to (:mod:`optimizer.trials.probe.loss_target`)."""
+    loss_target: Any = None
+    """A :class:`~optimizer.trials.probe.loss_target.LossTarget`: a probe of another batch than the
+    script's runs on until it has trained as far."""
 
 
 class TrialExecutor(Protocol):

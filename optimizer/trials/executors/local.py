@@ -30,7 +30,8 @@ class LocalExecutor:
                 req.allocation, req.trial_dir, resource_config=resource_config,
                 probe_seconds=req.probe_seconds, timeout_s=req.timeout_s,
                 monitor_interval=req.monitor_interval, total_samples=req.total_samples,
-                quiet=True, live=req.live)
+                quiet=True, live=req.live, loss_target=req.loss_target,
+                until_box=req.until_box)
             if total is None and summary.ok and summary.total_samples:
                 total = summary.total_samples
             yield i, summary

@@ -152,6 +152,7 @@ def run_trial_task(spec: dict[str, Any], request: dict[str, Any]) -> dict[str, A
     import ray
 
     from optimizer.trials.core_lease import CoreLease
+    from optimizer.trials.probe.loss_target import LossTarget
     from optimizer.trials.training import TrainingModuleManager
 
     alloc = Allocation(**request["allocation"])
@@ -169,7 +170,9 @@ def run_trial_task(spec: dict[str, Any], request: dict[str, Any]) -> dict[str, A
                 probe_seconds=request["probe_seconds"], timeout_s=request["timeout_s"],
                 monitor_interval=request["monitor_interval"],
                 total_samples=request["total_samples"], quiet=True, cpu_ids=cores,
-                visible_devices=gpu_ids, live=request.get("live"))
+                visible_devices=gpu_ids, live=request.get("live"),
+                loss_target=LossTarget.from_dict(request.get("loss_target")),
+                until_box=bool(request.get("until_box")))
         files = {p.name: p.read_bytes() for p in trial_dir.iterdir() if p.is_file()}
     return {"files": files, "node_id": ray.get_runtime_context().get_node_id(),
             "node_ip": ray.util.get_node_ip_address()}
@@ -294,7 +297,9 @@ class RayExecutor:
                     "allocation": dataclasses.asdict(req.allocation), "name": req.trial_dir.name,
                     "probe_seconds": req.probe_seconds, "timeout_s": req.timeout_s,
                     "monitor_interval": req.monitor_interval,
-                    "total_samples": req.total_samples, "live": req.live})
+                    "total_samples": req.total_samples, "live": req.live,
+                    "loss_target": req.loss_target and req.loss_target.to_dict(),
+                    "until_box": req.until_box})
                 pending[ref] = i
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1)

@@ -89,6 +89,31 @@ def _noise(y: np.ndarray, trend: np.ndarray, x: np.ndarray, tau: float) -> float
     return spread * math.sqrt(min(1.0, per_point / (2.0 * tau)))
 
 
+def lowest_reached(xs: Sequence[float], ys: Sequence[float]
+                   ) -> tuple[float, float, float] | None:
+    """The lowest smoothed loss of one run (``(samples, loss)`` in step order) past the first
+    decay length, the decay length (``SMOOTH_SHARE`` of the run's samples), and the samples
+    the run needed to reach it: what a probe of another batch must train to
+    (:class:`optimizer.trials.probe.loss_target.LossTarget`). None when the loss did not measurably
+    fall or the run is too short."""
+    x, y = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    if len(x) < MIN_POINTS or np.ptp(x) <= 0:
+        return None
+    x, y = _binned(x, y)
+    tau = SMOOTH_SHARE * float(np.ptp(x))
+    s = _ema(x, y[None, :], tau)
+    ready = x - x[0] >= tau
+    if ready.sum() < 2:
+        return None
+    low = float(s[0, ready].min())
+    if s[0, ready][0] - low <= FALL_SIGMAS * _noise(y, _trend(x, y, tau), x, tau):
+        return None
+    need = float(_crossings(x, s, np.array([low]), tau)[0])
+    return low, tau, need
+
+
 def samples_ratio(ref: tuple[Sequence[float], Sequence[float]],
                   other: tuple[Sequence[float], Sequence[float]], *,
                   n_boot: int = BOOTSTRAP, seed: int = SEED

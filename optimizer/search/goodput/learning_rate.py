@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from optimizer.search.efficiency import loss_points
+from optimizer.search.goodput.efficiency import loss_points
 from optimizer.trials.probe import EVENTS_FILE, read_probe
 from optimizer.trials.records import TrialSummary
 from optimizer.trials.runner import with_flag

@@ -5,7 +5,7 @@ scale ``phi``. From the probe's squared gradient norms (:mod:`optimizer.trials.p
 noise scale ``B_simple = tr(Sigma) / |G|^2`` follows by the unbiased estimators of McCandlish et
 al. 2018, "An Empirical Model of Large-Batch Training", appendix A.1 (``E|G_B|^2 = |G|^2 +
 tr(Sigma) / B``). The probe's loss samples check that prior: the samples each batch size needed
-to reach a loss the script's own batch also reached (:mod:`optimizer.search.common_loss`) replace
+to reach a loss the script's own batch also reached (:mod:`optimizer.search.goodput.common_loss`) replace
 it where their interval excludes it. The loss progress per sample (a slope over the samples the
 runs share) is what the report shows beside them.
 """
@@ -22,7 +22,7 @@ import numpy as np
 from scipy.stats import t as student_t
 from scipy.stats import theilslopes
 
-from optimizer.search.common_loss import samples_ratio
+from optimizer.search.goodput.common_loss import samples_ratio
 from optimizer.trials.probe import EVENTS_FILE, ProbeRecord, read_probe
 from optimizer.trials.records import TrialSummary
 
@@ -337,7 +337,7 @@ def loss_progress(record: ProbeRecord, *, batch: int | None = None,
 def common_loss_efficiency(records: Mapping[int, ProbeRecord], ref_batch: int
                            ) -> dict[int, Measured]:
     """Each batch size's samples to a common loss relative to ``ref_batch``'s
-    (:func:`optimizer.search.common_loss.samples_ratio`), from one record per batch size.
+    (:func:`optimizer.search.goodput.common_loss.samples_ratio`), from one record per batch size.
 
     Returns
     -------

@@ -1,0 +1,82 @@
+"""What a probe of another batch size than the script's own trains to (issue 39).
+
+The efficiency of a batch size is the samples the script's own batch needed to reach a loss
+over the samples the other needed (:mod:`optimizer.search.goodput.common_loss`). Compared early in
+training, a smaller batch's edge reads high: two curves cut at a steady rate, a few seconds in,
+compare that edge, not the loss the job ends at. So the script's own batch probes its whole time
+box, and a probe of another batch is given the lowest loss it reached
+(:class:`~optimizer.trials.probe.loss_target.LossTarget`) and trains on until it gets there
+(:class:`~optimizer.trials.probe.loss_target.LossWatch`). ``benchmarks/efficiency_truth.py
+--steady-seconds 8 --ref-whole-box`` checks this against whole runs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from optimizer.search.goodput.common_loss import lowest_reached
+from optimizer.search.goodput.efficiency import best_records, loss_points, probe_records
+from optimizer.trials.probe import EVENTS_FILE, ProbeRecord, read_probe
+from optimizer.trials.probe.loss_target import FILE as LOSS_TARGET_FILE
+from optimizer.trials.probe.loss_target import LossTarget
+from optimizer.trials.records import TrialSummary, iter_trials
+
+
+def loss_target(records: Mapping[int, list[ProbeRecord]], ref_batch: int
+                ) -> LossTarget | None:
+    """The loss a probe of another batch size trains to: the lowest smoothed loss of the
+    script's own batch's record with the most losses (the one the efficiency will compare
+    against). None when there is none, or its loss did not measurably fall."""
+    recs = records.get(ref_batch)
+    if not recs:
+        return None
+    ref = best_records({ref_batch: recs})[ref_batch]
+    found = lowest_reached(*loss_points(ref, ref_batch))
+    if found is None:
+        return None
+    level, tau, need = found
+    return LossTarget(level, tau, need, ref_batch)
+
+
+def loss_target_from_trials(trials: Iterable[TrialSummary], run_dir: str | Path,
+                            ref_batch: int | None) -> LossTarget | None:
+    """:func:`loss_target` of a run's trials so far; the script's own batch is ``ref_batch``,
+    else the batch its first usable trial at the script's default ran with."""
+    trials = list(trials)
+    records = probe_records(trials, run_dir)
+    if ref_batch is None:
+        first = next((t for t in trials if t.ok and t.allocation.batch_size is None), None)
+        rec = first and read_probe(Path(run_dir) / "trials" / first.trial_id / EVENTS_FILE)
+        ref_batch = rec.samples_per_step if rec is not None else None
+    return loss_target(records, int(ref_batch)) if ref_batch else None
+
+
+def target_for_batch(batch: int, run_dir: str | Path, ref_batch: int | None
+                     ) -> LossTarget | None:
+    """The loss a new probe at ``batch`` of the run in ``run_dir`` trains to (its trials so
+    far hold the script's own batch's curve): None at the script's own batch, and where
+    a probe at ``batch`` has trained to it already or a whole run has been made there (one
+    curve that far is what the efficiency needs; a workers sweep or a run-off at that batch
+    measures samples/s)."""
+    trials = [t for t in iter_trials(run_dir) if t.ok]
+    target = loss_target_from_trials(trials, run_dir, ref_batch)
+    if target is None or target.ref_batch == batch:
+        return None
+    for t in trials:
+        if t.allocation.batch_size != batch:
+            continue
+        seen = Path(run_dir) / "trials" / t.trial_id / LOSS_TARGET_FILE
+        if t.status == "completed" or (seen.is_file() and _trained_to(seen)):
+            return None
+    return target
+
+
+def _trained_to(path: Path) -> bool:
+    try:
+        seen = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(seen, dict) and (seen.get("reached_at_samples") is not None
+                                       or bool(seen.get("gave_up")))
