@@ -108,16 +108,17 @@ def rows_for(w, store: TruthStore, cpus: int, args: argparse.Namespace) -> list[
     tau = EMA_SHARE * job
     target = float(np.max([smooth(c, tau)[-1] for c in curves[ref]]))  # every run got there
     need_ref = statistics.median(samples_to(c, target, tau) for c in curves[ref])
-    whole = {b: rec for b, ds in reps.items() if len(ds) > args.rep
+    records = {b: rec for b, ds in reps.items() if len(ds) > args.rep
              for rec in [read_probe(ds[args.rep] / "probe.jsonl")] if rec is not None}
-    if ref not in whole:
+    if ref not in records:
         return []
     steady = args.probe_seconds if args.mode == "box" else args.steady_seconds
-    probes = {ref: cut(whole[ref], args.probe_seconds if args.mode != "steady" else steady)}
+    probes = {ref: cut(records[ref], args.probe_seconds if args.mode != "steady" else steady)}
     aim = loss_target({ref: [probes[ref]]}, ref) if args.mode == "target" else None
     box = LossTarget(0, 1, 1, ref).time_box(args.probe_seconds, math.inf)
-    probes |= {b: cut(rec, watched(rec, aim, steady, box) if aim else steady)
-               for b, rec in whole.items() if b != ref}
+    stops = {b: watched(rec, aim, steady, box) if aim else steady
+             for b, rec in records.items() if b != ref}
+    probes |= {b: cut(records[b], t) for b, t in stops.items()}
     common = {b: bounded_by_batch(b, ref, m)
               for b, m in common_loss_efficiency(probes, ref).items()}
     progress = progress_over_shared_samples(probes)
@@ -133,7 +134,9 @@ def rows_for(w, store: TruthStore, cpus: int, args: argparse.Namespace) -> list[
                     "truth": need_ref / need if math.isfinite(need) else None,
                     "bound": need_ref / whole, "common": common[b].value,
                     "common_why": common[b].why, "slope": slope,
-                    "seen": float(probes[b].losses[-1][1]) if probes[b].losses else 0.0})
+                    "seen": float(probes[b].losses[-1][1]) if probes[b].losses else 0.0,
+                    "probe_s": min(stops[b], float(records[b].step_points[-1, 0])
+                                   if len(records[b].step_points) else stops[b])})
     return out
 
 
@@ -178,6 +181,10 @@ def main(argv: list[str] | None = None) -> int:
                 if r[key] and r["truth"] and r[key] > 0]
         print(f"{name}: right side of the script's own batch {sum(sides)}/{len(sides)}; median "
               f"error {math.exp(statistics.median(errs)) - 1:.0%} over {len(errs)} numeric truths")
+    secs = [r["probe_s"] for r in rows]
+    print(f"probes of other batches ({args.mode}): median {statistics.median(secs):.1f} s, "
+          f"mean {statistics.mean(secs):.1f} s, longest {max(secs):.1f} s over {len(secs)} "
+          f"(the script's own: {args.steady_seconds if args.mode == 'steady' else args.probe_seconds:g} s)")
     return 0
 
 

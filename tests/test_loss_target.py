@@ -101,3 +101,97 @@ def test_a_probe_of_another_batch_trains_on_to_the_scripts_loss(tmp_path):
     assert small.wall_time_s > 2.0  # past its own time box
     rec = read_probe(run / "trials" / "01-small" / "probe.jsonl")
     assert rec is not None and rec.samples_per_step == 32 and len(rec.losses) >= 8
+
+
+class _Scripted:
+    """An executor whose trials write a probe file of a known loss curve (no script runs):
+    the loss falls with the optimizer steps, so a smaller batch falls further per sample."""
+
+    name = "scripted"
+
+    def __init__(self) -> None:
+        self.requests: list = []
+
+    def run(self, manager, requests, resource_config):
+        import json
+
+        from optimizer.trials.records import TrialSummary
+
+        for i, req in enumerate(requests):
+            self.requests.append(req)
+            batch = req.allocation.batch_size or 64
+            req.trial_dir.mkdir(parents=True, exist_ok=True)
+            lines = [{"e": "header", "version": 1, "t": 0.0}]
+            if req.allocation.batch_size:  # at its default, the script's batch is not seen,
+                lines.append({"e": "first_step", "samples": batch, "t": 1.0})  # as mem_heavy's
+            for step in range(1, 201):
+                lines.append({"e": "steps", "step": step, "samples": step * batch,
+                              "t": 1.0 + 0.01 * step})
+                lines.append({"e": "loss", "step": step, "t": 1.0 + 0.01 * step,
+                              "value": 0.2 + math.exp(-step / 60.0)})
+            (req.trial_dir / "probe.jsonl").write_text(
+                "".join(json.dumps(x) + "\n" for x in lines))
+            s = TrialSummary(req.trial_dir.name, "probe", req.allocation, wall_time_s=3.0,
+                             samples=200.0 * batch, throughput=100.0 * batch)
+            s.save(req.trial_dir)
+            yield i, s
+
+    def map(self, fns):
+        return [f() for f in fns]
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_baseline_runs_the_scripts_batch_first_and_gives_the_others_its_loss(tmp_path):
+    from optimizer.foundation.allocation import Allocation
+    from optimizer.foundation.config import load_config
+    from optimizer.search.baseline import run_baseline
+
+    class Manager:
+        def recorded_trial(self, trial_dir):
+            return None
+
+    cfg = load_config(None)
+    allocs = [Allocation(0, 2, 8.0), Allocation(0, 2, 8.0, 16), Allocation(0, 1, 4.0),
+              Allocation(0, 1, 4.0, 256)]
+    ex = _Scripted()
+    run_baseline(Manager(), allocs, tmp_path, cfg, probe_seconds=20.0, quiet=True,
+                 executor=ex, ref_batch=64)
+    order = [r.allocation.batch_size for r in ex.requests]
+    assert order == [None, None, 16, 256]  # the script's own batch first
+    assert [r.until_box for r in ex.requests] == [True, False, False, False]
+    own, small, big = ex.requests[0], ex.requests[2], ex.requests[3]
+    assert own.loss_target is None and small.loss_target == big.loss_target
+    target = small.loss_target
+    assert target is not None and target.ref_batch == 64
+    # The own batch's smoothed loss at its end, and the samples it took to get there.
+    assert target.level == pytest.approx(0.2 + math.exp(-200 / 60.0), abs=0.05)
+    assert 0.7 * 200 * 64 < target.ref_samples <= 200 * 64
+    # Off without goodput: one wave, no targets, no whole box.
+    cfg.run.goodput = False
+    ex = _Scripted()
+    run_baseline(Manager(), allocs, tmp_path / "off", cfg, probe_seconds=20.0, quiet=True,
+                 executor=ex, ref_batch=64)
+    assert [r.allocation.batch_size for r in ex.requests] == [None, 16, None, 256]
+    assert not any(r.until_box or r.loss_target for r in ex.requests)
+
+
+def test_the_report_says_which_probes_trained_to_the_scripts_loss(tmp_path):
+    import json
+
+    from optimizer.foundation.allocation import Allocation
+    from optimizer.search.goodput.probe_target import depth_note
+    from optimizer.trials.records import TrialSummary
+
+    trials = []
+    for tid, batch, reached in (("a", 16, 5000.0), ("b", 256, None), ("c", 64, None)):
+        (tmp_path / "trials" / tid).mkdir(parents=True)
+        if tid != "c":  # the script's own batch has no target
+            (tmp_path / "trials" / tid / "loss_target.json").write_text(json.dumps(
+                {"level": 0.3456, "reached_at_samples": reached, "gave_up": reached is None}))
+        trials.append(TrialSummary(tid, "probe", Allocation(0, 1, 4.0, batch)))
+    note = depth_note(trials, tmp_path)
+    assert "batch 16 trained on" in note and "(0.3456)" in note
+    assert "at batch 256 the probe stopped short" in note and "64" not in note
+    assert depth_note(trials[2:], tmp_path) == ""

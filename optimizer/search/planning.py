@@ -7,6 +7,7 @@ so ``--resume`` reuses it while those inputs hold.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from optimizer.search.goodput.efficiency import (
     TrialEfficiency,
     efficiency_from_trials,
 )
+from optimizer.search.goodput.probe_target import depth_note
 from optimizer.search.plan_cache import plan_inputs, reusable_plan
 from optimizer.trials.records import TrialSummary
 
@@ -87,7 +89,9 @@ def measure_efficiency(usable: list[TrialSummary], reference: TrialSummary,
         return TrialEfficiency(0, NoiseScaleEstimate(why="the script's batch size is unknown"),
                                note="Statistical efficiency is off: the script's batch size "
                                "is unknown.")
-    return efficiency_from_trials(usable, run_dir, int(ref))
+    eff = efficiency_from_trials(usable, run_dir, int(ref))
+    depth = depth_note(usable, run_dir)
+    return dataclasses.replace(eff, note=f"{eff.note} {depth}") if depth else eff
 
 
 def fit_env_config(opt: Any, usable: list[TrialSummary], reference: TrialSummary,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from optimizer.search.goodput.common_loss import lowest_reached
@@ -45,12 +46,17 @@ def loss_target_from_trials(trials: Iterable[TrialSummary], run_dir: str | Path,
     """:func:`loss_target` of a run's trials so far; the script's own batch is ``ref_batch``,
     else the batch its first usable trial at the script's default ran with."""
     trials = list(trials)
-    records = probe_records(trials, run_dir)
     if ref_batch is None:
         first = next((t for t in trials if t.ok and t.allocation.batch_size is None), None)
         rec = first and read_probe(Path(run_dir) / "trials" / first.trial_id / EVENTS_FILE)
         ref_batch = rec.samples_per_step if rec is not None else None
-    return loss_target(records, int(ref_batch)) if ref_batch else None
+    if not ref_batch:
+        return None
+    # Trials at the script's default ran its batch, though a script that slices its own
+    # batches shows the probe none (mem_heavy.py): they are the reference's records.
+    own = [replace(t, allocation=replace(t.allocation, batch_size=ref_batch))
+           if t.allocation.batch_size is None else t for t in trials]
+    return loss_target(probe_records(own, run_dir), int(ref_batch))
 
 
 def target_for_batch(batch: int, run_dir: str | Path, ref_batch: int | None
@@ -80,3 +86,38 @@ def _trained_to(path: Path) -> bool:
         return False
     return isinstance(seen, dict) and (seen.get("reached_at_samples") is not None
                                        or bool(seen.get("gave_up")))
+
+
+def depth_note(trials: Iterable[TrialSummary], run_dir: str | Path) -> str:
+    """One sentence for the report: which probes trained on to the script's own batch's loss
+    before their curves were compared, and which stopped short of it (empty: none was given
+    a target)."""
+    reached: set[int] = set()
+    short: set[int] = set()
+    level = None
+    for t in trials:
+        path = Path(run_dir) / "trials" / t.trial_id / LOSS_TARGET_FILE
+        if not (t.allocation.batch_size and path.is_file()):
+            continue
+        try:
+            seen = json.loads(path.read_text())
+            level = float(seen["level"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        done = seen.get("reached_at_samples") is not None
+        (reached if done else short).add(int(t.allocation.batch_size))
+    if level is None:
+        return ""
+    short -= reached
+    text = (f"The probes at batch {_sizes(reached)} trained on until their smoothed loss reached "
+            f"the script's own batch's lowest ({level:.4g}) before their curves were compared"
+            if reached else "No probe of another batch reached the script's own batch's lowest "
+            f"loss ({level:.4g})")
+    if short:
+        text += (f"; at batch {_sizes(short)} the probe stopped short of it (after twice that "
+                 "batch's samples, or three time boxes), and is compared where it got to")
+    return text + "."
+
+
+def _sizes(batches: set[int]) -> str:
+    return ", ".join(str(b) for b in sorted(batches))
