@@ -181,7 +181,7 @@ def test_the_report_says_which_probes_trained_to_the_scripts_loss(tmp_path):
     import json
 
     from optimizer.foundation.allocation import Allocation
-    from optimizer.search.goodput.probe_target import depth_note
+    from optimizer.search.goodput.probe_target import depth_note, training_depth
     from optimizer.trials.records import TrialSummary
 
     trials = []
@@ -189,9 +189,14 @@ def test_the_report_says_which_probes_trained_to_the_scripts_loss(tmp_path):
         (tmp_path / "trials" / tid).mkdir(parents=True)
         if tid != "c":  # the script's own batch has no target
             (tmp_path / "trials" / tid / "loss_target.json").write_text(json.dumps(
-                {"level": 0.3456, "reached_at_samples": reached, "gave_up": reached is None}))
+                {"level": 0.3456, "ref_samples": 8000.0, "samples_seen": 16000.0,
+                 "reached_at_samples": reached, "gave_up": reached is None}))
         trials.append(TrialSummary(tid, "probe", Allocation(0, 1, 4.0, batch)))
     note = depth_note(trials, tmp_path)
     assert "batch 16 trained on" in note and "(0.3456)" in note
-    assert "at batch 256 the probe stopped short" in note and "64" not in note
+    assert "the probes at batch 256 stopped short" in note and "64" not in note
+    assert "at most 0.50 at batch 256" in note
     assert depth_note(trials[2:], tmp_path) == ""
+    # The bound a probe that stopped short puts on its batch: the own batch's samples to the
+    # loss over the samples it trained on without reaching it.
+    assert training_depth(trials, tmp_path) == (0.3456, {16}, {256: 0.5})

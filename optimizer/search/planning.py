@@ -23,7 +23,7 @@ from optimizer.search.goodput.efficiency import (
     TrialEfficiency,
     efficiency_from_trials,
 )
-from optimizer.search.goodput.probe_target import depth_note
+from optimizer.search.goodput.probe_target import depth_note, training_depth
 from optimizer.search.plan_cache import plan_inputs, reusable_plan
 from optimizer.trials.records import TrialSummary
 
@@ -91,7 +91,15 @@ def measure_efficiency(usable: list[TrialSummary], reference: TrialSummary,
                                "is unknown.")
     eff = efficiency_from_trials(usable, run_dir, int(ref))
     depth = depth_note(usable, run_dir)
-    return dataclasses.replace(eff, note=f"{eff.note} {depth}") if depth else eff
+    if not depth:
+        return eff
+    # A probe that stopped short of the own batch's loss bounds its batch's efficiency,
+    # whatever the curves' common stretch or the noise scale says (a batch that stalls).
+    short = training_depth(usable, run_dir)[2]
+    capped = {b: v for b, v in short.items() if b in eff.efficiency and v < eff.efficiency[b]}
+    return dataclasses.replace(
+        eff, note=f"{eff.note} {depth}", efficiency={**eff.efficiency, **capped},
+        decided_by="measured progress" if capped else eff.decided_by)
 
 
 def fit_env_config(opt: Any, usable: list[TrialSummary], reference: TrialSummary,

@@ -13,6 +13,7 @@ box, and a probe of another batch is given the lowest loss it reached
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -88,12 +89,14 @@ def _trained_to(path: Path) -> bool:
                                        or bool(seen.get("gave_up")))
 
 
-def depth_note(trials: Iterable[TrialSummary], run_dir: str | Path) -> str:
-    """One sentence for the report: which probes trained on to the script's own batch's loss
-    before their curves were compared, and which stopped short of it (empty: none was given
-    a target)."""
+def training_depth(trials: Iterable[TrialSummary], run_dir: str | Path
+                   ) -> tuple[float | None, set[int], dict[int, float]]:
+    """What the probes given a target saw: the target loss, the batches whose probe reached
+    it, and for each batch whose probes all stopped short of it, the bound that puts on its
+    efficiency: the samples the script's own batch needed to get there over the most samples
+    one of them trained on without getting there."""
     reached: set[int] = set()
-    short: set[int] = set()
+    short: dict[int, float] = {}
     level = None
     for t in trials:
         path = Path(run_dir) / "trials" / t.trial_id / LOSS_TARGET_FILE
@@ -101,21 +104,33 @@ def depth_note(trials: Iterable[TrialSummary], run_dir: str | Path) -> str:
             continue
         try:
             seen = json.loads(path.read_text())
-            level = float(seen["level"])
+            level, need = float(seen["level"]), float(seen["ref_samples"])
+            trained = float(seen["samples_seen"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        done = seen.get("reached_at_samples") is not None
-        (reached if done else short).add(int(t.allocation.batch_size))
+        b = int(t.allocation.batch_size)
+        if seen.get("reached_at_samples") is not None:
+            reached.add(b)
+        elif trained > 0:
+            short[b] = min(short.get(b, math.inf), need / trained)
+    return level, reached, {b: v for b, v in short.items() if b not in reached}
+
+
+def depth_note(trials: Iterable[TrialSummary], run_dir: str | Path) -> str:
+    """One sentence for the report: which probes trained on to the script's own batch's loss
+    before their curves were compared, and which stopped short of it (empty: none was given
+    a target)."""
+    level, reached, short = training_depth(trials, run_dir)
     if level is None:
         return ""
-    short -= reached
     text = (f"The probes at batch {_sizes(reached)} trained on until their smoothed loss reached "
             f"the script's own batch's lowest ({level:.4g}) before their curves were compared"
             if reached else "No probe of another batch reached the script's own batch's lowest "
             f"loss ({level:.4g})")
     if short:
-        text += (f"; at batch {_sizes(short)} the probe stopped short of it (after twice that "
-                 "batch's samples, or three time boxes), and is compared where it got to")
+        text += (f"; the probes at batch {_sizes(set(short))} stopped short of it (after twice "
+                 "the own batch's samples, or three time boxes), which bounds their efficiency: "
+                 + ", ".join(f"at most {v:.2f} at batch {b}" for b, v in sorted(short.items())))
     return text + "."
 
 
