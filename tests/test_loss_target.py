@@ -131,6 +131,7 @@ class _Scripted:
                               "value": 0.2 + math.exp(-step / 60.0)})
             (req.trial_dir / "probe.jsonl").write_text(
                 "".join(json.dumps(x) + "\n" for x in lines))
+            (req.trial_dir / "stdout.log").write_text(f"batch_size={batch}\n")
             s = TrialSummary(req.trial_dir.name, "probe", req.allocation, wall_time_s=3.0,
                              samples=200.0 * batch, throughput=100.0 * batch)
             s.save(req.trial_dir)
@@ -168,6 +169,11 @@ def test_the_baseline_runs_the_scripts_batch_first_and_gives_the_others_its_loss
     # The own batch's smoothed loss at its end, and the samples it took to get there.
     assert target.level == pytest.approx(0.2 + math.exp(-200 / 60.0), abs=0.05)
     assert 0.7 * 200 * 64 < target.ref_samples <= 200 * 64
+    # The script's batch unknown from its source: the one its default trials printed.
+    ex = _Scripted()
+    run_baseline(Manager(), allocs, tmp_path / "printed", cfg, probe_seconds=20.0, quiet=True,
+                 executor=ex, ref_batch=None)
+    assert ex.requests[2].loss_target == target
     # Off without goodput: one wave, no targets, no whole box.
     cfg.run.goodput = False
     ex = _Scripted()

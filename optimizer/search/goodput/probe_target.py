@@ -20,6 +20,7 @@ from pathlib import Path
 
 from optimizer.search.goodput.common_loss import lowest_reached
 from optimizer.search.goodput.efficiency import best_records, loss_points, probe_records
+from optimizer.trials.batch import label_batch
 from optimizer.trials.probe import EVENTS_FILE, ProbeRecord, read_probe
 from optimizer.trials.probe.loss_target import FILE as LOSS_TARGET_FILE
 from optimizer.trials.probe.loss_target import LossTarget
@@ -47,10 +48,12 @@ def loss_target_from_trials(trials: Iterable[TrialSummary], run_dir: str | Path,
     """:func:`loss_target` of a run's trials so far; the script's own batch is ``ref_batch``,
     else the batch its first usable trial at the script's default ran with."""
     trials = list(trials)
-    if ref_batch is None:
-        first = next((t for t in trials if t.ok and t.allocation.batch_size is None), None)
-        rec = first and read_probe(Path(run_dir) / "trials" / first.trial_id / EVENTS_FILE)
-        ref_batch = rec.samples_per_step if rec is not None else None
+    first = next((t for t in trials if t.ok and t.allocation.batch_size is None), None)
+    if ref_batch is None and first is not None:  # the batch it printed, else the probe's
+        folder = Path(run_dir) / "trials" / first.trial_id
+        ref_batch = label_batch(first, folder, None, True).allocation.batch_size
+        rec = read_probe(folder / EVENTS_FILE) if ref_batch is None else None
+        ref_batch = ref_batch or (rec.samples_per_step if rec is not None else None)
     if not ref_batch:
         return None
     # Trials at the script's default ran its batch, though a script that slices its own
