@@ -11,12 +11,13 @@ On every packed grid (``benchmarks/data/grids/<machine>/``, unpacked on first us
   - ``target`` (cloudopt's probes now): the script's own batch runs its whole time box
     (``--probe-seconds``, cloudopt's default 20); another batch stops when its rate is steady
     (``--steady-seconds``, about 8 on this machine's suite) or, later, when its loss watch has
-    reached the own batch's lowest loss (``optimizer.trials.probe.loss_target``), within three
+    reached the smoothed loss the own batch ended at (``optimizer.trials.probe.loss_target``), within three
     time boxes;
   - ``steady`` (cloudopt's probes before): every probe stops at ``--steady-seconds``;
   - ``box``: every probe runs its whole time box;
 - **samples to a common loss** (cloudopt's estimator, ``optimizer.search.goodput.common_loss``,
-  within what batch size alone can do) and **slopes over shared samples** (the loss's fall per
+  within what batch size alone can do, and capped, as the search caps it, by a probe that
+  stopped short of its target) and **slopes over shared samples** (the loss's fall per
   sample over the stretch both runs cover, the ratio cloudopt used before that).
 
 It prints each row and, per estimator, how often it puts a batch on the right side of the
@@ -24,6 +25,9 @@ script's own (better or worse per sample; truths within 5% of 1 left out) and it
 error where the truth is a number. Usage::
 
     python benchmarks/efficiency_truth.py [--mode target|steady|box] [--scripts cnn,charlm]
+
+Loss per sample does not depend on the machine: ``REGRET_MACHINE=AMD-EPYC-2c-nogpu`` reads the
+packed grids on another one.
 """
 
 from __future__ import annotations
@@ -81,18 +85,26 @@ def cut(rec, seconds: float):
                    step_points=rec.step_points[keep] if len(rec.step_points) else rec.step_points)
 
 
-def watched(rec, target, steady: float, box: float) -> float:
+def watched(rec, target, steady: float, box: float) -> tuple[float, float | None]:
     """Seconds at which a probe of ``rec`` with ``target`` stops: its rate steady at
-    ``steady``, then on until its loss watch is done, at most ``box``."""
+    ``steady``, then on until its loss watch is done, at most ``box``; and the bound a probe
+    that stopped short of the target puts on its batch's efficiency, as the search applies it
+    (``probe_target.training_depth``: the own batch's samples to the target over the samples
+    it trained on; None where it got there)."""
     if target is None or not rec.losses or not len(rec.step_points):
-        return steady
+        return steady, None
     watch = LossWatch(target)
     p = rec.step_points
+    stop = box
     for step, t, value in rec.losses:
+        if t > box:
+            break
         watch.add(float(np.interp(step - 1, np.r_[0.0, p[:, 1]], np.r_[0.0, p[:, 2]])), value)
         if watch.done:
-            return min(max(steady, t), box)
-    return box
+            stop = min(max(steady, t), box)
+            break
+    short = watch.reached_at is None and watch.last > 0
+    return stop, target.ref_samples / watch.last if short else None
 
 
 def rows_for(w, store: TruthStore, cpus: int, args: argparse.Namespace) -> list[dict]:
@@ -116,11 +128,15 @@ def rows_for(w, store: TruthStore, cpus: int, args: argparse.Namespace) -> list[
     probes = {ref: cut(records[ref], args.probe_seconds if args.mode != "steady" else steady)}
     aim = loss_target({ref: [probes[ref]]}, ref) if args.mode == "target" else None
     box = LossTarget(0, 1, 1, ref).time_box(args.probe_seconds, math.inf)
-    stops = {b: watched(rec, aim, steady, box) if aim else steady
-             for b, rec in records.items() if b != ref}
+    watches = {b: watched(rec, aim, steady, box) if aim else (steady, None)
+               for b, rec in records.items() if b != ref}
+    stops = {b: t for b, (t, _) in watches.items()}
     probes |= {b: cut(records[b], t) for b, t in stops.items()}
     common = {b: bounded_by_batch(b, ref, m)
               for b, m in common_loss_efficiency(probes, ref).items()}
+    for b, (_, cap) in watches.items():  # as planning.measure_efficiency caps it
+        if cap is not None and b in common and common[b].value is not None:
+            common[b] = replace(common[b], value=min(common[b].value, cap))
     progress = progress_over_shared_samples(probes)
     out = []
     for b in w.batch_sizes:

@@ -159,7 +159,11 @@ def cuda_device_name() -> str | None:
 
 
 def machine_key() -> str:
-    """``<cpu model>-<cores>c-<gpu>``, as a folder name."""
+    """``<cpu model>-<cores>c-<gpu>``, as a folder name; ``$REGRET_MACHINE`` names another
+    machine's, for analyses that only read its recorded runs (``efficiency_truth.py``: loss
+    per sample does not depend on the machine; never set it to measure)."""
+    if os.environ.get("REGRET_MACHINE"):
+        return os.environ["REGRET_MACHINE"]
     model = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:

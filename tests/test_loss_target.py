@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from optimizer.search.goodput.common_loss import lowest_reached
+from optimizer.search.goodput.common_loss import end_reached
 from optimizer.trials.probe.loss_target import GIVE_UP, LossTarget, LossWatch
 
 DATA = Path(__file__).parent / "data"
@@ -55,17 +55,17 @@ def test_the_time_box_of_a_watched_probe_stays_under_the_hard_limit():
     assert t.time_box(20.0, 10.0) == 20.0
 
 
-def test_the_lowest_loss_a_run_reached_and_when():
+def test_the_loss_a_run_ended_at_and_when_it_first_got_there():
     n = np.arange(0.0, 8000.0, 8.0)
-    found = lowest_reached(n, _curve(n, noise=0.05))
+    found = end_reached(n, _curve(n, noise=0.05))
     assert found is not None
     level, tau, need = found
     assert tau == pytest.approx(0.1 * np.ptp(n), rel=0.01)
     assert level == pytest.approx(float(_curve(np.array([8000.0]))[0]), abs=0.03)
     assert need > 0.8 * n[-1]
-    assert lowest_reached(n, 1.0 + 0.05 * np.random.default_rng(1).standard_normal(len(n))) \
+    assert end_reached(n, 1.0 + 0.05 * np.random.default_rng(1).standard_normal(len(n))) \
         is None  # a loss that does not fall gives no level
-    assert lowest_reached(n[:5], _curve(n[:5])) is None
+    assert end_reached(n[:5], _curve(n[:5])) is None
 
 
 def test_a_probe_of_another_batch_trains_on_to_the_scripts_loss(tmp_path):

@@ -4,7 +4,7 @@ The efficiency of a batch size is the samples the script's own batch needed to r
 over the samples the other needed (:mod:`optimizer.search.goodput.common_loss`). Compared early in
 training, a smaller batch's edge reads high: two curves cut at a steady rate, a few seconds in,
 compare that edge, not the loss the job ends at. So the script's own batch probes its whole time
-box, and a probe of another batch is given the lowest loss it reached
+box, and a probe of another batch is given the smoothed loss it ended at
 (:class:`~optimizer.trials.probe.loss_target.LossTarget`) and trains on until it gets there
 (:class:`~optimizer.trials.probe.loss_target.LossWatch`). ``benchmarks/efficiency_truth.py
 --steady-seconds 8 --ref-whole-box`` checks this against whole runs.
@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from optimizer.search.goodput.common_loss import lowest_reached
+from optimizer.search.goodput.common_loss import end_reached
 from optimizer.search.goodput.efficiency import best_records, loss_points, probe_records
 from optimizer.trials.batch import label_batch
 from optimizer.trials.probe import EVENTS_FILE, ProbeRecord, read_probe
@@ -29,14 +29,14 @@ from optimizer.trials.records import TrialSummary, iter_trials
 
 def loss_target(records: Mapping[int, list[ProbeRecord]], ref_batch: int
                 ) -> LossTarget | None:
-    """The loss a probe of another batch size trains to: the lowest smoothed loss of the
+    """The loss a probe of another batch size trains to: the smoothed loss at the end of the
     script's own batch's record with the most losses (the one the efficiency will compare
     against). None when there is none, or its loss did not measurably fall."""
     recs = records.get(ref_batch)
     if not recs:
         return None
     ref = best_records({ref_batch: recs})[ref_batch]
-    found = lowest_reached(*loss_points(ref, ref_batch))
+    found = end_reached(*loss_points(ref, ref_batch))
     if found is None:
         return None
     level, tau, need = found
@@ -127,9 +127,10 @@ def depth_note(trials: Iterable[TrialSummary], run_dir: str | Path) -> str:
     if level is None:
         return ""
     text = (f"The probes at batch {_sizes(reached)} trained on until their smoothed loss reached "
-            f"the script's own batch's lowest ({level:.4g}) before their curves were compared"
-            if reached else "No probe of another batch reached the script's own batch's lowest "
-            f"loss ({level:.4g})")
+            f"the one the script's own batch ended its probe at ({level:.4g}) before their "
+            "curves were compared"
+            if reached else "No probe of another batch reached the smoothed loss the script's own "
+            f"batch ended its probe at ({level:.4g})")
     if short:
         text += (f"; the probes at batch {_sizes(set(short))} stopped short of it (after twice "
                  "the own batch's samples, or three time boxes), which bounds their efficiency: "

@@ -32,10 +32,12 @@ FILE = "loss_target.json"
 
 @dataclass(frozen=True)
 class LossTarget:
-    """The smoothed loss the script's own batch reached, and over how many samples."""
+    """The smoothed loss the script's own batch ended at, and after how many samples it first
+    got there."""
 
     level: float
-    """Lowest smoothed loss of the script's own batch (past the first decay length)."""
+    """Smoothed loss the script's own batch ended its probe at (its job's end where the probe
+    ran the whole job)."""
     decay_samples: float
     """Decay length of the smoothing, in training samples."""
     ref_samples: float
