@@ -19,7 +19,7 @@ from optimizer.trials.records import TrialSummary
 
 yaml = pytest.importorskip("yaml")
 
-TINY_ARGS = ["--train-args", "--samples 16000", "--baseline-samples", "4", "--probe-seconds", "0",
+TINY_ARGS = ["--train-args", "--samples 8000", "--baseline-samples", "4", "--probe-seconds", "0",
              "--agent-seconds", "1", "--live-plan", "write"]
 # Tests of something other than the closed loop's end: one run-off round (3 runs, not 6), and
 # 6 real runs in all (the default's 12 cost these tests a minute on a 2-core machine), and no

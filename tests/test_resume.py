@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-TINY_ARGS = ["--train-args", "--samples 16000", "--baseline-samples", "3", "--probe-seconds",
+TINY_ARGS = ["--train-args", "--samples 8000", "--baseline-samples", "3", "--probe-seconds",
              "0", "--agent-seconds", "1", "--live-plan", "off", "--refine-rounds", "1",
              "--runoff-rounds", "1", "--budget", "4"]
 
