@@ -115,7 +115,7 @@ def test_the_main_job_keeps_to_its_budget_and_prints_the_search_cost(tmp_path, r
     proc = subprocess.run(
         [sys.executable, "-m", "optimizer", "--train-file", "tests/data/tiny_train.py",
          "--preference", "cost", "--train-args", "--samples 8000", "--baseline-samples", "3",
-         "--probe-seconds", "0", "--agent-seconds", "1", "--live-plan", "off", "--budget", "5", "--output", str(out),
+         "--probe-seconds", "0", "--agent-seconds", "0.5", "--live-plan", "off", "--budget", "5", "--output", str(out),
          "--quiet"], capture_output=True, text=True, cwd=repo_root, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert len([d for d in (out / "trials").iterdir() if (d / "summary.json").exists()]) <= 5

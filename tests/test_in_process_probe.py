@@ -260,7 +260,7 @@ def _main_job(script, tmp_path, repo_root, *, budget, probe_seconds):
     proc = subprocess.run(
         [sys.executable, "-m", "optimizer", "--train-file", script, "--batch-size-arg=--bs",
          "--preference", "cost", "--budget", str(budget), "--probe-seconds", str(probe_seconds),
-         "--agent-seconds", "1", "--live-plan", "off", "--output", str(out), "--quiet"],
+         "--agent-seconds", "0.5", "--live-plan", "off", "--output", str(out), "--quiet"],
         capture_output=True, text=True, cwd=repo_root, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out

@@ -78,7 +78,7 @@ def test_main_job_sweeps_the_workers_and_recommends_the_measured_best(tmp_path, 
         [sys.executable, "-m", "optimizer", "--train-file", "tests/data/tiny_train.py",
          "--preference", "cost", "--train-args", "--samples 4000 --worker-cost 0.01",
          "--workers-arg=--workers", "--baseline-samples", "4", "--probe-seconds", "0",
-         "--agent-seconds", "1", "--live-plan", "off", "--refine-rounds", "1", "--runoff-rounds",
+         "--agent-seconds", "0.5", "--live-plan", "off", "--refine-rounds", "1", "--runoff-rounds",
          "1", "--output", str(out), "--quiet"],
         capture_output=True, text=True, cwd=repo_root, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

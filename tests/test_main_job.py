@@ -20,11 +20,13 @@ from optimizer.trials.records import TrialSummary
 yaml = pytest.importorskip("yaml")
 
 TINY_ARGS = ["--train-args", "--samples 8000", "--baseline-samples", "4", "--probe-seconds", "0",
-             "--agent-seconds", "1", "--live-plan", "write"]
+             "--agent-seconds", "0.5", "--live-plan", "write"]
 # Tests of something other than the closed loop's end: one run-off round (3 runs, not 6), and
 # 6 real runs in all (the default's 12 cost these tests a minute on a 2-core machine), and no
-# live plan (its agents' training is tested by tiny_run and tests/test_stage_model.py).
-SHORT_LOOP = [*TINY_ARGS, "--runoff-rounds", "1", "--budget", "6", "--live-plan", "off"]
+# live plan (its agents' training is tested by tiny_run and tests/test_stage_model.py), on a
+# job half as long.
+SHORT_LOOP = [*TINY_ARGS, "--runoff-rounds", "1", "--budget", "6", "--live-plan", "off",
+              "--train-args", "--samples 4000"]
 
 
 def cli(repo_root, *args, **kw):

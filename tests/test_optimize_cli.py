@@ -64,7 +64,7 @@ def test_small_real_run_then_resume(tmp_path, repo_root):
     script.write_text(QUICK)
     out = tmp_path / "run"
     args = ["--train-file", str(script), "--preference", "time", "--baseline-samples", "3",
-            "--probe-seconds", "0", "--agent-seconds", "1", "--live-plan", "off", "--train-args", "--foo 1",
+            "--probe-seconds", "0", "--agent-seconds", "0.5", "--live-plan", "off", "--train-args", "--foo 1",
             "--runoff-rounds", "1", "--budget", "5", "--output", str(out), "--quiet"]
     proc = cli(*args, cwd=repo_root)
     assert proc.returncode == 0, proc.stderr

@@ -132,7 +132,7 @@ def test_no_traceback_reaches_the_user(kind, tmp_path, repo_root):
                       "[run]\ntrial_timeout_s = 8.0\nmonitor_interval = 0.2\n")
     proc = subprocess.run(
         [sys.executable, "-m", "optimizer", "--train-file", str(script), "--config", str(config),
-         "--baseline-samples", "1", "--probe-seconds", "1", "--agent-seconds", "1", "--live-plan", "off",
+         "--baseline-samples", "1", "--probe-seconds", "1", "--agent-seconds", "0.5", "--live-plan", "off",
          "--refine-rounds", "0", "--runoff-rounds", "0", "--output", str(tmp_path / "r"),
          "--quiet"], capture_output=True, text=True, cwd=repo_root, timeout=120,
         env={**__import__("os").environ, "GROW_MB": "400", "GROW_S": "1"})

@@ -140,7 +140,7 @@ def test_resume_after_an_interrupted_ray_run(tmp_path, repo_root):
     out = tmp_path / "run"
     args = [sys.executable, "-m", "optimizer", "--train-file", str(TINY), "--preference", "cost",
             "--train-args", "--samples 6000", "--baseline-samples", "3", "--probe-seconds", "0",
-            "--agent-seconds", "1", "--live-plan", "off", "--refine-rounds", "0", "--runoff-rounds",
+            "--agent-seconds", "0.5", "--live-plan", "off", "--refine-rounds", "0", "--runoff-rounds",
             "1", "--budget", "5", "--executor", "ray", "--output",
             str(out), "--quiet"]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # a Ray of its own

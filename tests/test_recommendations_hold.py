@@ -213,7 +213,7 @@ def test_argparse_script_reaches_trained_agents_in_the_main_job(tmp_path, repo_r
     proc = subprocess.run(
         [sys.executable, "-m", "optimizer", "--train-file", "tests/data/tiny_argparse_train.py",
          "--batch-size-arg=--batch-size", "--preference", "cost", "--baseline-samples", "4",
-         "--probe-seconds", "0", "--agent-seconds", "1", "--live-plan", "off", "--refine-rounds", "1",
+         "--probe-seconds", "0", "--agent-seconds", "0.5", "--live-plan", "off", "--refine-rounds", "1",
          "--runoff-rounds", "1", "--output", str(out), "--quiet"],
         capture_output=True, text=True, cwd=repo_root, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-TINY_ARGS = ["--train-args", "--samples 8000", "--baseline-samples", "3", "--probe-seconds",
-             "0", "--agent-seconds", "1", "--live-plan", "off", "--refine-rounds", "1",
+TINY_ARGS = ["--train-args", "--samples 4000", "--baseline-samples", "3", "--probe-seconds",
+             "0", "--agent-seconds", "0.5", "--live-plan", "off", "--refine-rounds", "1",
              "--runoff-rounds", "1", "--budget", "4"]
 
 

@@ -58,7 +58,7 @@ def test_main_job_on_a_bundled_example(installed, tmp_path, repo_root):
     shutil.copy(repo_root / "examples" / "train_mlp.py", tmp_path / "train_mlp.py")
     proc = _run(installed, tmp_path, sys.executable, "-m", "optimizer", "--train-file",
                 "train_mlp.py", "--preference", "cost", "--probe-seconds", "5",
-                "--baseline-samples", "2", "--agent-seconds", "1", "--live-plan", "off", "--refine-rounds", "0",
+                "--baseline-samples", "2", "--agent-seconds", "0.5", "--live-plan", "off", "--refine-rounds", "0",
                 "--train-args", "--epochs 1 --samples 3000 --hidden 64", "--output", "run",
                 "--quiet")
     assert proc.returncode == 0, proc.stderr[-3000:]
