@@ -11,8 +11,8 @@ On every packed grid (``benchmarks/data/grids/<machine>/``, unpacked on first us
   - ``target`` (cloudopt's probes now): the script's own batch runs its whole time box
     (``--probe-seconds``, cloudopt's default 20); another batch stops when its rate is steady
     (``--steady-seconds``, about 8 on this machine's suite) or, later, when its loss watch has
-    reached the smoothed loss the own batch ended at (``optimizer.trials.probe.loss_target``), within three
-    time boxes;
+    reached the smoothed loss the own batch ended at (``optimizer.trials.probe.loss_target``),
+    within three time boxes;
   - ``steady`` (cloudopt's probes before): every probe stops at ``--steady-seconds``;
   - ``box``: every probe runs its whole time box;
 - **samples to a common loss** (cloudopt's estimator, ``optimizer.search.goodput.common_loss``,

@@ -68,6 +68,18 @@ def test_the_loss_a_run_ended_at_and_when_it_first_got_there():
     assert end_reached(n[:5], _curve(n[:5])) is None
 
 
+def test_the_target_is_where_the_run_ended_not_a_dip_before():
+    """A run whose loss dips and comes back up ends above its lowest: the target is its end,
+    which other batches can reach, first met before the dip."""
+    n = np.arange(0.0, 8000.0, 8.0)
+    loss = 1.0 - 0.5 * np.minimum(n, 4000.0) / 4000.0 + 0.1 * np.maximum(n - 4000.0, 0) / 4000.0
+    found = end_reached(n, loss)
+    assert found is not None
+    level, tau, need = found
+    assert level == pytest.approx(0.6, abs=0.03) and level > loss.min() + 0.05
+    assert need < 4000.0  # on the way down, not at the end
+
+
 def test_a_probe_of_another_batch_trains_on_to_the_scripts_loss(tmp_path):
     """The script's own batch runs its whole time box; a smaller batch, given its loss, runs
     past its own steady rate and time box until its smoothed loss gets there, and files what
