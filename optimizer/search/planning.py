@@ -90,15 +90,15 @@ def measure_efficiency(usable: list[TrialSummary], reference: TrialSummary,
                                note="Statistical efficiency is off: the script's batch size "
                                "is unknown.")
     eff = efficiency_from_trials(usable, run_dir, int(ref))
-    depth = depth_note(usable, run_dir)
-    if not depth:
+    depth = training_depth(usable, run_dir)
+    note = depth_note(usable, run_dir, depth)
+    if not note:
         return eff
     # A probe that stopped short of the own batch's loss bounds its batch's efficiency,
     # whatever the curves' common stretch or the noise scale says (a batch that stalls).
-    short = training_depth(usable, run_dir)[2]
-    capped = {b: v for b, v in short.items() if b in eff.efficiency and v < eff.efficiency[b]}
+    capped = {b: v for b, v in depth[2].items() if b in eff.efficiency and v < eff.efficiency[b]}
     return dataclasses.replace(
-        eff, note=f"{eff.note} {depth}", efficiency={**eff.efficiency, **capped},
+        eff, note=f"{eff.note} {note}", efficiency={**eff.efficiency, **capped},
         decided_by="measured progress" if capped else eff.decided_by)
 
 

@@ -83,13 +83,20 @@ def target_for_batch(batch: int, run_dir: str | Path, ref_batch: int | None
     return target
 
 
-def _trained_to(path: Path) -> bool:
+def _seen(path: Path) -> dict | None:
+    """What a probe's loss watch filed (``loss_target.json``); None where it is missing or
+    garbled (no target, no bound: never an error)."""
     try:
         seen = json.loads(path.read_text())
     except (OSError, ValueError):
-        return False
-    return isinstance(seen, dict) and (seen.get("reached_at_samples") is not None
-                                       or bool(seen.get("gave_up")))
+        return None
+    return seen if isinstance(seen, dict) else None
+
+
+def _trained_to(path: Path) -> bool:
+    seen = _seen(path)
+    return seen is not None and (seen.get("reached_at_samples") is not None
+                                 or bool(seen.get("gave_up")))
 
 
 def training_depth(trials: Iterable[TrialSummary], run_dir: str | Path
@@ -105,11 +112,11 @@ def training_depth(trials: Iterable[TrialSummary], run_dir: str | Path
         path = Path(run_dir) / "trials" / t.trial_id / LOSS_TARGET_FILE
         if not (t.allocation.batch_size and path.is_file()):
             continue
+        seen = _seen(path)
         try:
-            seen = json.loads(path.read_text())
             level, need = float(seen["level"]), float(seen["ref_samples"])
             trained = float(seen["samples_seen"])
-        except (OSError, ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError):
             continue
         b = int(t.allocation.batch_size)
         if seen.get("reached_at_samples") is not None:
@@ -119,11 +126,12 @@ def training_depth(trials: Iterable[TrialSummary], run_dir: str | Path
     return level, reached, {b: v for b, v in short.items() if b not in reached}
 
 
-def depth_note(trials: Iterable[TrialSummary], run_dir: str | Path) -> str:
+def depth_note(trials: Iterable[TrialSummary], run_dir: str | Path,
+               depth: tuple[float | None, set[int], dict[int, float]] | None = None) -> str:
     """One sentence for the report: which probes trained on to the script's own batch's loss
     before their curves were compared, and which stopped short of it (empty: none was given
-    a target)."""
-    level, reached, short = training_depth(trials, run_dir)
+    a target). ``depth``: :func:`training_depth` of the same trials, where already read."""
+    level, reached, short = depth if depth is not None else training_depth(trials, run_dir)
     if level is None:
         return ""
     text = (f"The probes at batch {_sizes(reached)} trained on until their smoothed loss reached "
