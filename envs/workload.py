@@ -23,8 +23,11 @@ for Goodput-Optimized Deep Learning"), extended with CPU threads and host memory
 
       T = (T_gs**KAPPA + T_d**KAPPA) ** (1 / KAPPA)
 
-* a CPU-only workload computes on the threads themselves: ``T = (alpha_c + beta_c * B) *
-  cpu_scale * ((1 - p) + p / c)``.
+* a CPU-only workload computes on the threads themselves, and each thread beyond the first adds
+  ``sync_c`` seconds of fork/join per step (intra-op parallelism hands every operator's work to
+  the threads and waits for them): ``T = (alpha_c + beta_c * B) * cpu_scale * ((1 - p) + p / c)
+  + sync_c * (c - 1)``. With ``sync_c > 0`` a small batch can run slower on more threads, as
+  small CNN steps did on a 2-core machine (batch 16: 13.4 s per job on 1 CPU, 15.7 s on 2).
 
 Throughput is ``B / T`` samples per second. A batch-size change also changes statistical
 efficiency (progress per sample). We use the gradient-noise-scale form that Pollux builds on
@@ -94,6 +97,8 @@ class WorkloadParams:
     """Single-thread input-pipeline time per sample, s (``gpu`` device)."""
     parallel_fraction: float = 0.9
     """Amdahl parallel fraction of the CPU work."""
+    sync_c: float = 0.0
+    """Thread synchronisation per step and per CPU thread beyond the first, s (``cpu`` device)."""
     host_cores_per_gpu: float = 0.0
     """CPU cores each GPU's driver thread keeps busy."""
     gpu_util_max: float = 1.0
@@ -125,6 +130,7 @@ class WorkloadParams:
             "gpu_mem_base_gb",
             "gpu_mem_per_sample_gb",
             "noise_scale",
+            "sync_c",
         ):
             if not getattr(self, name) >= 0:
                 raise ConfigError(f"[model].{name} must be >= 0 (got {getattr(self, name)!r})")
@@ -321,7 +327,7 @@ class WorkloadModel:
         amdahl = (1.0 - par) + par / c
         if p.device == "cpu":
             work = (p.alpha_c + p.beta_c * b_total) * cpu_scale
-            step = work * amdahl
+            step = work * amdahl + p.sync_c * np.maximum(c - 1.0, 0.0)
             t_compute = step
             gpu_util = np.zeros_like(step)
             cpu_util = np.minimum(1.0, work / (c * step))

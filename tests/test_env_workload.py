@@ -134,6 +134,47 @@ def test_fit_with_noise_reports_error():
     assert model.params.parallel_fraction == pytest.approx(0.8, abs=0.15)
 
 
+# The cnn script's 2-core figures (issue 39): per-sample time flat on 1 CPU, 2 CPUs faster at
+# batch 64 and up and slower at 16. Amdahl alone makes 2 CPUs faster at every batch.
+SYNCED = WorkloadParams(device="cpu", alpha_c=0.0, beta_c=0.001, parallel_fraction=0.9,
+                        sync_c=0.012)
+
+
+def test_more_threads_can_slow_small_steps():
+    model = WorkloadModel(params=SYNCED)
+    thr = {(c, b): float(model.predict(0, c, np.inf, b)["throughput"])
+           for c in (1, 2) for b in (16, 256)}
+    assert thr[(2, 16)] < thr[(1, 16)] and thr[(2, 256)] > thr[(1, 256)]
+    amdahl = WorkloadModel(params=dataclasses.replace(SYNCED, sync_c=0.0))
+    assert float(amdahl.predict(0, 2, np.inf, 16)["throughput"]) > thr[(1, 16)]
+
+
+def test_fit_frees_the_threads_sync_only_where_amdahl_misses():
+    grid = [(0, c, b) for c in (1, 2) for b in (16, 32, 64, 128)]
+    model = fit_workload_model(synthetic_trials(SYNCED, grid, noise=0.03, seed=2))
+    assert "sync_c" in model.fit_report_.free
+    assert model.params.sync_c == pytest.approx(SYNCED.sync_c, rel=0.3)
+    pred = {c: float(model.predict(0, c, np.inf, 16)["throughput"]) for c in (1, 2)}
+    assert pred[2] < pred[1]  # the decision Amdahl alone gets wrong
+    assert model.fit_report_.max_rel_error < 0.1
+    # Where Amdahl holds, the noise alone does not free it, and the report says why.
+    plain = WorkloadParams(device="cpu", alpha_c=0.004, beta_c=0.0002, parallel_fraction=0.8)
+    model = fit_workload_model(synthetic_trials(plain, grid, noise=0.06, seed=2))
+    assert model.params.sync_c == 0.0 and "halve" in model.fit_report_.fixed["sync_c"]
+    exact = fit_workload_model(synthetic_trials(plain, grid))
+    assert exact.params.sync_c == 0.0 and "within 3%" in exact.fit_report_.fixed["sync_c"]
+    # Four trials would fit four parameters exactly: one more is needed.
+    four = fit_workload_model(synthetic_trials(SYNCED, [(0, c, b) for c in (1, 2)
+                                                        for b in (16, 128)]))
+    assert four.params.sync_c == 0.0 and "one more trial" in four.fit_report_.fixed["sync_c"]
+    # One batch per CPU count cannot tell a thread's cost from the step's work.
+    few = fit_workload_model(synthetic_trials(SYNCED, [(0, 1, 16), (0, 1, 128), (0, 2, 16),
+                                                      (0, 4, 128)]))
+    assert few.params.sync_c == 0.0 and "each of two CPU counts" in few.fit_report_.fixed["sync_c"]
+    held = fit_workload_model(synthetic_trials(SYNCED, grid), fixed={"sync_c": 0.012})
+    assert held.params.sync_c == 0.012 and held.fit_report_.fixed["sync_c"] == "given"
+
+
 def test_fit_refuses_unidentifiable_trials():
     true = WorkloadParams(device="cpu", alpha_c=0.004, beta_c=0.0002, parallel_fraction=0.8)
     # One batch size: fitted without the batch dimension (all time per sample), not refused.
