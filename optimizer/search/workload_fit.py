@@ -23,14 +23,14 @@ import scipy.optimize
 
 from envs.workload import FitReport, WorkloadModel, WorkloadParams
 from optimizer.foundation.errors import CloudoptError
-from optimizer.trials.records import TrialSummary
-
-MEASUREMENT_COLUMNS = (
-    "trial_id", "gpus", "cpus", "batch_size", "throughput", "mem_gb_peak", "cpu_util_mean",
-    "gpu_util_mean",
+from optimizer.search.fit_measurements import (
+    MEASUREMENT_COLUMNS,
+    Measurements,
+    measurements_from_trials,
+    noise_scale_from_trials,
+    usable_measurements,
 )
-"""The table :func:`fit_workload_model` takes; ``batch_size`` may be missing (NaN) on rows the
-fit then cannot use, and the last three may be NaN or 0 where they were not measured."""
+from optimizer.trials.records import TrialSummary
 
 _HINTS = {
     "alpha_c": "trials at two or more batch sizes",
@@ -54,82 +54,7 @@ _BOUNDS = {
 }
 
 
-@dataclasses.dataclass
-class _Data:
-    ids: list[str]
-    g: np.ndarray
-    c: np.ndarray
-    b: np.ndarray
-    thr: np.ndarray
-    mem: np.ndarray
-    cpu_util: np.ndarray
-    gpu_util: np.ndarray
-
-
-def measurements_from_trials(trials: Iterable[TrialSummary]) -> pd.DataFrame:
-    """One row per completed or probe trial that measured a throughput (failed trials measured
-    nothing the fit can use), columns :data:`MEASUREMENT_COLUMNS`. Trials that set the
-    data-loader workers (:mod:`optimizer.search.loader_workers`) are left out: the model knows the
-    script's default only."""
-    rows = [
-        {
-            "trial_id": t.trial_id,
-            "gpus": t.allocation.gpus,
-            "cpus": t.allocation.cpus,
-            "batch_size": np.nan if t.allocation.batch_size is None else t.allocation.batch_size,
-            "throughput": t.throughput,
-            "mem_gb_peak": t.mem_gb_peak,
-            "cpu_util_mean": t.cpu_util_mean,
-            "gpu_util_mean": np.nan if t.gpu_util_mean is None else t.gpu_util_mean,
-        }
-        for t in trials
-        if t.ok and t.throughput and t.throughput > 0 and t.allocation.workers is None
-    ]
-    return pd.DataFrame(rows, columns=list(MEASUREMENT_COLUMNS))
-
-
-def noise_scale_from_trials(trials: Iterable[TrialSummary]) -> float:
-    """The gradient noise scale a script reported (``model_info["grad_noise_scale"]``), else 0."""
-    for t in trials:
-        v = (t.model_info or {}).get("grad_noise_scale")
-        if isinstance(v, (int, float)) and v > 0:
-            return float(v)
-    return 0.0
-
-
-def _usable(table: pd.DataFrame) -> _Data:
-    missing = [c for c in MEASUREMENT_COLUMNS[:5] if c not in table.columns]
-    if missing:
-        raise CloudoptError(
-            f"cannot fit the workload model: the measurement table has no column {missing[0]!r} "
-            f"(columns needed: {', '.join(MEASUREMENT_COLUMNS[:5])})"
-        )
-
-    def col(name: str, default: float = np.nan) -> np.ndarray:
-        if name not in table.columns:
-            return np.full(len(table), default)
-        return pd.to_numeric(table[name], errors="coerce").to_numpy(dtype=float)
-
-    thr, b = col("throughput"), col("batch_size")
-    keep = np.isfinite(thr) & (thr > 0) & np.isfinite(b) & (b > 0)
-    if keep.sum() < 3:
-        raise CloudoptError(
-            f"cannot fit the workload model: {int(keep.sum())} usable trial(s) of {len(table)} "
-            "(need at least 3 completed or probe trials with a throughput and a batch size)"
-        )
-    return _Data(
-        ids=[str(i) for i in table["trial_id"].to_numpy()[keep]],
-        g=col("gpus")[keep],
-        c=col("cpus")[keep],
-        b=b[keep],
-        thr=thr[keep],
-        mem=np.nan_to_num(col("mem_gb_peak", 0.0)[keep]),
-        cpu_util=np.nan_to_num(col("cpu_util_mean", 0.0)[keep]),
-        gpu_util=col("gpu_util_mean")[keep],
-    )
-
-
-def _refuse(what: str, data: _Data) -> None:
+def _refuse(what: str, data: Measurements) -> None:
     raise CloudoptError(
         f"cannot fit the workload model: {what} (trials: "
         + ", ".join(
@@ -144,7 +69,7 @@ SMALL_STEP_MS = 2.0
 """Steps shorter than this may truly run slower on more threads (fork/join overhead)."""
 
 
-def _check_cpu_monotone(d: _Data, slack: float = 0.5) -> None:
+def _check_cpu_monotone(d: Measurements, slack: float = 0.5) -> None:
     """Refuse trials where more CPU threads ran over twice slower than fewer at the same batch.
 
     The model (Amdahl) cannot express that. It is the signature of an oversubscribed machine
@@ -177,7 +102,7 @@ def _check_cpu_monotone(d: _Data, slack: float = 0.5) -> None:
 
 
 def _choose_free(
-    d: _Data, device: str, given: dict[str, float]
+    d: Measurements, device: str, given: dict[str, float]
 ) -> tuple[list[str], dict[str, str], dict[str, float]]:
     """Free parameters, fixed ones with reasons, and fixed values (``given`` ones held)."""
     for k, v in given.items():
@@ -196,7 +121,7 @@ def _choose_free(
 
 
 def _choose_free_from_data(
-    d: _Data, device: str, given: dict[str, float]
+    d: Measurements, device: str, given: dict[str, float]
 ) -> tuple[list[str], dict[str, str], dict[str, float]]:
     local = d.b / np.maximum(d.g, 1)
     one_batch = len(np.unique(local)) < 2 and not ({"alpha_c", "beta_c"} & set(given))
@@ -246,13 +171,13 @@ def _params_from(x: np.ndarray, free: list[str], base: dict[str, float]) -> dict
     return out
 
 
-def _log_step(values: dict[str, float], proto, d: _Data) -> np.ndarray:
+def _log_step(values: dict[str, float], proto, d: Measurements) -> np.ndarray:
     params = dataclasses.replace(proto, **values)
     pred = WorkloadModel(params=params).predict(d.g, d.c, np.full_like(d.b, np.inf), d.b)
     return np.log(pred["step_time"])
 
 
-def _initial_guess(d: _Data, free: list[str]) -> np.ndarray:
+def _initial_guess(d: Measurements, free: list[str]) -> np.ndarray:
     t = d.b / d.thr
     local = d.b / np.maximum(d.g, 1)
     if len(np.unique(local)) < 2:
@@ -272,7 +197,7 @@ def _initial_guess(d: _Data, free: list[str]) -> np.ndarray:
     return np.array([guess[k] for k in free])
 
 
-def _check_identified(jac: np.ndarray, x: np.ndarray, free: list[str], d: _Data) -> None:
+def _check_identified(jac: np.ndarray, x: np.ndarray, free: list[str], d: Measurements) -> None:
     """Refuse when the Jacobian (relative sensitivities) is singular among interior params."""
     lo = np.array([_BOUNDS[k][0] for k in free])
     hi = np.array([_BOUNDS[k][1] for k in free])
@@ -364,7 +289,7 @@ def fit_workload_model(
 
 
 def _fit(table, proto, *, noise_scale, ref_batch, gpu_mem_gb, fixed):
-    d = _usable(table)
+    d = usable_measurements(table)
     device = "gpu" if (d.g > 0).any() else "cpu"
     if device == "gpu" and (d.g == 0).any():
         _refuse("trials mix CPU-only and GPU runs; fit them as separate workloads", d)
@@ -416,7 +341,7 @@ SYNC_FLOOR = 0.03
 synchronisation (``sync_c``) that one run's noise could not give as well."""
 
 
-def _with_sync(d: _Data, free: list[str], base: dict[str, float], proto, y: np.ndarray,
+def _with_sync(d: Measurements, free: list[str], base: dict[str, float], proto, y: np.ndarray,
                values: dict[str, float], fixed: dict[str, str]
                ) -> tuple[dict[str, float], list[str]]:
     """The CPU fit with the threads' per-step synchronisation (``sync_c``) freed where the
@@ -453,7 +378,7 @@ def _with_sync(d: _Data, free: list[str], base: dict[str, float], proto, y: np.n
     return more, [*free, "sync_c"]
 
 
-def _worst_miss(values: dict[str, float], proto, d: _Data, y: np.ndarray) -> float:
+def _worst_miss(values: dict[str, float], proto, d: Measurements, y: np.ndarray) -> float:
     """The largest relative throughput error of the trials under ``values``."""
     return float(np.max(np.abs(np.exp(y - _log_step(values, proto, d)) - 1.0)))
 
@@ -466,7 +391,7 @@ def _without_pipeline(free: list[str], base: dict[str, float], fixed: dict[str, 
     return [k for k in free if k not in _PIPELINE]
 
 
-def _solve(d: _Data, free: list[str], base: dict[str, float], proto, y: np.ndarray):
+def _solve(d: Measurements, free: list[str], base: dict[str, float], proto, y: np.ndarray):
     """Bounded least squares on log step time; refuses unidentified parameters."""
 
     def resid(x: np.ndarray) -> np.ndarray:
@@ -482,7 +407,7 @@ def _solve(d: _Data, free: list[str], base: dict[str, float], proto, y: np.ndarr
     return _params_from(sol.x, free, base)
 
 
-def _fit_secondary(params, d: _Data, fixed: dict[str, str], gpu_mem_gb):
+def _fit_secondary(params, d: Measurements, fixed: dict[str, str], gpu_mem_gb):
     """Memory line, host cores per GPU and the GPU utilisation ceiling."""
     has_mem = d.mem > 0
     if has_mem.sum() >= 2 and len(np.unique(d.b[has_mem])) >= 2:
@@ -512,7 +437,7 @@ def _fit_secondary(params, d: _Data, fixed: dict[str, str], gpu_mem_gb):
     return params
 
 
-def _report(params, d: _Data, free: list[str], fixed: dict[str, str]) -> FitReport:
+def _report(params, d: Measurements, free: list[str], fixed: dict[str, str]) -> FitReport:
     pred = WorkloadModel(params=params).predict(d.g, d.c, np.inf, d.b)
     rel = pred["throughput"] / d.thr - 1.0
     has_mem = d.mem > 0
@@ -541,3 +466,7 @@ def _report(params, d: _Data, free: list[str], fixed: dict[str, str]) -> FitRepo
         max_rel_error=float(np.max(np.abs(rel))),
         dof=len(d.ids) - len(free),
     )
+
+
+__all__ = ["MEASUREMENT_COLUMNS", "Measurements", "fit_workload_model",
+           "measurements_from_trials", "noise_scale_from_trials"]
