@@ -5,6 +5,11 @@
 #
 #   bash benchmarks/gpu_checks.sh OUT_DIR        # about 11 minutes on one H100/H200, 16 CPUs
 #   STEPS="main_job main_time" bash benchmarks/gpu_checks.sh OUT_DIR    # some of the steps
+#   STEPS="gpu_tests regret" bash benchmarks/gpu_checks.sh OUT_DIR     # the GPU script's regret
+#
+# The regret step measures gpuresnet's grid once per cell (REGRET_REPEATS, default 1) and runs
+# cloudopt and its peers on it; its cache comes back as OUT_DIR/regret.tgz, and a later call
+# carrying that archive unpacked under runs/regret/ resumes where this one stopped.
 #
 # Packages the image lacks (gymnasium) are installed from wheels in .whl/ when that folder
 # exists (see benchmarks/README.md, "GPU machine").
@@ -20,6 +25,8 @@ fi
 print('torch', torch.__version__, torch.cuda.get_device_name(0))"; } 2>&1 | tee "$OUT/machine.txt"
 
 STEPS=${STEPS:-gpu_tests main_job main_time probe_agreement}
+REGRET_LIMIT=${REGRET_LIMIT:-480}
+REGRET_REPEATS=${REGRET_REPEATS:-1}
 step() {  # step NAME SECONDS COMMAND...: one check, its log in OUT/NAME.log
     local name=$1 limit=$2; shift 2
     case " $STEPS " in *" $name "*) ;; *) return ;; esac
@@ -39,6 +46,10 @@ step main_job 280 python3 -m optimizer --train-file benchmarks/workloads/gpu_res
 step main_time 170 python3 -m optimizer --resume runs/gpu_main --preference time --quiet
 step probe_agreement 170 python3 benchmarks/probe_agreement.py --scripts gpuresnet \
     --json "$OUT/probe_gpu.json"
+step regret "$REGRET_LIMIT" python3 benchmarks/recommendation_regret.py --scripts gpuresnet \
+    --repeats "$REGRET_REPEATS" --budgets 4 --json "$OUT/gpu_regret.json"
+case " $STEPS " in *" regret "*)
+    tar czf "$OUT/regret.tgz" --exclude='*.pt' runs/regret 2>/dev/null ;; esac
 # The run folders come back as one archive (traces and summaries, no model weights).
 tar czf "$OUT/runs.tgz" --exclude='*.pt' runs/gpu_main runs/probe_agreement 2>/dev/null
 ls -la "$OUT"
