@@ -12,7 +12,14 @@ from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import load_config
 from optimizer.foundation.errors import CloudoptError, ConfigError
 from optimizer.search.choice import best_measured, objective_table, separated
-from optimizer.search.runoff import contenders, runoff, standings, still_in, tie_note
+from optimizer.search.runoff import (
+    contenders,
+    cpu_neighbour,
+    runoff,
+    standings,
+    still_in,
+    tie_note,
+)
 from optimizer.trials.core_lease import CoreLease
 from optimizer.trials.executors import make_executor, record_concurrency
 from optimizer.trials.executors.base import overlapping
@@ -153,8 +160,10 @@ class _DriftingMachine:
         name = f"{prefix}-{alloc.key()}"
         if name not in self.recorded:
             self.hour += 1
-            thr = self.speed[alloc.batch_size] / (1 + 0.1 * self.hour)
+            speed = self.speed.get((alloc.cpus, alloc.batch_size)) or self.speed[alloc.batch_size]
+            thr = speed / (1 + 0.1 * self.hour)
             t = _trial(name, alloc.cpus, alloc.batch_size, thr, 0, 1)
+            t.allocation = alloc
             t.started_at = f"2026-01-01T{self.hour:02d}:00:00.000+00:00"
             self.recorded[name] = t
         return self.recorded[name]
@@ -188,6 +197,36 @@ def test_the_runoff_measures_the_contenders_back_to_back_and_decides_alone(tmp_p
     lone = [_trial("b64", 1, 64, 150, 0, 1), _trial("b128", 1, 128, 100, 0, 1)]
     assert runoff(_DriftingMachine({64: 150, 128: 100}), None, lone, None, tmp_path, None, True,
                   []) == []
+
+
+def test_the_leader_at_half_its_cpus_joins_the_runoff_where_no_trial_ran_it(tmp_path):
+    """cnn's case on the 2-core machine: small steps ran faster on 1 CPU than on 2, which a
+    model fitted to 1-CPU probes at other batches missed; only a run of it shows it."""
+    probes = [_trial("c2-b16", 2, 16, 100, 0, 1), _trial("c1-b32", 1, 32, 70, 0, 1),
+              _trial("c2-b32", 2, 32, 80, 0, 1)]
+    leader = probes[0].allocation
+    half = cpu_neighbour(leader, probes)
+    assert (half.cpus, half.batch_size, half.memory_gb) == (1, 16, leader.memory_gb)
+    assert cpu_neighbour(probes[1].allocation, probes) is None  # 1 CPU: none below it
+    assert cpu_neighbour(leader, probes, cpu_min=2) is None
+    ran = [*probes, _trial("c1-b16", 1, 16, 60, 0, 1)]
+    assert cpu_neighbour(leader, ran) is None  # measured, and far behind: no second chance
+    machine = _DriftingMachine({(2, 16): 100, (1, 16): 112, 32: 70})
+    trials, rounds = list(probes), []
+    block = runoff(machine, None, trials, None, tmp_path, None, True, rounds)
+    assert {(t.allocation.cpus, t.allocation.batch_size) for t in trials[3:]} == {(2, 16), (1, 16)}
+    assert "the leader at half its CPUs, which no trial ran" in rounds[0]["why"]
+    best = best_measured(trials, machine.config, "time", runoff=block)[0]
+    assert (best.allocation.cpus, best.allocation.batch_size) == (1, 16)
+    # A full field keeps the neighbour second, so a budget that trims the field keeps it.
+    close = [_trial(f"w{w}", 2, 16, thr, 0, 1) for w, thr in ((0, 100), (1, 99), (4, 98))]
+    for t, w in zip(close, (0, 1, 4), strict=True):
+        t.allocation = Allocation(0, 2, 4.0, 16, w)
+    machine = _DriftingMachine({16: 100})
+    trials = list(close)
+    runoff(machine, None, trials, None, tmp_path / "full", None, True, [])
+    assert [(t.allocation.cpus, t.allocation.workers) for t in trials[3:6]] == \
+        [(2, 0), (1, 0), (2, 1)]
 
 
 def test_two_settings_are_separated_only_beyond_the_runs_noise():

@@ -61,7 +61,7 @@ from optimizer.search.choice import (
 )
 from optimizer.search.goodput.learning_rate import lr_args, tune_learning_rate
 from optimizer.search.loader_workers import PROPOSER, sweep_workers
-from optimizer.search.runoff import runoff, standings, tie_note
+from optimizer.search.runoff import NEIGHBOUR, runoff, standings, tie_note
 from optimizer.search.workload_fit import measurements_from_trials
 from optimizer.trials.records import TrialSummary, iter_trials
 
@@ -333,7 +333,9 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
     n_before = len(trials)
     block = runoff(opt, manager, trials, total, run_dir, opts, batch_settable, rounds)
     for trial in trials[n_before:]:
-        proposer[trial.trial_id] = proposer.get(_twin(trial, trials), "")
+        twin = _twin(trial, trials)  # itself: a setting only the run-off ran, the CPU neighbour
+        proposer[trial.trial_id] = (NEIGHBOUR if twin in block and twin not in proposer
+                                    else proposer.get(twin, ""))
     eff = getattr(opt, "efficiency", None)
     final, best_row = best_measured(trials, cfg, opt.user_preference, runoff=block,
                                     efficiency=eff)

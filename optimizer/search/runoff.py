@@ -9,7 +9,9 @@ fastest hour. So the closed loop ends with a run-off (:func:`runoff`):
 
 1. the *contenders* are the settings whose measured objective is within :data:`CONFIRM_BAND`
    of the best (at most ``[run].runoff_size``; a setting measured only beside other trials
-   counts as :data:`SHARED_SLOWDOWN` faster, so that one the sharing hid still competes);
+   counts as :data:`SHARED_SLOWDOWN` faster, so that one the sharing hid still competes), and
+   the leader at half its CPUs where no trial ran that setting (:func:`cpu_neighbour`, second
+   in the field, so a budget that trims the field keeps it);
 2. each round runs every contender once, back to back, alone, the order rotating from round
    to round so that a steady drift favours none;
 3. after two rounds, a contender whose mean is worse than the leader's beyond the noise
@@ -27,6 +29,7 @@ the other trials only, so a resumed run-off has the same contenders.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +50,8 @@ example side by side on a 2-core machine measured -3% to +4% against alone over 
 -15% in a single pair (``benchmarks/parallel_trials.py``): interference and one run's noise
 together."""
 PREFIX = "runoff-"
+NEIGHBOUR = "cpu-neighbour"
+"""Who proposed the leader's half-CPU setting (:func:`cpu_neighbour`) in the decisions."""
 
 
 def contenders(table: pd.DataFrame, size: int = 3) -> pd.DataFrame:
@@ -58,6 +63,26 @@ def contenders(table: pd.DataFrame, size: int = 3) -> pd.DataFrame:
     table = table.assign(_hopeful=hopeful).sort_values("_hopeful").reset_index(drop=True)
     near = table[table["_hopeful"] <= table["_hopeful"].iloc[0] * (1 + CONFIRM_BAND)]
     return near.head(size)
+
+
+def cpu_neighbour(leader: Allocation, measured: list[TrialSummary],
+                  cpu_min: int = 1) -> Allocation | None:
+    """The leader at half its CPUs (not below ``cpu_min``), where no trial ran that setting;
+    else None.
+
+    Every other setting's CPUs were chosen by the workload model, whose CPU scaling is fitted
+    to a few probes. Small steps can run slower on more threads, which the fit misses when no
+    probe ran them: on the 2-core machine the example CNN at batch 16 took 13.4 s on 1 CPU and
+    15.7 s on 2, while the model, fitted to 1-CPU probes at other batch sizes, put 1 CPU 30%
+    behind and never ran it. Fewer CPUs cost less, so the run-off measures that neighbour back
+    to back with the leader rather than trusting the extrapolation."""
+    cpus = max(int(cpu_min), leader.cpus // 2)
+    if cpus >= leader.cpus:
+        return None
+    half = replace(leader, cpus=cpus)
+    if any(same_setting(t.allocation, half) for t in measured):
+        return None
+    return half
 
 
 def still_in(block: pd.DataFrame) -> pd.DataFrame:
@@ -88,6 +113,9 @@ def runoff(opt: Any, manager: Any, trials: list[TrialSummary], total: float | No
         return []
     allocs = [next(t.allocation for t in before if t.trial_id == tid)
               for tid in field["trial_id"]]
+    half = cpu_neighbour(allocs[0], before, config.resources.cpu_count_min)
+    if half is not None:
+        allocs = [allocs[0], half, *allocs[1:config.run.runoff_size - 1]]
 
     def measure(alloc: Any, name: str, why: str) -> TrialSummary:
         trial = opt._measure(manager, alloc, name, run_dir, opts, total)
@@ -119,6 +147,12 @@ def runoff(opt: Any, manager: Any, trials: list[TrialSummary], total: float | No
                                   "spent; the choice is made over the trials as measured"})
             return []
     names = "; ".join(describe_allocation(a, gpus=gpus) for a in allocs)
+    reason = f"within {CONFIRM_BAND:.0%} of each other"
+    if half is not None:
+        reason = (f"{describe_allocation(half, gpus=gpus)}: the leader at half its CPUs, "
+                  "which no trial ran")
+        if len(allocs) > 2:
+            reason += f"; the others within {CONFIRM_BAND:.0%} of the leader"
     done: list[TrialSummary] = []
     left = list(allocs)
     for r in range(n_rounds):
@@ -126,7 +160,7 @@ def runoff(opt: Any, manager: Any, trials: list[TrialSummary], total: float | No
         for alloc in order:
             done.append(measure(alloc, f"{PREFIX}{r}-{_tag(preference)}",
                                 f"run-off round {r + 1}: {names} measured back to back "
-                                f"(within {CONFIRM_BAND:.0%} of each other)"))
+                                f"({reason})"))
         if r == 0:
             continue
         block = objective_table(done, config, preference, eff)
@@ -191,5 +225,5 @@ def _figures(row: dict[str, Any]) -> str:
     return job_words(row["job_cost"], row["job_time_s"], whole=False)
 
 
-__all__ = ["CONFIRM_BAND", "SHARED_SLOWDOWN", "contenders",
+__all__ = ["CONFIRM_BAND", "NEIGHBOUR", "SHARED_SLOWDOWN", "contenders", "cpu_neighbour",
            "runoff", "standings", "still_in", "tie_note"]
