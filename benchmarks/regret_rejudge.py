@@ -21,7 +21,14 @@ ground truth. For each such row this script finds that trial's cell in the cache
 back to back the same way, and says whether the trial still beats the recommendation by more
 than 2% there (the trial at a request right-sized from its paired peak).
 
+With ``--ruler loss`` the rows are judged under the loss ruler instead: each cloudopt row's
+recommended cell against the grid's best cell under that ruler for the row's preference (its
+``loss_optimum``), each paired run read as the time its smoothed loss took to reach the suite's
+target as the suite reads it (a run that misses it within its job runs again for 3x the
+epochs, and the row is left unjudged only where that misses too).
+
     python benchmarks/regret_rejudge.py runs/regret/i18g-all.json --rounds 3
+    python benchmarks/regret_rejudge.py runs/regret/cnn-42b.json --ruler loss --preferences time
 """
 
 from __future__ import annotations
@@ -34,9 +41,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from regret_loss import LONG_FACTOR, loss_truth, time_to_target
 from regret_peers import dominating_cell
 from regret_score import Cell, CellTruth, GroundTruth, pct, right_size
-from regret_truth import TruthStore, load_workloads
+from regret_truth import TruthStore, load_workloads, read_loss_curve
 
 from optimizer.foundation.config import load_config
 from optimizer.trials.records import TrialSummary
@@ -54,19 +62,37 @@ def truth_of(grid: dict[str, Any], prices: Any) -> GroundTruth:
     return GroundTruth(cells, prices, default)
 
 
+def loss_truth_of(grid: dict[str, Any], prices: Any) -> tuple[GroundTruth | None, float, float]:
+    """The suite's ground truth of one script under the loss ruler, rebuilt from its JSON grid,
+    with the target loss and the smoothing length (None, nan, nan without a loss ruler)."""
+    loss = grid.get("loss") or {}
+    if not loss.get("cells"):
+        return None, math.nan, math.nan
+    truth = truth_of(grid, prices)
+    times = {c: [math.inf if x is None else float(x) for x in loss["cells"][c.key()]["reps"]]
+             for c in truth.cells if c.key() in loss["cells"]}
+    return loss_truth(truth, times), float(loss["target_loss"]), float(loss["ema_samples"])
+
+
 def paired_runs(store: TruthStore, pick: Cell, best: Cell, rounds: int,
-                quiet: bool) -> dict[Cell, list[Any]]:
-    """``rounds`` full runs of each cell, back to back, alternating which goes first."""
+                quiet: bool) -> dict[Cell, list[tuple[Any, Path]]]:
+    """``rounds`` full runs of each cell, back to back, alternating which goes first; each run
+    with its folder."""
     folder = store.dir / "rejudge" / f"{pick.key()}__{best.key()}"
-    runs: dict[Cell, list[Any]] = {pick: [], best: []}
+    runs: dict[Cell, list[tuple[Any, Path]]] = {pick: [], best: []}
     for r in range(rounds):
         for cell in ((pick, best) if r % 2 == 0 else (best, pick)):
-            t = store.run_in(cell, folder / f"r{r}-{cell.key()}")
+            path = folder / f"r{r}-{cell.key()}"
+            t = store.run_in(cell, path)
             if not quiet:
                 print(f"  {store.w.name} {cell.key()} round {r + 1}: {t.wall_time_s:.2f} s "
                       f"({t.status})", flush=True)
-            runs[cell].append(t)
+            runs[cell].append((t, path))
     return runs
+
+
+def _failed(runs: dict[Cell, list[tuple[Any, Path]]]) -> bool:
+    return any(t.status != "completed" for ts in runs.values() for t, _ in ts)
 
 
 def _setting() -> tuple[Any, Any, dict[str, Any]]:
@@ -83,34 +109,73 @@ def _median_and_peak(runs: list[tuple[float, float]]) -> tuple[float, float]:
 
 
 def rejudge(rows: list[dict[str, Any]], grids: dict[str, Any], root: Path, rounds: int,
-            quiet: bool) -> list[dict[str, Any]]:
+            quiet: bool, ruler: str = "samples") -> list[dict[str, Any]]:
+    """The cloudopt rows re-judged on paired same-hour runs, under the samples ruler (the whole
+    job's seconds) or the loss ruler (the seconds to the suite's target loss)."""
     config, prices, workloads = _setting()
+    by_loss = ruler == "loss"
     out = []
     for row in rows:
         if not row["method"].startswith("cloudopt@") or not row.get("recommended"):
             continue
         script, pref = row["script"], row["preference"]
-        truth = truth_of(grids[script], prices)
-        pick, best = _cell(row["recommended"]), _cell(row["optimum"])
+        if by_loss:
+            truth, target, tau = loss_truth_of(grids[script], prices)
+            if truth is None or not row.get("loss_optimum"):
+                continue
+            best, regret = _cell(row["loss_optimum"]), row.get("regret_loss")
+        else:
+            truth, best, regret = truth_of(grids[script], prices), _cell(row["optimum"]), \
+                row["regret"]
+        pick = _cell(row["recommended"])
         memory = float(row["recommended"]["memory_gb"])
         entry = {"script": script, "preference": pref, "recommended": pick.key(),
-                 "optimum": best.key(), "regret_truth": row["regret"]}
+                 "optimum": best.key(), "regret_truth": regret, "ruler": ruler}
         if pick == best or pick not in truth.cells:
-            entry.update(regret_paired=row["regret"], rounds=0,
+            entry.update(regret_paired=regret, rounds=0,
                          note="the optimum's cell" if pick == best else "not in the JSON's grid")
             out.append(entry)
             continue
         store = TruthStore(workloads[script], config, root)
         runs = paired_runs(store, pick, best, rounds, quiet)
-        if any(t.status != "completed" for ts in runs.values() for t in ts):
+        if _failed(runs):
             entry.update(regret_paired=None, rounds=rounds, note="a run failed")
             out.append(entry)
             continue
-        figures = {c: [(t.wall_time_s, t.mem_gb_peak) for t in ts] for c, ts in runs.items()}
+        if by_loss:
+            figures = {c: [(_to_target(store, path, c, target, tau), t.mem_gb_peak)
+                           for t, path in ts] for c, ts in runs.items()}
+            if any(math.isinf(x) for fs in figures.values() for x, _ in fs):
+                entry.update(regret_paired=None, rounds=rounds,
+                             note=f"a run did not reach the target loss in {LONG_FACTOR}x its job")
+                out.append(entry)
+                continue
+        else:
+            figures = {c: [(t.wall_time_s, t.mem_gb_peak) for t, _ in ts]
+                       for c, ts in runs.items()}
         entry.update(paired_regret(truth, pref, pick, memory, best, figures[pick],
                                    figures[best]), rounds=rounds)
         out.append(entry)
     return out
+
+
+def _to_target(store: TruthStore, path: Path, cell: Cell, target: float, tau: float) -> float:
+    """Seconds a recorded run's smoothed loss took to reach ``target``, as the suite's ruler
+    reads it (``TruthStore.times_to_target``): a run that misses it is run again for
+    ``LONG_FACTOR`` times the epochs (in ``<path>-long``), and its time is the long run's from
+    its first loss plus the paired run's own start-up. inf: never, or no loss recorded."""
+    curve = read_loss_curve(path, cell.batch)
+    if curve is None:
+        return math.inf
+    t = time_to_target(curve, target, tau)
+    longer = store.w.longer_args(LONG_FACTOR)
+    if math.isinf(t) and longer is not None:
+        long_dir = path.with_name(path.name + "-long")
+        store.run_in(cell, long_dir, train_args=longer)
+        long = read_loss_curve(long_dir, cell.batch)
+        if long is not None:
+            t = time_to_target(long, target, tau) - long.t[0] + curve.t[0]
+    return float(t)
 
 
 def paired_regret(truth: GroundTruth, preference: str, pick: Cell, memory_gb: float,
@@ -157,11 +222,11 @@ def rejudge_dominated(rows: list[dict[str, Any]], grids: dict[str, Any], root: P
             continue
         entry["own_trial"] = own.key()
         runs = paired_runs(store, pick, own, rounds, quiet)
-        if any(t.status != "completed" for ts in runs.values() for t in ts):
+        if _failed(runs):
             entry["note"] = "a run failed"
             out.append(entry)
             continue
-        fig = {c: [(t.wall_time_s, t.mem_gb_peak) for t in ts] for c, ts in runs.items()}
+        fig = {c: [(t.wall_time_s, t.mem_gb_peak) for t, _ in ts] for c, ts in runs.items()}
         entry.update(dominated_paired(truth, pref, pick, memory, own, fig[pick], fig[own]),
                      rounds=rounds)
         out.append(entry)
@@ -189,6 +254,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", type=Path, default=None,
                    help="the suite's cache folder (default: the JSON's --root)")
     p.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
+    p.add_argument("--ruler", choices=("samples", "loss"), default="samples",
+                   help="judge by the whole job's time (samples) or the time to the suite's "
+                   "target loss (loss)")
+    p.add_argument("--scripts", default=None, help="comma-separated names (default: all)")
+    p.add_argument("--preferences", default=None, help="comma-separated (default: all)")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
     if not args.json.is_file():
@@ -196,22 +266,28 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     body = json.loads(args.json.read_text())
     root = args.root or Path(body["settings"]["root"])
-    out = rejudge(body["rows"], body["grids"], root, args.rounds, args.quiet)
+    rows = [r for r in body["rows"]
+            if (args.scripts is None or r["script"] in args.scripts.split(","))
+            and (args.preferences is None or r["preference"] in args.preferences.split(","))]
+    out = rejudge(rows, body["grids"], root, args.rounds, args.quiet, args.ruler)
+    print(f"\nruler: {args.ruler}")
     print("\n| script | preference | recommended | optimum | regret (ground truth) | "
           "regret (paired, same hour) | time ratio per round |")
     print("|---|---|---|---|---|---|---|")
     for e in out:
         ratios = ", ".join(f"{x:.2f}" for x in e.get("time_ratio_per_round", [])) or "-"
         print(f"| {e['script']} | {e['preference']} | {e['recommended']} | {e['optimum']} | "
-              f"{pct(e['regret_truth'])} | {pct(e['regret_paired'])} | {ratios} |")
+              f"{pct(e['regret_truth'])} | "
+              f"{pct(e['regret_paired']) if e['regret_paired'] is not None else e.get('note')} "
+              f"| {ratios} |")
     paired = [e["regret_paired"] for e in out if e["regret_paired"] is not None]
     truthful = [e["regret_truth"] for e in out if e["regret_truth"] is not None]
     if paired:
         print(f"\ncloudopt, {len(paired)} rows: median regret {pct(statistics.median(truthful))} "
               f"(ground truth) vs {pct(statistics.median(paired))} (paired); worst "
               f"{pct(max(truthful))} vs {pct(max(paired))}")
-    dominated = rejudge_dominated(body["rows"], body["grids"], root, body["cloudopt_code"],
-                                  args.rounds, args.quiet)
+    dominated = [] if args.ruler == "loss" else rejudge_dominated(
+        rows, body["grids"], root, body["cloudopt_code"], args.rounds, args.quiet)
     if dominated:
         print("\n| script | preference | recommended | own trial that dominated it (ground truth) "
               "| own trial vs recommended (paired; > 0: the recommendation is better) "

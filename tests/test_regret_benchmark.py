@@ -206,6 +206,28 @@ def test_paired_regret_judges_both_cells_by_their_runs_of_the_same_hour():
     assert oom["regret_paired"] is None
 
 
+def test_the_loss_ruler_truth_is_rebuilt_from_the_suites_json():
+    from regret_rejudge import loss_truth_of
+
+    def cell(c, b, wall):
+        return {"gpus": 0, "cpus": c, "batch_size": b, "workers": None, "on_grid": True,
+                "time_s": wall, "peak_gb": 1.0, "wall_s": [wall, wall]}
+
+    grid = {"default": "g0-c2-b64", "cells": [cell(1, 64, 100.0), cell(2, 64, 60.0),
+                                                cell(2, 256, 30.0)],
+            "loss": {"target_loss": 0.5, "ema_samples": 100.0,
+                     "cells": {"g0-c1-b64": {"reps": [40.0, 44.0]},
+                               "g0-c2-b64": {"reps": [35.0, 37.0]},
+                               "g0-c2-b256": {"reps": [None, None]}}}}
+    lt, target, tau = loss_truth_of(grid, PRICES)
+    assert (target, tau) == (0.5, 100.0)
+    # batch 256 is fastest through its job but never reaches the loss: 2 CPUs at 64 is best
+    assert lt.optimum("time")[0] == Cell(0, 2, 64) and lt.optimum("time")[1] == 36.0
+    assert math.isinf(lt.cells[Cell(0, 2, 256)].time_s)
+    none, no_target, _ = loss_truth_of({**grid, "loss": {}}, PRICES)
+    assert none is None and math.isnan(no_target)
+
+
 def test_dominated_paired_judges_the_own_trial_on_the_same_hour():
     from regret_rejudge import dominated_paired
     from regret_score import right_size
