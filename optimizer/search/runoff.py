@@ -73,9 +73,10 @@ def cpu_neighbour(leader: Allocation, measured: list[TrialSummary],
     Every other setting's CPUs were chosen by the workload model, whose CPU scaling is fitted
     to a few probes. Small steps can run slower on more threads, which the fit misses when no
     probe ran them: on the 2-core machine the example CNN at batch 16 took 13.4 s on 1 CPU and
-    15.7 s on 2, while the model, fitted to 1-CPU probes at other batch sizes, put 1 CPU 30%
-    behind and never ran it. Fewer CPUs cost less, so the run-off measures that neighbour back
-    to back with the leader rather than trusting the extrapolation."""
+    15.7 s on 2 in one hour (and ran within 5% of it in another), while the model, fitted to
+    1-CPU probes at other batch sizes, put 1 CPU 30% behind and never ran it. Fewer CPUs cost
+    less, so the run-off measures that neighbour back to back with the leader rather than
+    trusting the extrapolation."""
     cpus = max(int(cpu_min), leader.cpus // 2)
     if cpus >= leader.cpus:
         return None
