@@ -90,6 +90,28 @@ def test_the_choice_and_its_runoff_read_as_settings_dollars_and_seconds():
     assert "for the weights 0.5, 0.3, 0.2 (cost, time, resource) is" in weights
 
 
+def test_a_batch_judged_by_goodput_says_its_seconds_are_to_the_own_batchs_progress():
+    cfg = load_config()
+    trials = [_trial("00-g0-c1-m4-b64", 1, 64, 400, 1), _trial("01-g0-c1-m4-b16", 1, 16, 300, 2)]
+    eff = {64: 1.0, 16: 2.0}.get  # batch 16 learns twice as much per sample as the script's 64
+    final, row = best_measured(trials, cfg, "cost", efficiency=eff)
+    assert final.allocation.batch_size == 16 and row["efficiency"] == 2.0
+    text = choice_words("cost", final.allocation, row, "measured", None, [], [], trials)
+    _readable(text)
+    assert "for the whole job" not in text
+    whole = f"{row['raw_job_time_s']:.3g} s"
+    assert ("to the training progress of the script's own batch size's whole job (efficiency "
+            f"2.00; the whole job at this batch: {whole})") in text
+    assert row["job_time_s"] == pytest.approx(row["raw_job_time_s"] / 2)
+    # The summary table's recommend row says the same of its seconds.
+    from optimizer.commands.optimize import _to_progress
+
+    assert _to_progress({"efficiency": 2.0, "whole_job_s": 13.46}) == (
+        "; time and cost to the script's own batch's training progress (efficiency 2.00; its "
+        "whole job: 13.5 s)")
+    assert _to_progress({"efficiency": 1.0}) == "" and _to_progress({}) == ""
+
+
 def test_a_gpu_job_names_gpus_in_every_setting():
     cfg = load_config()
     trials = [_trial("00-g1-c2-m4-b128", 2, 128, 900, 1, gpus=1),

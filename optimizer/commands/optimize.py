@@ -244,6 +244,16 @@ def optimize_file(optimizer: CloudResourceOptimizer, manager: TrainingModuleMana
     return {"run_dir": str(run_dir), "result": result}
 
 
+def _to_progress(measured: dict[str, Any]) -> str:
+    """What the recommend row's seconds mean where the batch learns more or less per sample
+    than the script's own (its whole job runs longer or shorter than that)."""
+    eff = float(measured.get("efficiency", 1.0) or 1.0)
+    if abs(eff - 1.0) <= 1e-6:
+        return ""
+    return (f"; time and cost to the script's own batch's training progress (efficiency "
+            f"{eff:.2f}; its whole job: {float(measured.get('whole_job_s', 0.0)):.1f} s)")
+
+
 def summary_table(result: Any) -> str:
     """Baseline (reference trial) against the optimized run, and where the report is."""
     from optimizer.trials.records import job_cost, job_time
@@ -275,7 +285,7 @@ def summary_table(result: Any) -> str:
         lines.append(
             f"{'recommend':<10} {said['recommend']:<{wide}} {m['job_time_s']:>10.1f} "
             f"{m['job_cost']:>12.6f} {m['throughput'] or 0:>10.1f}  trial {m['trial']} at "
-            "the right-sized memory request")
+            "the right-sized memory request" + _to_progress(m))
     lines.append(f"recommended by: {rec['agent']}")
     for run_name, status in result.sla_status.items():
         lines.append(f"SLA {run_name}: " + ", ".join(

@@ -373,7 +373,10 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
     rec["measured"] = {"trial": final.trial_id, "job_time_s": float(best_row["job_time_s"]),
                        "job_cost": float(best_row["job_cost"]), "throughput": final.throughput,
                        "time_is": "measured" if final.status == "completed" else
-                       "predicted from a probe"}
+                       "predicted from a probe",
+                       "efficiency": float(best_row.get("efficiency", 1.0)),
+                       "whole_job_s": float(best_row.get("raw_job_time_s",
+                                                         best_row["job_time_s"]))}
     rec["search"] = search_cost(list(iter_trials(run_dir)), reference, final,
                                 rec["measured"]["job_cost"], rec["measured"]["job_time_s"])
     if budget is not None and budget.note:
@@ -402,9 +405,15 @@ def choice_words(preference: Any, allocation: Allocation, row: dict[str, Any], t
     gpus = any(t.allocation.gpus for t in trials)
     runs = int(row.get("replicates", 1) or 1)
     how = time_is + (f", mean of {runs} runs" if runs > 1 else "")
+    eff = float(row.get("efficiency", 1.0))
+    figures = job_words(row["job_cost"], row["job_time_s"])
+    if abs(eff - 1.0) > 1e-6:  # the seconds are to the own batch's progress, not the whole job
+        figures = (f"{job_words(row['job_cost'], row['job_time_s'], whole=False)} to the "
+                   f"training progress of the script's own batch size's whole job (efficiency "
+                   f"{eff:.2f}; the whole job at this batch: "
+                   f"{float(row.get('raw_job_time_s', row['job_time_s'])):.3g} s)")
     head = (f"the best measured setting for {_preference_words(preference)} is "
-            f"{describe_allocation(allocation, gpus=gpus)}: "
-            f"{job_words(row['job_cost'], row['job_time_s'])} ({how}; "
+            f"{describe_allocation(allocation, gpus=gpus)}: {figures} ({how}; "
             f"{'proposed by ' + from_plan if from_plan else 'a baseline setting'})")
     if not block:
         return head + f"; the best of {len(trials)} trials"
