@@ -41,10 +41,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from regret_loss import LONG_FACTOR, loss_truth, time_to_target
+from regret_loss import LONG_FACTOR, loss_truth
 from regret_peers import dominating_cell
 from regret_score import Cell, CellTruth, GroundTruth, pct, right_size
-from regret_truth import TruthStore, load_workloads, read_loss_curve
+from regret_truth import TruthStore, load_workloads
 
 from optimizer.foundation.config import load_config
 from optimizer.trials.records import TrialSummary
@@ -143,7 +143,8 @@ def rejudge(rows: list[dict[str, Any]], grids: dict[str, Any], root: Path, round
             out.append(entry)
             continue
         if by_loss:
-            figures = {c: [(_to_target(store, path, c, target, tau), t.mem_gb_peak)
+            figures = {c: [(store.run_to_target(c, path, path.with_name(path.name + "-long"),
+                                               target, tau), t.mem_gb_peak)
                            for t, path in ts] for c, ts in runs.items()}
             if any(math.isinf(x) for fs in figures.values() for x, _ in fs):
                 entry.update(regret_paired=None, rounds=rounds,
@@ -157,25 +158,6 @@ def rejudge(rows: list[dict[str, Any]], grids: dict[str, Any], root: Path, round
                                    figures[best]), rounds=rounds)
         out.append(entry)
     return out
-
-
-def _to_target(store: TruthStore, path: Path, cell: Cell, target: float, tau: float) -> float:
-    """Seconds a recorded run's smoothed loss took to reach ``target``, as the suite's ruler
-    reads it (``TruthStore.times_to_target``): a run that misses it is run again for
-    ``LONG_FACTOR`` times the epochs (in ``<path>-long``), and its time is the long run's from
-    its first loss plus the paired run's own start-up. inf: never, or no loss recorded."""
-    curve = read_loss_curve(path, cell.batch)
-    if curve is None:
-        return math.inf
-    t = time_to_target(curve, target, tau)
-    longer = store.w.longer_args(LONG_FACTOR)
-    if math.isinf(t) and longer is not None:
-        long_dir = path.with_name(path.name + "-long")
-        store.run_in(cell, long_dir, train_args=longer)
-        long = read_loss_curve(long_dir, cell.batch)
-        if long is not None:
-            t = time_to_target(long, target, tau) - long.t[0] + curve.t[0]
-    return float(t)
 
 
 def paired_regret(truth: GroundTruth, preference: str, pick: Cell, memory_gb: float,

@@ -282,27 +282,32 @@ class TruthStore:
         return self.cell_dir(cell) / f"long{LONG_FACTOR}x-rep{rep}"
 
     def times_to_target(self, cell: Cell, target: float, tau: float) -> list[float]:
-        """Each repetition's time to ``target`` (``regret_loss.time_to_target``).
+        """Each repetition's time to ``target`` (:meth:`run_to_target`)."""
+        return [self.run_to_target(cell, self.cell_dir(cell) / f"rep{k}",
+                                   self.long_dir(cell, k), target, tau)
+                for k in range(self.repeats)]
 
-        A repetition that misses it is run again for ``LONG_FACTOR`` times the epochs; its time
-        is the long run's time from its first loss to the target plus the repetition's own
+    def run_to_target(self, cell: Cell, run_dir: Path, long_dir: Path, target: float,
+                      tau: float) -> float:
+        """A recorded run's time to ``target`` (``regret_loss.time_to_target``).
+
+        A run that misses it is run again for ``LONG_FACTOR`` times the epochs in ``long_dir``;
+        its time is the long run's time from its first loss to the target plus the run's own
         start-up (up to its first loss). It is ``inf`` if the long run misses the target too,
         or if the script's epochs are unknown.
         """
-        out, longer = [], self.w.longer_args(LONG_FACTOR)
-        for k in range(self.repeats):
-            curve = read_loss_curve(self.cell_dir(cell) / f"rep{k}", cell.batch)
-            t = time_to_target(curve, target, tau) if curve is not None else math.inf
-            if math.isinf(t) and curve is not None and longer is not None:
-                # A long run cut short (a timeout) still counts up to where it got.
-                self.run_in(cell, self.long_dir(cell, k), train_args=longer)
-                long = read_loss_curve(self.long_dir(cell, k), cell.batch)
-                if long is not None:
-                    # Start-up drifts between sessions (0.2-0.4 s on a 2-core machine, a tenth
-                    # of a quick job): the long run, taken later, keeps the repetition's own.
-                    t = time_to_target(long, target, tau) - long.t[0] + curve.t[0]
-            out.append(float(t))
-        return out
+        curve = read_loss_curve(run_dir, cell.batch)
+        t = time_to_target(curve, target, tau) if curve is not None else math.inf
+        longer = self.w.longer_args(LONG_FACTOR)
+        if math.isinf(t) and curve is not None and longer is not None:
+            # A long run cut short (a timeout) still counts up to where it got.
+            self.run_in(cell, long_dir, train_args=longer)
+            long = read_loss_curve(long_dir, cell.batch)
+            if long is not None:
+                # Start-up drifts between sessions (0.2-0.4 s on a 2-core machine, a tenth
+                # of a quick job): the long run, taken later, keeps the repetition's own.
+                t = time_to_target(long, target, tau) - long.t[0] + curve.t[0]
+        return float(t)
 
 
 def read_loss_curve(trial_dir: Path, batch: int) -> LossCurve | None:
