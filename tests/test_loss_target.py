@@ -208,13 +208,43 @@ def test_the_report_says_which_probes_trained_to_the_scripts_loss(tmp_path):
         if tid != "c":  # the script's own batch has no target
             (tmp_path / "trials" / tid / "loss_target.json").write_text(json.dumps(
                 {"level": 0.3456, "ref_samples": 8000.0, "samples_seen": 16000.0,
+                 "decay_samples": 2000.0, "first_samples": 0.0,
                  "reached_at_samples": reached, "gave_up": reached is None}))
         trials.append(TrialSummary(tid, "probe", Allocation(0, 1, 4.0, batch)))
     note = depth_note(trials, tmp_path)
     assert "batch 16 trained on" in note and "(0.3456)" in note
     assert "the probes at batch 256 stopped short" in note and "64" not in note
-    assert "at most 0.50 at batch 256" in note
+    assert "at most 0.57 at batch 256" in note
     assert depth_note(trials[2:], tmp_path) == ""
     # The bound a probe that stopped short puts on its batch: the own batch's samples to the
-    # loss over the samples it trained on without reaching it.
-    assert training_depth(trials, tmp_path) == (0.3456, {16}, {256: 0.5})
+    # loss over the samples it trained on without reaching it, less its average's lag.
+    level, reached, short = training_depth(trials, tmp_path)
+    assert (level, reached) == (0.3456, {16})
+    assert short == {256: pytest.approx(8000.0 / (16000.0 - 2000.0 * (1 - math.exp(-8))))}
+
+
+@pytest.mark.parametrize("efficiency", [0.80, 0.95])
+def test_a_stopped_probes_bound_is_not_below_its_batchs_efficiency(tmp_path, efficiency):
+    """A probe that ran as many samples as the script's own batch and ended short of its loss
+    (the whole job, for mlp's batch 256) bounds its efficiency from above: a bound below the
+    truth would rule out the batch on the smoothing's lag alone."""
+    import json
+
+    from optimizer.foundation.allocation import Allocation
+    from optimizer.search.goodput.probe_target import training_depth
+    from optimizer.trials.records import TrialSummary
+
+    n = np.arange(64.0, 8000.0, 64.0)
+    level, tau, need = end_reached(n, _curve(n))
+    watch = LossWatch(LossTarget(level, tau, need, 64))
+    for x in n:  # the other batch: the same curve, `efficiency` times as far per sample
+        watch.add(float(x), float(_curve(np.array([efficiency * x]))[0]))
+    assert watch.reached_at is None
+    (tmp_path / "trials" / "b").mkdir(parents=True)
+    (tmp_path / "trials" / "b" / "loss_target.json").write_text(json.dumps(watch.record()))
+    trial = TrialSummary("b", "probe", Allocation(0, 1, 4.0, 128))
+    bound = training_depth([trial], tmp_path)[2][128]
+    # Stopped at the own batch's samples, all it shows is "no more efficient than it".
+    assert efficiency <= bound <= 1.01
+    if efficiency > 0.9:  # without the lag taken off, the bound read 0.90: below the truth
+        assert need / watch.last < efficiency

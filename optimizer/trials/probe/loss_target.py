@@ -23,8 +23,8 @@ from typing import Any
 
 GIVE_UP = 2.0
 """A probe that has trained on this many times the samples the script's own batch needed, and
-not reached its loss, stops: its efficiency is below ``1 / GIVE_UP``, which is all the search
-needs to know."""
+not reached its loss, stops: its efficiency is below about ``1 / GIVE_UP``, which is all the
+search needs to know."""
 BOX_FACTOR = 3.0
 """At most this many times the probe's time box (the trial's hard limit still applies)."""
 FILE = "loss_target.json"
@@ -86,7 +86,7 @@ class LossWatch:
 
     @property
     def gave_up(self) -> bool:
-        return self.reached_at is None and self.last >= GIVE_UP * self.target.ref_samples
+        return bool(self.reached_at is None and self.last >= GIVE_UP * self.target.ref_samples)
 
     @property
     def done(self) -> bool:
@@ -97,6 +97,7 @@ class LossWatch:
 
     def record(self) -> dict[str, Any]:
         return {**self.target.to_dict(), "reached_at_samples": self.reached_at,
-                "samples_seen": self.last, "losses_seen": self.losses,
+                "samples_seen": self.last, "first_samples": self.first,
+                "losses_seen": self.losses,
                 "smoothed_at_end": self.smoothed if math.isfinite(self.smoothed) else None,
                 "gave_up": self.gave_up}
