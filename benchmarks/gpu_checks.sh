@@ -6,6 +6,7 @@
 #   bash benchmarks/gpu_checks.sh OUT_DIR        # about 11 minutes on one H100/H200, 16 CPUs
 #   STEPS="main_job main_time" bash benchmarks/gpu_checks.sh OUT_DIR    # some of the steps
 #   STEPS="gpu_tests regret" bash benchmarks/gpu_checks.sh OUT_DIR     # the GPU script's regret
+#   STEPS=regret REGRET_PREFERENCES=cost bash benchmarks/gpu_checks.sh OUT_DIR   # one row
 #
 # The regret step measures gpuresnet's grid once per cell (REGRET_REPEATS, default 1) and runs
 # cloudopt and its peers on it; its cache comes back as OUT_DIR/regret.tgz, and a later call
@@ -27,6 +28,7 @@ print('torch', torch.__version__, torch.cuda.get_device_name(0))"; } 2>&1 | tee 
 STEPS=${STEPS:-gpu_tests main_job main_time probe_agreement}
 REGRET_LIMIT=${REGRET_LIMIT:-480}
 REGRET_REPEATS=${REGRET_REPEATS:-1}
+REGRET_PREFERENCES=${REGRET_PREFERENCES:-cost,time,balanced}  # about 5 minutes each
 step() {  # step NAME SECONDS COMMAND...: one check, its log in OUT/NAME.log
     local name=$1 limit=$2; shift 2
     case " $STEPS " in *" $name "*) ;; *) return ;; esac
@@ -47,7 +49,8 @@ step main_time 170 python3 -m optimizer --resume runs/gpu_main --preference time
 step probe_agreement 170 python3 benchmarks/probe_agreement.py --scripts gpuresnet \
     --json "$OUT/probe_gpu.json"
 step regret "$REGRET_LIMIT" python3 benchmarks/recommendation_regret.py --scripts gpuresnet \
-    --repeats "$REGRET_REPEATS" --budgets 4 --json "$OUT/gpu_regret.json"
+    --repeats "$REGRET_REPEATS" --preferences "$REGRET_PREFERENCES" --budgets 4 \
+    --json "$OUT/gpu_regret.json"
 case " $STEPS " in *" regret "*)
     tar czf "$OUT/regret.tgz" --exclude='*.pt' runs/regret 2>/dev/null ;; esac
 # The run folders come back as one archive (traces and summaries, no model weights).
