@@ -4,6 +4,7 @@ cost to the same training progress whenever statistical efficiency was measured,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -80,6 +81,34 @@ def test_the_comparison_names_the_scripts_batch_and_the_recommended_one():
     assert rec["time_to_same_progress_s"] > own["time_to_same_progress_s"]
     assert out["decided_by"] == "noise scale" and out["noise_scale"]["value"] == 500.0
     json.dumps(out)  # JSON-ready for recommendation.json
+
+
+def test_the_comparison_says_where_each_efficiency_comes_from_with_its_interval(tmp_path):
+    from optimizer.reports.goodput import goodput_section
+    from optimizer.reports.render import Report
+    from optimizer.search.goodput.efficiency import Measured
+
+    cfg = load_config(None)
+    prior = _efficiency(phi=500.0)  # noise scale 250 to 1000: E(2048) from 0.13 to 0.37
+    rec = goodput_comparison(TRIALS, cfg, "time", TRIALS[1], prior)["comparison"][1]
+    assert rec["efficiency_source"] == "noise scale"
+    assert rec["efficiency_low"] == pytest.approx(378 / 2298)
+    assert rec["efficiency_high"] == pytest.approx(1128 / 3048)
+    measured = dataclasses.replace(prior, measured={2048: Measured(0.6, 0.4, 0.9)},
+                                   efficiency={128: 1.0, 2048: 0.6})
+    own, rec = goodput_comparison(TRIALS, cfg, "time", TRIALS[1], measured)["comparison"]
+    assert (own["efficiency_source"], own["efficiency_low"]) == ("own batch", None)
+    assert (rec["efficiency_source"], rec["efficiency_low"], rec["efficiency_high"]) == (
+        "measured", 0.4, 0.9)
+    # A probe that stopped short capped it below the measured value: only "at most".
+    capped = dataclasses.replace(measured, efficiency={128: 1.0, 2048: 0.5})
+    out = goodput_comparison(TRIALS, cfg, "time", TRIALS[1], capped)
+    assert out["comparison"][1]["efficiency_source"] == "bound"
+    r = Report("run")
+    goodput_section(r, goodput_comparison(TRIALS, cfg, "time", TRIALS[1], measured), None)
+    assert "0.60 (0.40 to 0.90), measured" in r.to_markdown(tmp_path)
+    goodput_section(r := Report("run"), out, None)
+    assert "0.50, at most" in r.to_markdown(tmp_path)
 
 
 def test_efficiency_is_off_and_says_so_without_a_known_batch(tmp_path):

@@ -52,6 +52,10 @@ def plot_efficiency(path: Path, goodput: dict[str, Any]) -> bool:
     return True
 
 
+_SOURCE = {"measured": ", measured", "noise scale": ", from the noise scale",
+           "bound": ", at most (a probe stopped short of the loss)"}
+
+
 def goodput_section(r: Report, goodput: dict[str, Any] | None, figure: Path | None) -> None:
     """Add the section (a short paragraph when nothing was measured); ``figure``: the plot
     :func:`plot_efficiency` wrote, if any."""
@@ -74,7 +78,9 @@ def goodput_section(r: Report, goodput: dict[str, Any] | None, figure: Path | No
             "loss progress per sample": _interval(row.get("progress_per_sample"),
                                                   row.get("progress_low"),
                                                   row.get("progress_high"), ".2e"),
-            "efficiency": f"{row['efficiency']:.2f}",
+            "efficiency": _interval(row["efficiency"], row.get("efficiency_low"),
+                                    row.get("efficiency_high"), ".2f")
+            + _SOURCE.get(row.get("efficiency_source"), ""),
             "goodput (samples/s)": f"{row['goodput']:,.0f}",
             "time to the same loss": f"{row['time_to_same_progress_s']:,.1f} s",
             "cost to the same loss": dollars(row["cost_to_same_progress"]),

@@ -237,11 +237,14 @@ def goodput_comparison(trials: Sequence[TrialSummary], config: OptimizerConfig,
         thr = float(trial.throughput or 0.0)
         batch = None if pd.isna(r["batch_size"]) else int(r["batch_size"])
         progress = (out.get("progress_per_sample") or {}).get(str(batch), {})
+        source, low, high = (efficiency.source(batch) if efficiency is not None
+                             else ("off", None, None))
         rows.append({"role": role, "trial_id": r["trial_id"], "batch_size": batch,
                      "cpus": int(r["cpus"]), "gpus": int(r["gpus"]), "throughput": thr,
                      "progress_per_sample": progress.get("value"),
                      "progress_low": progress.get("low"), "progress_high": progress.get("high"),
-                     "efficiency": float(r["efficiency"]),
+                     "efficiency": float(r["efficiency"]), "efficiency_source": source,
+                     "efficiency_low": low, "efficiency_high": high,
                      "goodput": thr * float(r["efficiency"]),
                      "time_to_same_progress_s": float(r["job_time_s"]),
                      "cost_to_same_progress": float(r["job_cost"])})

@@ -139,6 +139,30 @@ class TrialEfficiency:
             return self.efficiency[edge] * min(1.0, form(batch) / form(edge))
         return form(batch)
 
+    def source(self, batch: Any) -> tuple[str, float | None, float | None]:
+        """Where the efficiency in use at ``batch`` comes from, with its 90% interval where it
+        has one: ``own batch``, ``measured`` (samples to a common loss), ``noise scale`` (the
+        interval of the noise scale carried through its form), ``bound`` (a probe that stopped
+        short of the own batch's loss: "at most"), or ``off``. The report shows it beside the
+        value: a choice that rests on a wide interval may change with one more run."""
+        if not self.on or batch is None:
+            return "off", None, None
+        b, value = int(batch), self(batch)
+        if b == self.ref_batch:
+            return "own batch", None, None
+        m = self.measured.get(b)
+        if m is not None and m.value is not None and math.isclose(m.value, value):
+            return "measured", m.low, m.high
+        n = self.noise
+        if b in self.prior and math.isclose(self.prior[b], value) and n.ok:
+            ends = [(phi + self.ref_batch) / (phi + b) for phi in (n.low, n.high)
+                    if phi is not None and math.isfinite(phi)]
+            return "noise scale", (min(ends) if len(ends) == 2 else None), (
+                max(ends) if len(ends) == 2 else None)
+        if b in self.efficiency:
+            return "bound", None, None
+        return "noise scale", None, None
+
     def summary(self) -> dict[str, Any]:
         """JSON-ready figures for ``recommendation.json`` and the report."""
         n = self.noise
