@@ -39,6 +39,7 @@ from optimizer.search.baseline import memory_for, plan_baseline, run_baseline
 from optimizer.search.budget import RunBudget, auto_budget, make_budget, within_budget
 from optimizer.search.choice import same_setting
 from optimizer.search.goodput.probe_target import target_for_batch
+from optimizer.search.runoff import PREFIX as RUNOFF_PREFIX
 from optimizer.trials import oom_retry
 from optimizer.trials.batch import label_batch
 from optimizer.trials.cost import ResourceCostCalculator, cost_time_flags, trial_figures
@@ -436,7 +437,8 @@ class CloudResourceOptimizer:
         if probe and probe >= 0.5 * run.trial_timeout_s:
             probe = None
         self._say(f"measuring {alloc.key()} ({'probe' if probe else 'whole job'})")
-        target = (target_for_batch(alloc.batch_size, run_dir, self._default_batch)
+        target = (target_for_batch(alloc.batch_size, run_dir, self._default_batch,
+                                   again=prefix.startswith(RUNOFF_PREFIX))
                   if probe and run.goodput and alloc.batch_size is not None else None)
         request = TrialRequest(alloc, trial_dir, probe_seconds=probe, timeout_s=run.trial_timeout_s,
                                monitor_interval=run.monitor_interval, total_samples=total,

@@ -209,6 +209,31 @@ def setting_peak(trial: TrialSummary, trials: Sequence[TrialSummary]) -> float:
                + [trial.mem_gb_peak])
 
 
+def efficiency_source(efficiency: Any, batch: Any) -> tuple[str, float | None, float | None]:
+    """Where the efficiency in use at ``batch`` comes from, with its 90% interval where it
+    has one: ``own batch``, ``measured`` (samples to a common loss), ``noise scale`` (the
+    interval of the noise scale carried through its form), ``bound`` (a probe that stopped
+    short of the own batch's loss: "at most"), or ``off``. The report shows it beside the
+    value: a choice that rests on a wide interval may change with one more run."""
+    if efficiency is None or not efficiency.on or batch is None:
+        return "off", None, None
+    b, value = int(batch), efficiency(batch)
+    if b == efficiency.ref_batch:
+        return "own batch", None, None
+    m = efficiency.measured.get(b)
+    if m is not None and m.value is not None and math.isclose(m.value, value):
+        return "measured", m.low, m.high
+    n = efficiency.noise
+    if b in efficiency.prior and math.isclose(efficiency.prior[b], value) and n.ok:
+        ends = [(phi + efficiency.ref_batch) / (phi + b) for phi in (n.low, n.high)
+                if phi is not None and math.isfinite(phi)]
+        return "noise scale", (min(ends) if len(ends) == 2 else None), (
+            max(ends) if len(ends) == 2 else None)
+    if b in efficiency.efficiency:
+        return "bound", None, None
+    return "noise scale", None, None
+
+
 def goodput_comparison(trials: Sequence[TrialSummary], config: OptimizerConfig,
                        preference: str | Sequence[float], final: TrialSummary,
                        efficiency: Any) -> dict[str, Any]:
@@ -237,8 +262,7 @@ def goodput_comparison(trials: Sequence[TrialSummary], config: OptimizerConfig,
         thr = float(trial.throughput or 0.0)
         batch = None if pd.isna(r["batch_size"]) else int(r["batch_size"])
         progress = (out.get("progress_per_sample") or {}).get(str(batch), {})
-        source, low, high = (efficiency.source(batch) if efficiency is not None
-                             else ("off", None, None))
+        source, low, high = efficiency_source(efficiency, batch)
         rows.append({"role": role, "trial_id": r["trial_id"], "batch_size": batch,
                      "cpus": int(r["cpus"]), "gpus": int(r["gpus"]), "throughput": thr,
                      "progress_per_sample": progress.get("value"),

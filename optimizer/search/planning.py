@@ -23,7 +23,7 @@ from optimizer.search.goodput.efficiency import (
     TrialEfficiency,
     efficiency_from_trials,
 )
-from optimizer.search.goodput.probe_target import depth_note, training_depth
+from optimizer.search.goodput.probe_target import depth_note, trained_records, training_depth
 from optimizer.search.plan_cache import plan_inputs, reusable_plan
 from optimizer.trials.records import TrialSummary
 
@@ -89,7 +89,7 @@ def measure_efficiency(usable: list[TrialSummary], reference: TrialSummary,
         return TrialEfficiency(0, NoiseScaleEstimate(why="the script's batch size is unknown"),
                                note="Statistical efficiency is off: the script's batch size "
                                "is unknown.")
-    eff = efficiency_from_trials(usable, run_dir, int(ref))
+    eff = efficiency_from_trials(usable, run_dir, int(ref), trained_records(usable, run_dir))
     depth = training_depth(usable, run_dir)
     note = depth_note(usable, run_dir, depth)
     if not note:

@@ -61,7 +61,8 @@ from optimizer.search.choice import (
 )
 from optimizer.search.goodput.learning_rate import lr_args, tune_learning_rate
 from optimizer.search.loader_workers import PROPOSER, sweep_workers
-from optimizer.search.runoff import NEIGHBOUR, runoff, standings, tie_note
+from optimizer.search.planning import measure_efficiency
+from optimizer.search.runoff import runoff, standings, tie_note
 from optimizer.search.workload_fit import measurements_from_trials
 from optimizer.trials.records import TrialSummary, iter_trials
 
@@ -332,11 +333,15 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
         proposer[trial.trial_id] = PROPOSER
     n_before = len(trials)
     block = runoff(opt, manager, trials, total, run_dir, opts, batch_settable, rounds)
+    added = {r["trial"]: r["added_by"] for r in rounds if r.get("added_by")}
     for trial in trials[n_before:]:
-        twin = _twin(trial, trials)  # itself: a setting only the run-off ran, the CPU neighbour
-        proposer[trial.trial_id] = (NEIGHBOUR if twin in block and twin not in proposer
+        twin = _twin(trial, trials)  # itself: a setting only the run-off ran (cpu-neighbour...)
+        proposer[trial.trial_id] = (added.get(twin, "") if twin in block and twin not in proposer
                                     else proposer.get(twin, ""))
     eff = getattr(opt, "efficiency", None)
+    if block and eff is not None and eff.on:  # the run-off's curves: the efficiency pooled
+        eff = opt.efficiency = measure_efficiency([t for t in trials if t.ok], reference,
+                                                  run_dir, cfg.run.goodput)
     final, best_row = best_measured(trials, cfg, opt.user_preference, runoff=block,
                                     efficiency=eff)
     table = standings(trials, block, cfg, opt.user_preference, eff)

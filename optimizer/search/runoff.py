@@ -37,7 +37,9 @@ import numpy as np
 import pandas as pd
 
 from optimizer.foundation.allocation import Allocation, describe_allocation, job_words
-from optimizer.search.choice import objective_table, same_setting, separated
+from optimizer.search.choice import efficiency_source, objective_table, same_setting, separated
+from optimizer.search.loader_workers import PREFIX as WORKERS_PREFIX
+from optimizer.search.loader_workers import PROPOSER as WORKERS_PROPOSER
 from optimizer.trials.records import TrialSummary
 
 CONFIRM_BAND = 0.15
@@ -86,6 +88,46 @@ def cpu_neighbour(leader: Allocation, measured: list[TrialSummary],
     return half
 
 
+def uncertain(table: pd.DataFrame, field: pd.DataFrame, efficiency: Any) -> str | None:
+    """The trial id of the best setting outside ``field`` that the top of its measured
+    efficiency's 90% interval would put within :data:`CONFIRM_BAND` of the best objective, or
+    None: one probe's efficiency scatters more than its interval says (tab's batch 16: 1.09,
+    1.53 and 1.80 in three runs of one code; whole runs: about 1.5), and a batch ruled out on
+    its low reading would never be measured again. In the run-off its runs train on to the
+    loss again, and the efficiency is pooled over them
+    (:func:`optimizer.search.goodput.common_loss.pooled_ratio`)."""
+    if table.empty or field.empty or efficiency is None or not efficiency.on:
+        return None
+    best = float(field["objective"].min())
+    rows = []
+    for _, row in table[~table["trial_id"].isin(field["trial_id"])].iterrows():
+        batch = None if pd.isna(row["batch_size"]) else int(row["batch_size"])
+        source, _, high = efficiency_source(efficiency, batch)
+        value = float(row.get("efficiency", 1.0))
+        if source == "measured" and high and high > value:
+            rows.append((float(row["objective"]) * value / high, row["trial_id"]))
+    hopeful = [r for r in sorted(rows) if r[0] <= best * (1 + CONFIRM_BAND)]
+    return hopeful[0][1] if hopeful else None
+
+
+def with_workers(leader: Allocation, allocs: list[Allocation], swept: bool) -> list[Allocation]:
+    """The other contenders that ran at the script's own data-loader workers, at the count the
+    workers sweep chose for the leader (``swept``: the leader is one of the sweep's trials),
+    where they run on as many CPUs: the sweep measures one setting and the model does not
+    know workers, so a contender left at the default would race with a handicap the leader
+    was cured of (tab, 1 CPU, batch 16: 1573-1700 samples/s at its default workers, 2074-2357
+    with none). Settings that become one are kept once."""
+    if not swept or leader.workers is None:
+        return allocs
+    out: list[Allocation] = []
+    for a in allocs:
+        if a.workers is None and (a.gpus, a.cpus) == (leader.gpus, leader.cpus):
+            a = replace(a, workers=leader.workers)
+        if not any(same_setting(a, b) for b in out):
+            out.append(a)
+    return out
+
+
 def still_in(block: pd.DataFrame) -> pd.DataFrame:
     """The run-off's rows (its own runs pooled per setting) not separated from its leader."""
     leader = block.iloc[int(np.argmin(block["objective"].to_numpy()))]
@@ -108,21 +150,31 @@ def runoff(opt: Any, manager: Any, trials: list[TrialSummary], total: float | No
     n_rounds = config.run.runoff_rounds
     before = [t for t in trials if not t.trial_id.startswith(PREFIX)]
     eff = getattr(opt, "efficiency", None)
-    field = contenders(objective_table(before, config, preference, eff),
-                       config.run.runoff_size)
+    table = objective_table(before, config, preference, eff)
+    field = contenders(table, config.run.runoff_size)
     if field.empty or n_rounds == 0:
         return []
-    allocs = [next(t.allocation for t in before if t.trial_id == tid)
-              for tid in field["trial_id"]]
+    hopeful = uncertain(table, field, eff)
+    ids = list(field["trial_id"])
+    if hopeful is not None and len(ids) > 1:  # the last place: the measured ones go first
+        ids = [*ids[:config.run.runoff_size - 1], hopeful]
+    allocs = [next(t.allocation for t in before if t.trial_id == tid) for tid in ids]
+    added: dict[str, str] = {}  # settings no trial ran, by who put them in: the decisions say
+    if len(allocs) > 1:
+        allocs = with_workers(allocs[0], allocs, ids[0].startswith(WORKERS_PREFIX + "-"))
+        added |= {a.key(): WORKERS_PROPOSER for a in allocs
+                  if not any(same_setting(a, t.allocation) for t in before)}
     half = cpu_neighbour(allocs[0], before, config.resources.cpu_count_min)
     if half is not None:
         allocs = [allocs[0], half, *allocs[1:config.run.runoff_size - 1]]
+        added[half.key()] = NEIGHBOUR
 
     def measure(alloc: Any, name: str, why: str) -> TrialSummary:
         trial = opt._measure(manager, alloc, name, run_dir, opts, total)
         trial = opt._label_batch(trial, run_dir / "trials" / trial.trial_id, batch_settable)
         trials.append(trial)
         rounds.append({"round": len(rounds), "proposed_by": "run-off", "planned": alloc,
+                       "added_by": added.get(alloc.key()),
                        "measured_allocation": alloc, "trial": trial.trial_id,
                        "status": trial.status, "measured_throughput": trial.throughput,
                        "why": why})
@@ -154,6 +206,9 @@ def runoff(opt: Any, manager: Any, trials: list[TrialSummary], total: float | No
                   "which no trial ran")
         if len(allocs) > 2:
             reason += f"; the others within {CONFIRM_BAND:.0%} of the leader"
+    if hopeful is not None and hopeful in ids:
+        reason += (f"; {describe_allocation(allocs[-1], gpus=gpus)} within it at the top of its "
+                   "efficiency's interval, trained on to the loss again")
     done: list[TrialSummary] = []
     left = list(allocs)
     for r in range(n_rounds):
@@ -227,4 +282,4 @@ def _figures(row: dict[str, Any]) -> str:
 
 
 __all__ = ["CONFIRM_BAND", "NEIGHBOUR", "SHARED_SLOWDOWN", "contenders", "cpu_neighbour",
-           "runoff", "standings", "still_in", "tie_note"]
+           "runoff", "standings", "still_in", "tie_note", "uncertain", "with_workers"]

@@ -22,7 +22,7 @@ import numpy as np
 from scipy.stats import t as student_t
 from scipy.stats import theilslopes
 
-from optimizer.search.goodput.common_loss import samples_ratio
+from optimizer.search.goodput.common_loss import pooled_ratio, samples_ratio
 from optimizer.trials.probe import EVENTS_FILE, ProbeRecord, read_probe
 from optimizer.trials.records import TrialSummary
 
@@ -138,30 +138,6 @@ class TrialEfficiency:
                 self.efficiency[edge] < self.prior[edge]:
             return self.efficiency[edge] * min(1.0, form(batch) / form(edge))
         return form(batch)
-
-    def source(self, batch: Any) -> tuple[str, float | None, float | None]:
-        """Where the efficiency in use at ``batch`` comes from, with its 90% interval where it
-        has one: ``own batch``, ``measured`` (samples to a common loss), ``noise scale`` (the
-        interval of the noise scale carried through its form), ``bound`` (a probe that stopped
-        short of the own batch's loss: "at most"), or ``off``. The report shows it beside the
-        value: a choice that rests on a wide interval may change with one more run."""
-        if not self.on or batch is None:
-            return "off", None, None
-        b, value = int(batch), self(batch)
-        if b == self.ref_batch:
-            return "own batch", None, None
-        m = self.measured.get(b)
-        if m is not None and m.value is not None and math.isclose(m.value, value):
-            return "measured", m.low, m.high
-        n = self.noise
-        if b in self.prior and math.isclose(self.prior[b], value) and n.ok:
-            ends = [(phi + self.ref_batch) / (phi + b) for phi in (n.low, n.high)
-                    if phi is not None and math.isfinite(phi)]
-            return "noise scale", (min(ends) if len(ends) == 2 else None), (
-                max(ends) if len(ends) == 2 else None)
-        if b in self.efficiency:
-            return "bound", None, None
-        return "noise scale", None, None
 
     def summary(self) -> dict[str, Any]:
         """JSON-ready figures for ``recommendation.json`` and the report."""
@@ -440,7 +416,8 @@ def bounded_by_batch(b: int, ref_batch: int, m: Measured) -> Measured:
 
 
 def efficiency_from_trials(trials: Iterable[TrialSummary], run_dir: str | Path,
-                           ref_batch: int) -> TrialEfficiency:
+                           ref_batch: int, trained: Mapping[int, Sequence[ProbeRecord]]
+                           | None = None) -> TrialEfficiency:
     """Statistical efficiency of a run's script at the batch sizes its trials measured.
 
     Parameters
@@ -450,6 +427,9 @@ def efficiency_from_trials(trials: Iterable[TrialSummary], run_dir: str | Path,
     run_dir : str or Path
     ref_batch : int
         ``B0``, the batch size at which the job's work is counted (the script's own).
+    trained : mapping of int to ProbeRecord sequences, optional
+        The records at each batch whose probe trained on to the own batch's loss; where a
+        batch has two or more, its efficiency is pooled over them (:func:`pooled_ratio`).
 
     Returns
     -------
@@ -461,8 +441,15 @@ def efficiency_from_trials(trials: Iterable[TrialSummary], run_dir: str | Path,
     noise = estimate_noise_scale(records) if records else NoiseScaleEstimate(why="no probe records")
     best = best_records(records)
     progress = progress_over_shared_samples(best)
-    measured = {b: bounded_by_batch(b, ref_batch, m)
-                for b, m in common_loss_efficiency(best, ref_batch).items()}
+    measured = common_loss_efficiency(best, ref_batch)
+    ref = best.get(ref_batch)
+    for b, recs in (trained or {}).items():
+        if b != ref_batch and len(recs) > 1 and ref is not None and ref.losses:
+            value, low, high = pooled_ratio([samples_ratio(loss_points(ref, ref_batch),
+                                                           loss_points(r, b))[:3] for r in recs])
+            if value is not None:
+                measured[b] = Measured(value, low, high)
+    measured = {b: bounded_by_batch(b, ref_batch, m) for b, m in measured.items()}
     phi = noise.value
     prior = {b: (phi + ref_batch) / (phi + b) for b in sorted(records)} if phi is not None else {}
     corrected = [b for b, m in measured.items() if b != ref_batch and m.value is not None

@@ -63,13 +63,18 @@ def loss_target_from_trials(trials: Iterable[TrialSummary], run_dir: str | Path,
     return loss_target(probe_records(own, run_dir), int(ref_batch))
 
 
-def target_for_batch(batch: int, run_dir: str | Path, ref_batch: int | None
-                     ) -> LossTarget | None:
+def target_for_batch(batch: int, run_dir: str | Path, ref_batch: int | None,
+                     again: bool = False) -> LossTarget | None:
     """The loss a new probe at ``batch`` of the run in ``run_dir`` trains to (its trials so
     far hold the script's own batch's curve): None at the script's own batch, and where
     a probe at ``batch`` has trained to it already or a whole run has been made there (one
-    curve that far is what the efficiency needs; a workers sweep or a run-off at that batch
-    measures samples/s)."""
+    curve that far is what the efficiency needs; a workers sweep at that batch measures
+    samples/s).
+
+    ``again`` (a run-off's runs): a second curve is wanted even where one was taken, since
+    one probe's efficiency scatters widely (tab's batch 16 read 1.09, 1.53 and 1.80 in three
+    runs of one code) and the run-off decides by time to the same progress; none where a
+    probe at ``batch`` gave up (it stalls short of the loss: a second try would too)."""
     trials = [t for t in iter_trials(run_dir) if t.ok]
     target = loss_target_from_trials(trials, run_dir, ref_batch)
     if target is None or target.ref_batch == batch:
@@ -78,9 +83,28 @@ def target_for_batch(batch: int, run_dir: str | Path, ref_batch: int | None
         if t.allocation.batch_size != batch:
             continue
         seen = Path(run_dir) / "trials" / t.trial_id / LOSS_TARGET_FILE
-        if t.status == "completed" or (seen.is_file() and _trained_to(seen)):
+        if again:
+            if seen.is_file() and (_seen(seen) or {}).get("gave_up"):
+                return None
+        elif t.status == "completed" or (seen.is_file() and _trained_to(seen)):
             return None
     return target
+
+
+def trained_records(trials: Iterable[TrialSummary], run_dir: str | Path
+                    ) -> dict[int, list[ProbeRecord]]:
+    """The probe records of the trials whose loss watch saw them reach the own batch's loss,
+    by batch size: the curves that trained as far, which
+    :func:`~optimizer.search.goodput.efficiency.efficiency_from_trials` pools."""
+    out: dict[int, list[ProbeRecord]] = {}
+    for t in trials:
+        folder = Path(run_dir) / "trials" / t.trial_id
+        seen = _seen(folder / LOSS_TARGET_FILE) if t.ok and t.allocation.batch_size else None
+        rec = read_probe(folder / EVENTS_FILE) if seen and seen.get(
+            "reached_at_samples") is not None else None
+        if rec is not None and rec.losses:
+            out.setdefault(int(t.allocation.batch_size), []).append(rec)
+    return out
 
 
 def _seen(path: Path) -> dict | None:
