@@ -105,8 +105,7 @@ class CloudResourceOptimizer:
     _default_batch: int | None = None  # the script's own batch size, read from its source
 
     def __init__(self, config: OptimizerConfig | None = None, *, quiet: bool = False) -> None:
-        self.config = config or load_config()
-        self.quiet = quiet
+        self.config, self.quiet = config or load_config(), quiet
         self.offline_analyzer: Any = None
         self.training_manager: TrainingModuleManager | None = None
         self.oom_chain: list[TrialSummary] = []
@@ -438,7 +437,7 @@ class CloudResourceOptimizer:
             probe = None
         self._say(f"measuring {alloc.key()} ({'probe' if probe else 'whole job'})")
         target = (target_for_batch(alloc.batch_size, run_dir, self._default_batch,
-                                   again=prefix.startswith(RUNOFF_PREFIX))
+                                   again=prefix.startswith(RUNOFF_PREFIX))  # a 2nd curve
                   if probe and run.goodput and alloc.batch_size is not None else None)
         request = TrialRequest(alloc, trial_dir, probe_seconds=probe, timeout_s=run.trial_timeout_s,
                                monitor_interval=run.monitor_interval, total_samples=total,
@@ -460,8 +459,7 @@ class CloudResourceOptimizer:
             reference, optimized, baseline_time_s=job_time(reference),
             optimized_time_s=job_time(optimized), preference=self.user_preference,
             preferences=self.config.multi_objective) if optimized.ok else {}
-        flags = self.monitor_cost_time_efficiency(trial_figures(reference),
-                                                  trial_figures(optimized))
+        flags = self.monitor_cost_time_efficiency(*map(trial_figures, (reference, optimized)))
         comparison["monitor"] = flags
         from agents.metrics import RLMetricsTracker
 

@@ -154,16 +154,19 @@ def runoff(opt: Any, manager: Any, trials: list[TrialSummary], total: float | No
     field = contenders(table, config.run.runoff_size)
     if field.empty or n_rounds == 0:
         return []
-    hopeful = uncertain(table, field, eff)
-    ids = list(field["trial_id"])
-    if hopeful is not None and len(ids) > 1:  # the last place: the measured ones go first
-        ids = [*ids[:config.run.runoff_size - 1], hopeful]
-    allocs = [next(t.allocation for t in before if t.trial_id == tid) for tid in ids]
-    added: dict[str, str] = {}  # settings no trial ran, by who put them in: the decisions say
-    if len(allocs) > 1:
-        allocs = with_workers(allocs[0], allocs, ids[0].startswith(WORKERS_PREFIX + "-"))
-        added |= {a.key(): WORKERS_PROPOSER for a in allocs
-                  if not any(same_setting(a, t.allocation) for t in before)}
+
+    def setting(tid: str) -> Allocation:
+        return next(t.allocation for t in before if t.trial_id == tid)
+
+    ids, size = list(field["trial_id"]), config.run.runoff_size
+    hopeful = uncertain(table, field, eff) if len(ids) > 1 else None
+    swept = ids[0].startswith(WORKERS_PREFIX + "-")
+    allocs = with_workers(setting(ids[0]), [setting(t) for t in ids], swept)
+    if hopeful is not None:  # the last place, should the field be full: measured ones first
+        allocs = with_workers(allocs[0], [*allocs[:size - 1], setting(hopeful)], swept)
+    added: dict[str, str] = {  # settings no trial ran, by who put them in: the decisions say
+        a.key(): WORKERS_PROPOSER for a in allocs
+        if not any(same_setting(a, t.allocation) for t in before)}
     half = cpu_neighbour(allocs[0], before, config.resources.cpu_count_min)
     if half is not None:
         allocs = [allocs[0], half, *allocs[1:config.run.runoff_size - 1]]
@@ -206,7 +209,7 @@ def runoff(opt: Any, manager: Any, trials: list[TrialSummary], total: float | No
                   "which no trial ran")
         if len(allocs) > 2:
             reason += f"; the others within {CONFIRM_BAND:.0%} of the leader"
-    if hopeful is not None and hopeful in ids:
+    if hopeful is not None and len(allocs) > 1:
         reason += (f"; {describe_allocation(allocs[-1], gpus=gpus)} within it at the top of its "
                    "efficiency's interval, trained on to the loss again")
     done: list[TrialSummary] = []
