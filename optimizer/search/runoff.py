@@ -11,7 +11,11 @@ fastest hour. So the closed loop ends with a run-off (:func:`runoff`):
    of the best (at most ``[run].runoff_size``; a setting measured only beside other trials
    counts as :data:`SHARED_SLOWDOWN` faster, so that one the sharing hid still competes), and
    the leader at half its CPUs where no trial ran that setting (:func:`cpu_neighbour`, second
-   in the field, so a budget that trims the field keeps it);
+   in the field, so a budget that trims the field keeps it); the best setting that the top of
+   its efficiency's interval would bring within the band takes the last place
+   (:func:`uncertain`), and where the leader came from the workers sweep, contenders at the
+   script's own workers race at the leader's count (:func:`with_workers`); a run-off's run at
+   another batch than the script's trains on to its loss, so the efficiency is measured again;
 2. each round runs every contender once, back to back, alone, the order rotating from round
    to round so that a steady drift favours none;
 3. after two rounds, a contender whose mean is worse than the leader's beyond the noise
@@ -162,8 +166,10 @@ def runoff(opt: Any, manager: Any, trials: list[TrialSummary], total: float | No
     hopeful = uncertain(table, field, eff) if len(ids) > 1 else None
     swept = ids[0].startswith(WORKERS_PREFIX + "-")
     allocs = with_workers(setting(ids[0]), [setting(t) for t in ids], swept)
+    hope = None
     if hopeful is not None:  # the last place, should the field be full: measured ones first
         allocs = with_workers(allocs[0], [*allocs[:size - 1], setting(hopeful)], swept)
+        hope = with_workers(allocs[0], [allocs[0], setting(hopeful)], swept)[-1]
     added: dict[str, str] = {  # settings no trial ran, by who put them in: the decisions say
         a.key(): WORKERS_PROPOSER for a in allocs
         if not any(same_setting(a, t.allocation) for t in before)}
@@ -209,8 +215,8 @@ def runoff(opt: Any, manager: Any, trials: list[TrialSummary], total: float | No
                   "which no trial ran")
         if len(allocs) > 2:
             reason += f"; the others within {CONFIRM_BAND:.0%} of the leader"
-    if hopeful is not None and len(allocs) > 1:
-        reason += (f"; {describe_allocation(allocs[-1], gpus=gpus)} within it at the top of its "
+    if hope is not None and any(same_setting(hope, a) for a in allocs[1:]):
+        reason += (f"; {describe_allocation(hope, gpus=gpus)} within it at the top of its "
                    "efficiency's interval, trained on to the loss again")
     done: list[TrialSummary] = []
     left = list(allocs)
