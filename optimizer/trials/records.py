@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import statistics
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -57,6 +58,13 @@ class TrialSummary:
     """Seconds before the steady rate began (start-up the whole job pays once), kept so that a
     probe measured before the job's size was known can predict the job once it is
     (:func:`with_job_size`)."""
+    exit_s: float | None = None
+    """Seconds of a whole run's wall time outside the script's own clock: the interpreter's
+    start before the probe's first event and its exit after the last (freeing a large model,
+    torch's own shutdown: 0.45 to 0.67 s on the suite's scripts). A completed trial measures
+    it; a stopped probe never exits by itself, so it is given the median of the completed
+    trials beside it (:func:`exit_seconds`), which its predicted job time includes. Without
+    it, a whole run looks slower than a probe of the same speed stopped short of its end."""
     cpu_cores_mean: float = 0.0
     cpu_cores_peak: float = 0.0
     cpu_util_mean: float = 0.0
@@ -174,15 +182,39 @@ def job_time(t: TrialSummary) -> float | None:
 
 
 def predict_time(status: str, wall: float, samples: float | None, total: float | None,
-                 thr: float | None, startup: float | None) -> float | None:
-    """Whole-job time: measured when the script ran to its end, else predicted."""
+                 thr: float | None, startup: float | None, exit_s: float | None = None
+                 ) -> float | None:
+    """Whole-job time: measured when the script ran to its end, else predicted (start-up,
+    the job at the steady rate, and the process's exit, :attr:`TrialSummary.exit_s`)."""
     if status == "completed":
         if total is None or samples is None or samples >= total or not thr:
             return round(wall, 3)
         return round(wall + (total - samples) / thr, 3)
     if status == "probe" and thr and total is not None:
-        return round((startup or 0.0) + total / thr, 3)
+        return round((startup or 0.0) + total / thr + (exit_s or 0.0), 3)
     return None
+
+
+def exit_seconds(status: str, wall: float, probe_end: float | None,
+                 trials_dir: str | os.PathLike) -> float | None:
+    """:attr:`TrialSummary.exit_s` of a trial that just ended: a completed run's wall time
+    past the probe's last event (``probe_end``, on the probe's clock, which starts with the
+    script); for a probe, the median over the completed trials recorded in ``trials_dir``
+    (None when there are none: then no trial pays it, and the comparison stays even)."""
+    if status == "completed":
+        return None if probe_end is None else round(max(wall - probe_end, 0.0), 3)
+    if status != "probe":
+        return None
+    seen = []
+    for path in sorted(Path(trials_dir).glob(f"*/{SUMMARY_FILE}")):
+        try:
+            s = read_json(path)
+        except (CloudoptError, OSError):
+            continue  # a record being written, or not ours: it only narrows the median
+        if isinstance(s, dict) and s.get("status") == "completed" and \
+                isinstance(s.get("exit_s"), (int, float)):
+            seen.append(float(s["exit_s"]))
+    return round(statistics.median(seen), 3) if seen else None
 
 
 def with_job_size(trials: Sequence[TrialSummary], total: float | None,
@@ -192,9 +224,26 @@ def with_job_size(trials: Sequence[TrialSummary], total: float | None,
     to the probe: a later whole run, or a probe that reached the job's end, finds it). Left
     without a prediction, such probes drop out of every comparison of whole jobs, and the
     final choice sees only the trials measured after the size was found. ``found_by``: the
-    trials to name as the size's source (default ``trials``)."""
+    trials to name as the size's source (default ``trials``).
+
+    Probes that ran before any whole run measured the process's exit (:attr:`TrialSummary.
+    exit_s`) are given the median of those in ``found_by`` and ``trials`` here, so that every
+    probe's job time counts it once a whole run is among them."""
     source = next((t.trial_id for t in (found_by or trials) if t.total_samples), "a trial")
-    return [probe_job(t, total, f"learned from {source}") if total else t for t in trials]
+    exits = [t.exit_s for t in [*found_by, *trials]
+             if t.status == "completed" and t.exit_s is not None]
+    out = [probe_job(t, total, f"learned from {source}") if total else t for t in trials]
+    return [with_exit(t, statistics.median(exits)) for t in out] if exits else out
+
+
+def with_exit(t: TrialSummary, exit_s: float) -> TrialSummary:
+    """``t`` with the process's exit added to its predicted job time, where ``t`` is a probe
+    whose prediction has none yet; other trials as they are."""
+    if t.status != "probe" or t.exit_s is not None or t.predicted_total_time_s is None:
+        return t
+    predicted = round(t.predicted_total_time_s + exit_s, 3)
+    return dataclasses.replace(t, exit_s=round(exit_s, 3), predicted_total_time_s=predicted,
+                               predicted_total_cost=t.hourly_cost * predicted / 3600)
 
 
 def probe_job(t: TrialSummary, total: float, source: str) -> TrialSummary:
@@ -209,7 +258,7 @@ def probe_job(t: TrialSummary, total: float, source: str) -> TrialSummary:
     if startup is None:
         startup = max(t.wall_time_s - (t.samples or 0.0) / t.throughput, 0.0)
     predicted = predict_time("probe", t.wall_time_s, t.samples, float(total), t.throughput,
-                             startup)
+                             startup, t.exit_s)
     return dataclasses.replace(t, total_samples=float(total), predicted_total_time_s=predicted,
                                predicted_total_cost=t.hourly_cost * predicted / 3600,
                                job_size_source=source)

@@ -20,12 +20,12 @@ Throughput comes from the first source available, and the summary names it:
 rates: ``samples/s``, ``images/sec``, ``it/s`` × batch size) or ``wall_time`` (work / time).
 With ``probe_seconds`` a trial is a probe: it runs until the rate is steady (the mean of the
 windows after warm-up known to a few percent) or the time box ends, and the whole job's time
-is predicted as ``startup + total_samples / steady_throughput``.
+is predicted as ``startup + total_samples / steady_throughput + exit`` (``exit_s``: what a
+whole run beside it took past the script's end).
 
 The parts live in their own modules, re-exported here: static analysis of the script in
-:mod:`optimizer.trials.script_scan`, parsing what it reports in :mod:`optimizer.trials.output`, and
-launching, time-boxing and filing one trial in :mod:`optimizer.trials.runner`. This module ties
-them together.
+:mod:`optimizer.trials.script_scan`, parsing what it reports in :mod:`optimizer.trials.output`,
+and launching, time-boxing and filing one trial in :mod:`optimizer.trials.runner`.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ from optimizer.trials.output import (
 from optimizer.trials.probe import EVENTS_FILE, read_probe, write_stage_marks
 from optimizer.trials.probe.loss_target import LossTarget, LossWatch
 from optimizer.trials.probe.summary import probe_figures
-from optimizer.trials.records import SUMMARY_FILE, TrialSummary, predict_time
+from optimizer.trials.records import SUMMARY_FILE, TrialSummary, exit_seconds, predict_time
 from optimizer.trials.resources import cpu_affinity_set
 from optimizer.trials.runner import (
     STDERR_TAIL_CHARS,
@@ -475,9 +475,10 @@ class TrainingModuleManager:
             samples, thr = total, total / wall if wall > 0 else None
         hourly = ResourceCostCalculator.from_config(resource_config).calculate_hourly_cost(
             allocation)
-        predicted = predict_time(status, wall, samples, total, thr, startup)
-        stats = run.monitor.stats()
-        stderr = tail(work / "stderr.log")
+        end = record.end_t if record is not None else None
+        exit_s = exit_seconds(status, wall, end, work.parent.parent)  # trial_dir/.work
+        predicted = predict_time(status, wall, samples, total, thr, startup, exit_s)
+        stats, stderr = run.monitor.stats(), tail(work / "stderr.log")
         if status == "probe" and thr is None:
             reason = "no throughput measured before the time box ended"
         model_info = self.get_model_info(work / "metrics.csv", stdout_text)
@@ -489,7 +490,7 @@ class TrainingModuleManager:
             throughput_source=source, hourly_cost=hourly, cost=hourly * wall / 3600,
             total_samples=total, predicted_total_time_s=predicted,
             predicted_total_cost=None if predicted is None else hourly * predicted / 3600,
-            startup_s=None if startup is None else round(float(startup), 3),
+            startup_s=None if startup is None else round(float(startup), 3), exit_s=exit_s,
             cpu_util_mean=100 * stats["cpu_cores_mean"] / max(allocation.cpus, 1),
             **stats, train_file=str(self.module_path), train_args=list(self.train_args),
             model_info=model_info,

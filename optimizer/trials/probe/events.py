@@ -135,10 +135,15 @@ class ProbeRecord:
             return None
         return float(loader["dataset_len"]) * epochs
 
+    @property
+    def end_t(self) -> float:
+        """The script's last moment on the probe's clock: its exit, else the last event."""
+        return self.exit_t if self.exit_t is not None else self.last_t
+
     def stages(self) -> list[tuple[float, float, str]]:
         """``(start_t, end_t, stage)``: ``startup`` before the first step, then ``train`` and
         ``eval`` (a module switched to eval mode) in turn, ``teardown`` after the last step."""
-        end = self.exit_t if self.exit_t is not None else self.last_t
+        end = self.end_t
         if self.first_step_t is None:
             return [(0.0, end, "startup")] if end > 0 else []
         last_step = self.last_step_t if len(self.step_points) else self.first_step_t
