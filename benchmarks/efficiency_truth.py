@@ -18,7 +18,11 @@ On every packed grid (``benchmarks/data/grids/<machine>/``, unpacked on first us
 - **samples to a common loss** (cloudopt's estimator, ``optimizer.search.goodput.common_loss``,
   within what batch size alone can do, and capped, as the search caps it, by a probe that
   stopped short of its target) and **slopes over shared samples** (the loss's fall per
-  sample over the stretch both runs cover, the ratio cloudopt used before that).
+  sample over the stretch both runs cover, the ratio cloudopt used before that);
+- **the noise scale's form** ``(phi + B0) / (phi + B)`` with ``phi`` from the cut probes'
+  gradient norms, **the form unless the curves' interval excludes it** (the efficiency the
+  search used before 2026-11-27) and **the curves wherever they have a value, else the form**
+  (the one it uses now, ``efficiency_from_trials``).
 
 It prints each row and, per estimator, how often it puts a batch on the right side of the
 script's own (better or worse per sample; truths within 5% of 1 left out) and its median
@@ -49,6 +53,7 @@ from optimizer.foundation.config import load_config
 from optimizer.search.goodput.efficiency import (
     bounded_by_batch,
     common_loss_efficiency,
+    estimate_noise_scale,
     progress_over_shared_samples,
 )
 from optimizer.search.goodput.probe_target import loss_target
@@ -138,6 +143,7 @@ def rows_for(w, store: TruthStore, cpus: int, args: argparse.Namespace) -> list[
         if cap is not None and b in common and common[b].value is not None:
             common[b] = replace(common[b], value=min(common[b].value, cap))
     progress = progress_over_shared_samples(probes)
+    phi = estimate_noise_scale({b: [r] for b, r in probes.items()}).value
     out = []
     for b in w.batch_sizes:
         if b == ref or not curves.get(b) or b not in probes:
@@ -146,9 +152,15 @@ def rows_for(w, store: TruthStore, cpus: int, args: argparse.Namespace) -> list[
         whole = float(np.mean([c.samples[-1] for c in curves[b]]))
         slope = (progress[b].value / progress[ref].value
                  if progress[b].value is not None and progress[ref].value else None)
+        m = common[b]
+        prior = (phi + ref) / (phi + b) if phi else None
+        # The rule before 2026-11-27: the form unless the curves' interval excluded it.
+        held = prior is not None and (m.value is None or (m.low or 0) <= prior <= (m.high or 0))
         out.append({"script": w.name, "cpus": cpus, "batch": b, "ref": ref,
                     "truth": need_ref / need if math.isfinite(need) else None,
                     "bound": need_ref / whole, "common": common[b].value,
+                    "prior": prior, "prior_unless_excluded": prior if held else m.value,
+                    "in_use": m.value if m.value is not None else prior,
                     "common_why": common[b].why, "slope": slope,
                     "seen": float(probes[b].losses[-1][1]) if probes[b].losses else 0.0,
                     "probe_s": min(stops[b], float(records[b].step_points[-1, 0])
@@ -191,12 +203,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {r['script']} | {r['cpus']} | {r['batch']} ({r['ref']}) | {truth} | {common} "
               f"| {slope} |")
     print()
-    for key, name in (("common", "samples to a common loss"), ("slope", "slopes over shared samples")):
+    for key, name in (("common", "samples to a common loss"),
+                      ("slope", "slopes over shared samples"),
+                      ("prior", "the noise scale's form alone"),
+                      ("prior_unless_excluded", "the form unless the curves' interval excludes it"),
+                      ("in_use", "the curves wherever they have a value, else the form")):
         sides = [s for s in (right_side(r, key) for r in rows) if s is not None]
         errs = [abs(math.log(r[key] / r["truth"])) for r in rows
                 if r[key] and r["truth"] and r[key] > 0]
         print(f"{name}: right side of the script's own batch {sum(sides)}/{len(sides)}; median "
-              f"error {math.exp(statistics.median(errs)) - 1:.0%} over {len(errs)} numeric truths")
+              f"error {math.exp(statistics.median(errs)) - 1:.1%}, 90th percentile "
+              f"{math.exp(float(np.quantile(errs, 0.9))) - 1:.1%} over {len(errs)} numeric truths")
     secs = [r["probe_s"] for r in rows]
     print(f"probes of other batches ({args.mode}): median {statistics.median(secs):.1f} s, "
           f"mean {statistics.mean(secs):.1f} s, longest {max(secs):.1f} s over {len(secs)} "
