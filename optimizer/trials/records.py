@@ -61,7 +61,7 @@ class TrialSummary:
     exit_s: float | None = None
     """Seconds of a whole run's wall time outside the script's own clock: the interpreter's
     start before the probe's first event and its exit after the last (freeing a large model,
-    torch's own shutdown: 0.45 to 0.67 s on the suite's scripts). A completed trial measures
+    torch's own shutdown: 0.53 to 0.73 s on the suite's scripts). A completed trial measures
     it; a stopped probe never exits by itself, so it is given the median of the completed
     trials beside it (:func:`exit_seconds`), which its predicted job time includes. Without
     it, a whole run looks slower than a probe of the same speed stopped short of its end."""
@@ -200,7 +200,7 @@ def exit_seconds(status: str, wall: float, probe_end: float | None,
     """:attr:`TrialSummary.exit_s` of a trial that just ended: a completed run's wall time
     past the probe's last event (``probe_end``, on the probe's clock, which starts with the
     script); for a probe, the median over the completed trials recorded in ``trials_dir``
-    (None when there are none: then no trial pays it, and the comparison stays even)."""
+    (None before the first: :func:`with_job_size` gives it to such probes later)."""
     if status == "completed":
         return None if probe_end is None else round(max(wall - probe_end, 0.0), 3)
     if status != "probe":
