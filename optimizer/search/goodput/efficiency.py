@@ -471,8 +471,6 @@ def efficiency_from_trials(trials: Iterable[TrialSummary], run_dir: str | Path,
 
 def _note(decided_by: str, noise: NoiseScaleEstimate, measured: Mapping[int, Measured],
           corrected: Sequence[int], prior: Mapping[int, float]) -> str:
-    checked = [b for b, m in measured.items()
-               if m.value is not None and not m.why and b not in corrected]
     why_not = next((m.why for m in measured.values() if m.why), "one batch size measured")
     if decided_by == "nothing measured":
         return (f"Statistical efficiency is off (1 at every batch size): no noise scale "
@@ -480,8 +478,7 @@ def _note(decided_by: str, noise: NoiseScaleEstimate, measured: Mapping[int, Mea
     if decided_by == "noise scale":
         return (f"Statistical efficiency follows the gradient noise scale measured on the script,"
                 f" about {noise.value:,.0f} samples (90% interval {noise.low:,.0f} to "
-                f"{noise.high:,.0f}), " + (f"which the samples to a common loss at batch sizes "
-                f"{checked} agree with." if len(checked) > 1 else f"unchecked ({why_not})."))
+                f"{noise.high:,.0f}), unchecked by the loss curves ({why_not}).")
     shown = ", ".join(f"{measured[b].value:.2f} at batch {b}" + (
         f" (the noise scale predicts {prior[b]:.2f})" if prior else "") for b in corrected)
     return (f"Statistical efficiency comes from the samples each batch size needed to reach "
