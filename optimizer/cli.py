@@ -46,10 +46,29 @@ def _raise_terminated(signum, frame):  # noqa: ARG001 - the signal handler's sig
     raise Terminated()
 
 
+FLAG_VALUED = ("--batch-size-arg", "--lr-arg", "--epochs-arg", "--workers-arg", "--train-args")
+"""Options whose value is a flag of the user's script (or its arguments)."""
+
+
+def join_flag_values(argv: list[str]) -> list[str]:
+    """``--batch-size-arg --batch_size`` as ``--batch-size-arg=--batch_size``: argparse takes a
+    value that starts with ``-`` for an option of its own, and these options' values always
+    do."""
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] in FLAG_VALUED and i + 1 < len(argv) and argv[i + 1].startswith("-"):
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     if argv is None:  # the process's own entry point, not a caller's: SIGTERM is ours
         signal.signal(signal.SIGTERM, _raise_terminated)
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = join_flag_values(list(sys.argv[1:] if argv is None else argv))
     problems = foreign_packages()
     if problems:  # before any trial runs: a shadowed package would fail after them
         for line in problems:

@@ -38,7 +38,9 @@ from optimizer.search import baseline as probes
 from optimizer.search.baseline import memory_for, plan_baseline, run_baseline
 from optimizer.search.budget import RunBudget, auto_budget, make_budget, within_budget
 from optimizer.search.choice import same_setting
+from optimizer.search.goodput.job_length import job_length
 from optimizer.search.goodput.probe_target import target_for_batch
+from optimizer.search.job_options import JobOptions
 from optimizer.search.runoff import PREFIX as RUNOFF_PREFIX
 from optimizer.trials import oom_retry
 from optimizer.trials.batch import label_batch
@@ -48,34 +50,6 @@ from optimizer.trials.failures import cause_of, no_usable_baseline
 from optimizer.trials.guard import clean_stale_work
 from optimizer.trials.records import TrialSummary, job_cost, job_size, job_time, with_job_size
 from optimizer.trials.training import TrainingModuleManager
-
-
-@dataclass
-class JobOptions:
-    """What the command line says about one optimization besides the configuration."""
-
-    train_args: str | Sequence[str] = ""
-    batch_size_arg: str | None = None
-    batch_size_env: str | None = None
-    workers_arg: str | None = None
-    """The flag that sets the script's data-loader workers (None: they are not varied)."""
-    lr_arg: str | None = None
-    """The flag that sets the script's learning rate (None: it is never changed)."""
-    probe_seconds: float | None = None
-    """None: the configuration's; 0: every trial runs to its end."""
-    total_samples: float | None = None
-    dataset_path: str | None = None
-    offline_logs: str | None = None
-    phase_model: str | None = None
-    sla_given: frozenset[str] = frozenset()
-    """SLA limits the user set explicitly; the others may be derived from the baseline."""
-    agent_seconds: float | None = None
-    """Training budget of each agent (default: the configuration's)."""
-    image: str | None = None
-    """Container image of the Kubernetes Job (default: a placeholder)."""
-    live_plan: str = "measure"
-    """``measure``: the per-stage live plan written and run beside the static one; ``write``:
-    written only; ``off``."""
 
 
 @dataclass
@@ -209,6 +183,7 @@ class CloudResourceOptimizer:
                                   manager.script_digest())
         self.training_manager = manager
         manager.load_module()
+        self.job_length = job_length(manager.module.tree, manager.train_args, opts.epochs_arg)
         analysis = manager.analyze_module()
         gpu_check = self.validate_gpu_configuration()
         self.config.save(run_dir / "config.json")

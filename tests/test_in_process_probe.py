@@ -231,7 +231,8 @@ def test_a_script_without_torch_falls_back_to_what_it_prints(tmp_path):
         Allocation(cpus=1, memory_gb=1.0), tmp_path / "t",
         resource_config=ResourceConfig(cpu_count_max=2, memory_max=8.0, gpu_count_max=0))
     assert s.status == "completed" and s.throughput_source == "stdout"
-    assert s.probe == {"steps": 0, "samples_per_step": None}
+    assert s.probe == {"steps": 0, "samples_per_step": None, "step_unit": "optimizer step",
+                       "backward_passes": 0}
 
 
 def test_phases_are_scored_against_the_probes_stage_marks(tmp_path):

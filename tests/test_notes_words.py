@@ -151,3 +151,14 @@ def test_the_fallback_note_and_the_answer_name_no_trial():
 def test_the_old_wording_is_caught(text):
     with pytest.raises(AssertionError):
         _readable(text)
+
+
+def test_the_recommend_row_names_the_job_its_figures_are_for():
+    from optimizer.commands.optimize import _to_progress
+
+    job = {"args": ["--epochs", "3"], "rule": "shorter job"}
+    m = {"efficiency": 1.56, "whole_job_s": 42.3, "job_time_s": 33.2}
+    assert _to_progress(m, job).startswith("; a job of --epochs 3, which reaches")
+    whole = {"efficiency": 1.3, "whole_job_s": 20.0, "job_time_s": 20.0}
+    assert "its whole job, which trains at least as well" in _to_progress(
+        whole, {"args": [], "rule": "whole job"})

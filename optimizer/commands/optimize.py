@@ -66,6 +66,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                    help="flag that sets the script's learning rate (e.g. --lr): when the "
                    "recommended batch differs from the script's, the linear and square-root "
                    "scalings are measured and the better one recommended")
+    p.add_argument("--epochs-arg", default=None, metavar="FLAG",
+                   help="flag that sets the script's epochs (default: --epochs, --num-epochs, "
+                   "--max-epochs, --num-train-epochs ... where the script reads one): a more "
+                   "sample-efficient batch is recommended with the fewer epochs that reach the "
+                   "script's own final loss; without one, batches are judged by their whole job")
     p.add_argument("--memory-max", type=float, default=None, metavar="GB",
                    help="largest memory limit a trial may run under ([resources].memory_max; "
                    "default: the machine's memory)")
@@ -223,7 +228,7 @@ def optimize_file(optimizer: CloudResourceOptimizer, manager: TrainingModuleMana
     options = JobOptions(
         train_args=manager.train_args, batch_size_arg=manager.batch_size_arg,
         batch_size_env=manager.batch_size_env, workers_arg=manager.workers_arg,
-        lr_arg=args.lr_arg,
+        lr_arg=args.lr_arg, epochs_arg=args.epochs_arg,
         probe_seconds=args.probe_seconds, total_samples=args.total_samples,
         dataset_path=args.dataset_path, offline_logs=args.offline_logs,
         phase_model=args.phase_model, sla_given=_sla_given(args),
@@ -244,14 +249,21 @@ def optimize_file(optimizer: CloudResourceOptimizer, manager: TrainingModuleMana
     return {"run_dir": str(run_dir), "result": result}
 
 
-def _to_progress(measured: dict[str, Any]) -> str:
+def _to_progress(measured: dict[str, Any], job: dict[str, Any] | None = None) -> str:
     """What the recommend row's seconds mean where the batch learns more or less per sample
-    than the script's own (its whole job runs longer or shorter than that)."""
+    than the script's own: a job of other epochs (``job``, the recommendation's
+    ``job_length``), its whole job, or the time to the own batch's progress."""
     eff = float(measured.get("efficiency", 1.0) or 1.0)
+    whole = float(measured.get("whole_job_s", 0.0))
     if abs(eff - 1.0) <= 1e-6:
         return ""
+    if job and job.get("args"):
+        return (f"; a job of {' '.join(job['args'])}, which reaches the script's own batch's "
+                f"final loss (efficiency {eff:.2f}; at the script's epochs: {whole:.1f} s)")
+    if job and abs(whole - float(measured["job_time_s"])) < 1e-6:
+        return f"; its whole job, which trains at least as well (efficiency {eff:.2f})"
     return (f"; time and cost to the script's own batch's training progress (efficiency "
-            f"{eff:.2f}; its whole job: {float(measured.get('whole_job_s', 0.0)):.1f} s)")
+            f"{eff:.2f}; its whole job: {whole:.1f} s)")
 
 
 def summary_table(result: Any) -> str:
@@ -285,7 +297,7 @@ def summary_table(result: Any) -> str:
         lines.append(
             f"{'recommend':<10} {said['recommend']:<{wide}} {m['job_time_s']:>10.1f} "
             f"{m['job_cost']:>12.6f} {m['throughput'] or 0:>10.1f}  trial {m['trial']} at "
-            "the right-sized memory request" + _to_progress(m))
+            "the right-sized memory request" + _to_progress(m, rec.get("job_length")))
     lines.append(f"recommended by: {rec['agent']}")
     for run_name, status in result.sla_status.items():
         lines.append(f"SLA {run_name}: " + ", ".join(

@@ -143,7 +143,8 @@ def write_outputs(opt: Any, result: Any, reference: TrialSummary, profile: Any,
         env.pop("OPTIMIZER_BATCH_SIZE", None)  # the script ignores it: no false promise
         env.update(mgr.batch_environment(alloc.batch_size))
     if mgr is not None:
-        flagged = mgr.run_args(alloc) + list((rec.get("learning_rate") or {}).get("args", []))
+        flagged = (mgr.run_args(alloc) + list((rec.get("learning_rate") or {}).get("args", []))
+                   + list((rec.get("job_length") or {}).get("args", [])))
         args = flagged if flagged != list(mgr.train_args) else None
     atomic_write_text(run_dir / "k8s-resources.yaml", k8s_resources_yaml(
         alloc, env, name=Path(result.run_dir).name, args=args,
@@ -234,6 +235,7 @@ def _write_recommendation(run_dir: Path, result: Any, reference: TrialSummary,
         "runoff_standings": rec.get("runoff_standings", []),
         "memory": rec.get("memory"), "search": rec.get("search"),
         "goodput": rec.get("goodput"), "learning_rate": rec.get("learning_rate"),
+        "job_length": rec.get("job_length"), "measured": rec.get("measured"),
         "live": rec.get("live"),
         "planned_allocation": rec.get("planned_allocation"),
         "rounds": rec.get("rounds", []),

@@ -78,9 +78,18 @@ def objective_table(trials: Sequence[TrialSummary], config: OptimizerConfig,
             continue
         a = t.allocation
         eff = efficiency(a.batch_size) if efficiency is not None else 1.0
-        raw, seconds = seconds, seconds / max(eff, 1e-9)
+        raw, seconds, epochs = seconds, seconds / max(eff, 1e-9), None
+        job = getattr(efficiency, "job", None)
+        if getattr(efficiency, "untried_batches", False) and \
+                a.batch_size not in (None, efficiency.ref_batch):
+            continue  # the job trains, but nothing measured how this batch does: maybe worse
+        if job is not None and getattr(efficiency, "on", False):
+            seconds, epochs = job.job_seconds(raw, (t.startup_s or 0.0) + (t.exit_s or 0.0),
+                                              eff, a.batch_size == efficiency.ref_batch)
+            if not np.isfinite(seconds):
+                continue  # its whole job trains worse, and its length cannot be set
         memory = right_size_memory(t.mem_gb_peak, **_oom_kwargs(trials, a))
-        rows.append({"efficiency": eff, "raw_job_time_s": raw, "trial_id": t.trial_id, "started_at": t.started_at or "",
+        rows.append({"efficiency": eff, "raw_job_time_s": raw, "epochs": epochs, "trial_id": t.trial_id, "started_at": t.started_at or "",
                      "alone": not t.concurrent_with,
                      "gpus": a.gpus, "cpus": a.cpus,
                      "batch_size": a.batch_size, "workers": a.workers, "status": t.status,

@@ -42,7 +42,8 @@ def plan_round(opt: Any, usable: list[TrialSummary], reference: TrialSummary,
 
     out = run_dir / "rl" / (f"round-{round_k}" if round_k else "")
     cache = out / "recommendation.json"
-    opt.efficiency = measure_efficiency(usable, reference, run_dir, opt.config.run.goodput)
+    opt.efficiency = measure_efficiency(usable, reference, run_dir, opt.config.run.goodput,
+                                        getattr(opt, "job_length", None))
     try:
         env_cfg = fit_env_config(opt, usable, reference, total, profile, opt.efficiency)
     except CloudoptError as exc:
@@ -76,10 +77,22 @@ def plan_round(opt: Any, usable: list[TrialSummary], reference: TrialSummary,
 
 
 def measure_efficiency(usable: list[TrialSummary], reference: TrialSummary,
-                       run_dir: Path, goodput: bool = True) -> TrialEfficiency:
+                       run_dir: Path, goodput: bool = True, job: Any = None
+                       ) -> TrialEfficiency:
     """Statistical efficiency of the script at its trials' batch sizes, relative to its own
     (the reference trial's) batch: off, and saying so, when the batch is unknown or
-    ``[run].goodput`` is false."""
+    ``[run].goodput`` is false. ``job``: the job's length knob
+    (:class:`~optimizer.search.goodput.job_length.JobLength`), carried by the result."""
+    eff = _measure_efficiency(usable, reference, run_dir, goodput)
+    if goodput and eff.ref_batch and not eff.on and (reference.probe or {}).get("steps"):
+        eff = dataclasses.replace(eff, untried_batches=True, note=(
+            f"{eff.note} So only the script's own batch size is recommended: a batch's "
+            "samples/s says nothing of how well it trains."))
+    return dataclasses.replace(eff, job=job) if job is not None else eff
+
+
+def _measure_efficiency(usable: list[TrialSummary], reference: TrialSummary,
+                        run_dir: Path, goodput: bool) -> TrialEfficiency:
     ref = reference.allocation.batch_size
     if not goodput:
         return TrialEfficiency(0, NoiseScaleEstimate(why="[run].goodput is false"),

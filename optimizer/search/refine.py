@@ -59,6 +59,7 @@ from optimizer.search.choice import (
     same_setting,
     setting_peak,
 )
+from optimizer.search.goodput.job_length import figures_words, job_length_decision
 from optimizer.search.goodput.learning_rate import lr_args, tune_learning_rate
 from optimizer.search.loader_workers import PROPOSER, sweep_workers
 from optimizer.search.planning import measure_efficiency
@@ -341,7 +342,7 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
     eff = getattr(opt, "efficiency", None)
     if block and eff is not None and eff.on:  # the run-off's curves: the efficiency pooled
         eff = opt.efficiency = measure_efficiency([t for t in trials if t.ok], reference,
-                                                  run_dir, cfg.run.goodput)
+                                                  run_dir, cfg.run.goodput, eff.job)
     final, best_row = best_measured(trials, cfg, opt.user_preference, runoff=block,
                                     efficiency=eff)
     table = standings(trials, block, cfg, opt.user_preference, eff)
@@ -354,6 +355,9 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
     rec["rounds"] = rounds
     peak = setting_peak(final, trials)
     rec["goodput"] = goodput_comparison(trials, cfg, opt.user_preference, final, eff)
+    rec["job_length"] = job_length_decision(getattr(eff, "job", None), best_row, eff)
+    if rec["job_length"]:
+        rec.setdefault("notes", []).append(rec["job_length"]["note"])
     if getattr(opts, "lr_arg", None) and budget is not None and not budget.allows(2):
         rec["learning_rate"] = {"flag": opts.lr_arg, "note": f"the budget of {budget.total} "
                                 "runs left none to measure the learning rate: it is kept"}
@@ -410,13 +414,8 @@ def choice_words(preference: Any, allocation: Allocation, row: dict[str, Any], t
     gpus = any(t.allocation.gpus for t in trials)
     runs = int(row.get("replicates", 1) or 1)
     how = time_is + (f", mean of {runs} runs" if runs > 1 else "")
-    eff = float(row.get("efficiency", 1.0))
-    figures = job_words(row["job_cost"], row["job_time_s"])
-    if abs(eff - 1.0) > 1e-6:  # the seconds are to the own batch's progress, not the whole job
-        figures = (f"{job_words(row['job_cost'], row['job_time_s'], whole=False)} to the "
-                   f"training progress of the script's own batch size's whole job (efficiency "
-                   f"{eff:.2f}; the whole job at this batch: "
-                   f"{float(row.get('raw_job_time_s', row['job_time_s'])):.3g} s)")
+    figures = figures_words(row, job_words(row["job_cost"], row["job_time_s"]),
+                            job_words(row["job_cost"], row["job_time_s"], whole=False))
     head = (f"the best measured setting for {_preference_words(preference)} is "
             f"{describe_allocation(allocation, gpus=gpus)}: {figures} ({how}; "
             f"{'proposed by ' + from_plan if from_plan else 'a baseline setting'})")

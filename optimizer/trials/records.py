@@ -326,3 +326,22 @@ def write_trials_csv(run_dir: str | os.PathLike) -> Path:
     path = Path(run_dir) / TRIALS_CSV
     atomic_write_csv(path, summaries_to_frame(iter_trials(run_dir)))
     return path
+
+
+def choose_job_size(sizes: list[tuple[str, float | None]], status: str, thr: float | None,
+                    source: str, wall: float, startup: float | None
+                    ) -> tuple[str, float | None]:
+    """``(where from, samples)`` of the job's size: the first of ``sizes`` (given, the
+    script's metrics, printed, arguments, the probe) that has a value; for a whole run with a
+    printed rate, rate × run time; for a whole run that counted nothing, one job (whole runs
+    then compare by their wall time and cost)."""
+    sizes = list(sizes)
+    if status == "completed" and thr and source == "stdout":
+        sizes.append(("printed rate × run time", thr * max(wall - (startup or 0.0), 0.0)))
+    found = next(((k, float(v)) for k, v in sizes if v), None)
+    if found is not None:
+        return found
+    if status == "completed" and thr is None and wall > 0:
+        return "one whole run (its samples unknown)", 1.0
+    return "", None
+

@@ -20,7 +20,6 @@ The steps :meth:`optimizer.trials.training.TrainingModuleManager.run_training` s
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -35,7 +34,6 @@ from typing import Any
 import pandas as pd
 
 from optimizer.foundation.allocation import Allocation
-from optimizer.foundation.atomic_files import atomic_write_json
 from optimizer.foundation.config import ResourceConfig
 from optimizer.trials.guard import Watchdog, die_with_parent, record_owner
 from optimizer.trials.monitor import CSVMonitor, ProcessMonitor, kill_tree
@@ -43,6 +41,7 @@ from optimizer.trials.output import BATCH_SIZE_PATTERN, RateTracker, parse_rate,
 from optimizer.trials.probe import probe_environment
 from optimizer.trials.probe.loss_target import FILE as LOSS_TARGET_FILE
 from optimizer.trials.probe.loss_target import LossWatch
+from optimizer.trials.probe.poll import poll_probe
 from optimizer.trials.records import SUMMARY_FILE, TrialSummary, write_trials_csv
 from optimizer.trials.resources import ResourceManager
 from optimizer.trials.script_scan import ScriptInfo
@@ -157,6 +156,10 @@ class TrialRun:
     """(t_s, cumulative samples) of the last metrics row."""
     csv_total: float | None = None
     stop_reason: str | None = None
+    stopped_at: float | None = None
+    """``time.monotonic()`` when cloudopt signalled the script to stop (a probe's end or the
+    timeout), set before the signal: a script that traps SIGTERM and exits 0 (Lightning's
+    signal connector does) was still stopped, and its run is not a whole job."""
     watchdog: Watchdog | None = None
     exited: threading.Event = field(default_factory=threading.Event)
     """Set by :func:`_note_exit` once the script's process has ended."""
@@ -173,6 +176,11 @@ class TrialRun:
     """A probe of another batch than the script's runs on until this says it is done."""
     probe_steps: tuple[float, float] = (0.0, 0.0)
     """(step, cumulative samples) of the last step event: where a loss is placed."""
+    probe_batch: int | None = None
+    """The batch a step of a loop without a DataLoader counts (``CLOUDOPT_PROBE_BATCH``)."""
+    by_backward: bool = True
+    """Steps are backward passes until the probe reports an optimizer step (as its reader
+    decides, :func:`optimizer.trials.probe.events.read_probe`)."""
 
 
 def start_trial(cmd: list[str], env: dict[str, str], cpus: list[int], work: Path,
@@ -257,6 +265,10 @@ def wait_trial(run: TrialRun, probe_seconds: float | None, timeout_s: float,
                     or elapsed >= watch.target.time_box(probe_seconds, timeout_s)):
                 run.stop_reason = "probe"
         if run.stop_reason:
+            if run.exited.is_set():  # it ended on its own between the checks: not stopped
+                run.stop_reason = None
+            else:
+                run.stopped_at = time.monotonic()
             kill_tree(run.proc.pid, popen=run.proc)
             break
         run.exited.wait(poll)
@@ -275,65 +287,10 @@ def stop_trial(run: TrialRun) -> None:
     run.monitor.stop()
 
 
-PROBE_WINDOW_S = 1.0
-"""Probe rate windows: the samples of the optimizer steps of each second (the probe writes a
-cumulative count ten times a second)."""
-
-
-def _poll_probe(run: TrialRun) -> None:
-    """New aggregated step events of the probe, as rate windows of ``PROBE_WINDOW_S``."""
-    try:
-        with open(run.probe_path, "rb") as fh:  # type: ignore[arg-type]
-            fh.seek(run.probe_pos)
-            chunk = fh.read()
-    except (FileNotFoundError, TypeError):
-        return
-    end = chunk.rfind(b"\n") + 1  # a line still being written waits for the next poll
-    run.probe_pos += end
-    for line in chunk[:end].splitlines():
-        if run.loss_watch is not None and b'"e":"loss"' in line:
-            _watch_loss(run, line)
-            continue
-        if b'"e":"steps"' not in line:
-            continue
-        try:
-            ev = json.loads(line)
-            t, samples = float(ev["t"]), float(ev["samples"])
-            run.probe_steps = (float(ev.get("step", 0) or 0), samples)
-        except (ValueError, KeyError, TypeError):
-            continue
-        if run.probe_last is None:
-            run.probe_last = (t, samples)
-        elif t - run.probe_last[0] >= PROBE_WINDOW_S:
-            rate = (samples - run.probe_last[1]) / (t - run.probe_last[0])
-            run.rates_probe.add(time.monotonic() - run.t0, rate, samples)
-            run.probe_last = (t, samples)
-
-
-def _watch_loss(run: TrialRun, line: bytes) -> None:
-    """A loss event into the watch, at the samples seen before its step: the last step
-    event's count, carried on at its samples per step when the loss is ahead of it (as
-    :func:`optimizer.search.goodput.efficiency.loss_points` places losses, without the history)."""
-    try:
-        ev = json.loads(line)
-        step, value = float(ev["step"]), float(ev["value"])
-    except (ValueError, KeyError, TypeError):
-        return
-    known_step, known = run.probe_steps
-    per_step = known / known_step if known_step > 0 else 0.0
-    run.loss_watch.add(known + per_step * (step - 1 - known_step), value)
-
-
-def write_loss_watch(run: TrialRun, work: Path) -> None:
-    """What the watch saw, filed with the trial (``loss_target.json``)."""
-    if run.loss_watch is not None:
-        atomic_write_json(work / LOSS_TARGET_FILE, run.loss_watch.record())
-
-
 def poll_outputs(run: TrialRun, elapsed: float, quiet: bool) -> None:
     """Read new probe events, metrics rows and output lines into the rate trackers."""
     if run.probe_path is not None:
-        _poll_probe(run)
+        poll_probe(run)
     if run.csv_monitor.check_for_updates():
         try:
             rows = run.csv_monitor.get_new_rows()
@@ -398,12 +355,16 @@ def _add_metric_rows(run: TrialRun, rows: pd.DataFrame, elapsed: float) -> None:
 
 
 def classify(run: TrialRun, code: int | None) -> tuple[str, str]:
-    """(status, reason): ``completed``, ``probe`` or ``failed`` (oom, timeout, crash)."""
+    """(status, reason): ``completed``, ``probe`` or ``failed`` (oom, timeout, crash).
+
+    A run counts as ``completed`` only when it ended on its own with exit 0: one that cloudopt
+    stopped is a ``probe`` (or a ``timeout``) whatever its exit code, since a framework that
+    traps SIGTERM ends cleanly, exit 0, after a fraction of the job."""
     if run.monitor.oom:
         return "failed", "oom"
     if run.stop_reason == "timeout":
         return "failed", "timeout"
-    if run.stop_reason == "probe" and code != 0:
+    if run.stop_reason == "probe" or run.stopped_at is not None:
         return "probe", ""
     if code == 0:
         return "completed", ""

@@ -195,6 +195,16 @@ def flag_float_default(tree: ast.Module, flag: str) -> float | None:
     return None
 
 
+def flag_number_default(tree: ast.Module, flag: str) -> int | float | None:
+    """:func:`flag_default` keeping the literal's type: an ``int`` or a ``float`` above 0
+    (an epoch count that may be fractional, ``default=3.0``)."""
+    node = _default_node(tree, flag)
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
+            and not isinstance(node.value, bool) and node.value > 0:
+        return node.value
+    return None
+
+
 def _default_node(tree: ast.Module, flag: str) -> ast.AST | None:
     name = flag.split("=", 1)[0].strip()
     if not name:

@@ -64,8 +64,15 @@ from optimizer.trials.output import (
 )
 from optimizer.trials.probe import EVENTS_FILE, read_probe, write_stage_marks
 from optimizer.trials.probe.loss_target import LossTarget, LossWatch
+from optimizer.trials.probe.poll import write_loss_watch
 from optimizer.trials.probe.summary import probe_figures
-from optimizer.trials.records import SUMMARY_FILE, TrialSummary, exit_seconds, predict_time
+from optimizer.trials.records import (
+    SUMMARY_FILE,
+    TrialSummary,
+    choose_job_size,
+    exit_seconds,
+    predict_time,
+)
 from optimizer.trials.resources import cpu_affinity_set
 from optimizer.trials.runner import (
     STDERR_TAIL_CHARS,
@@ -85,7 +92,6 @@ from optimizer.trials.runner import (
     trial_environment,
     wait_trial,
     with_flag,
-    write_loss_watch,
 )
 from optimizer.trials.script_scan import (
     ENTRY_NAMES,
@@ -97,20 +103,9 @@ from optimizer.trials.script_scan import (
     load_script,
 )
 
-__all__ = [
-    "BATCH_SIZE_PATTERN",
-    "ENTRY_NAMES",
-    "STDERR_TAIL_CHARS",
-    "RateTracker",
-    "ScriptInfo",
-    "TrainingModuleManager",
-    "analyze_source",
-    "describe_allocation",
-    "load_trial_files",
-    "parse_key_values",
-    "parse_rate",
-    "total_samples_from_args",
-]
+__all__ = ["BATCH_SIZE_PATTERN", "ENTRY_NAMES", "STDERR_TAIL_CHARS", "RateTracker", "ScriptInfo",
+           "TrainingModuleManager", "analyze_source", "describe_allocation", "load_trial_files",
+           "parse_key_values", "parse_rate", "total_samples_from_args"]
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -392,6 +387,10 @@ class TrainingModuleManager:
         env = trial_environment(allocation, resource_config, visible_devices, metrics_part,
                                 trial_id, probe_events)
         env.update(self.batch_environment(allocation.batch_size))
+        probe_batch = allocation.batch_size or self.default_batch_size()
+        if probe_events is not None and probe_batch:
+            # a loop without a DataLoader shows the probe no batch: this one counts a step
+            env["CLOUDOPT_PROBE_BATCH"] = str(int(probe_batch))
         cpus = sorted(cpu_ids) if cpu_ids is not None else cpu_affinity_set(allocation.cpus)
         cmd = self.command(allocation)
         started_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
@@ -408,7 +407,7 @@ class TrainingModuleManager:
         })
         run = start_trial(cmd, env, cpus, work, trial_id, allocation, monitor_interval,
                           metrics_part)
-        run.probe_path = probe_events
+        run.probe_path, run.probe_batch = probe_events, probe_batch
         if loss_target is not None and probe_events is not None and probe_seconds is not None:
             run.loss_watch = LossWatch(loss_target)
         self.training_process = run.proc
@@ -468,9 +467,7 @@ class TrainingModuleManager:
                  ("printed", to_number(parse_key_values(stdout_text).get("total_samples"))),
                  ("arguments", total_samples_from_args(self.train_args)),
                  (fig.total_source, fig.total_samples)]
-        if status == "completed" and thr and source == "stdout":  # a whole run: rate × time
-            sizes.append(("printed rate × run time", thr * max(wall - (startup or 0.0), 0.0)))
-        size_source, total = next(((k, float(v)) for k, v in sizes if v), ("", None))
+        size_source, total = choose_job_size(sizes, status, thr, source, wall, startup)
         if source == "wall_time" and total is not None and status == "completed":
             samples, thr = total, total / wall if wall > 0 else None
         hourly = ResourceCostCalculator.from_config(resource_config).calculate_hourly_cost(

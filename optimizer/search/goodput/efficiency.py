@@ -96,6 +96,12 @@ class TrialEfficiency:
     efficiency: dict[int, float] = field(default_factory=dict)
     decided_by: str = "nothing measured"
     note: str = ""
+    untried_batches: bool = False
+    """The job trains (the probe saw its steps) but nothing measured how another batch trains:
+    only the script's own batch may be recommended."""
+    job: Any = None
+    """The job's length knob (:class:`optimizer.search.goodput.job_length.JobLength`): how a
+    batch's time and cost are judged, by a shorter job or by its whole job."""
 
     @property
     def on(self) -> bool:

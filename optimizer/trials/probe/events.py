@@ -51,9 +51,17 @@ class ProbeRecord:
     exit_t: float | None = None
     last_t: float = 0.0
     torch_version: str | None = None
+    unit: str = "optimizer step"
+    """What one step is: ``optimizer step`` where the script stepped a ``torch.optim``
+    optimizer, else ``backward pass`` (an update written by hand)."""
+    backward_passes: int = 0
 
     @property
     def samples_per_step(self) -> int | None:
+        """The training loader's batch size, else the one seen most often."""
+        loader = self.train_loader
+        if loader is not None and loader.get("batch_size"):
+            return int(loader["batch_size"])
         return self.batch_sizes.most_common(1)[0][0] if self.batch_sizes else None
 
     @property
@@ -178,14 +186,24 @@ def _apply(rec: ProbeRecord, ev: dict[str, Any], points: list) -> None:
             "batch_size": ev.get("batch_size"), "workers": ev.get("workers"),
             "epochs_started": 0, "epochs_completed": 0, "train_epochs": 0, "steps": 0,
             "start_step": 0})
-        lo["epochs_started" if kind == "epoch_start" else "epochs_completed"] += 1
+        step = int(ev.get("step") or 0)
+        if kind == "epoch_start" and lo.get("open"):
+            # A framework that stops at the loader's length (Lightning's fetcher) never meets
+            # its StopIteration: a new pass of the same loader ends the one before it.
+            _close_pass(lo, step)
+        if kind == "epoch_start":
+            lo["epochs_started"] += 1
+        elif lo.get("open"):
+            lo["epochs_completed"] += 1
         lo.setdefault("first_start_t", t)
         if kind == "epoch_end":
             rec.breaks.append(t)
         if kind == "epoch_start":
-            lo["start_step"] = int(ev.get("step") or 0)
-        elif int(ev.get("step") or 0) > lo["start_step"]:
-            lo["train_epochs"] += 1  # a pass with optimizer steps; the others evaluated
+            lo["start_step"], lo["open"] = step, True
+        elif lo.get("open"):
+            lo["open"] = False
+            if step > lo["start_step"]:
+                lo["train_epochs"] += 1  # a pass with optimizer steps; the others evaluated
         lo["steps"] = max(lo["steps"], int(ev.get("steps_in_loader") or 0))
         if ev.get("batch_size"):
             rec.batch_sizes[int(ev["batch_size"])] += 1
@@ -211,6 +229,18 @@ def _apply(rec: ProbeRecord, ev: dict[str, Any], points: list) -> None:
         rec.exit_t = t
         rec.steps, rec.samples = int(ev["step"]), float(ev["samples"])
         points.append((t, rec.steps, rec.samples))
+        for lo in rec.loaders.values():  # a last pass that took all its batches ended
+            if lo.get("open") and lo.get("batches") and \
+                    rec.steps - lo["start_step"] >= int(lo["batches"]):
+                _close_pass(lo, rec.steps)
+
+
+def _close_pass(lo: dict[str, Any], step: int) -> None:
+    """A loader's pass that ended without an ``epoch_end`` event, at ``step``."""
+    lo["open"] = False
+    lo["epochs_completed"] += 1
+    if step > lo["start_step"]:
+        lo["train_epochs"] += 1
 
 
 def read_probe(path: str | os.PathLike) -> ProbeRecord | None:
@@ -222,25 +252,54 @@ def read_probe(path: str | os.PathLike) -> ProbeRecord | None:
         return None
     rec: ProbeRecord | None = None
     points: list[tuple[float, float, float]] = []
+    events = []
     for line in lines:
         try:
             ev = json.loads(line)
         except ValueError:
             continue
-        if not isinstance(ev, dict):
-            continue
+        if isinstance(ev, dict):
+            events.append(ev)
+    by_backward = _by_backward(events)
+    for ev in events:
         if ev.get("e") == "header":
             rec = ProbeRecord(header=ev)
+            if by_backward:
+                rec.unit = "backward pass"
         elif rec is not None:
+            if by_backward and "bw" in ev:
+                ev = {**ev, "step": ev["bw"], "steps_in_loader": ev.get("bw_in_loader", 0)}
             try:
                 _apply(rec, ev, points)
             except (KeyError, TypeError, ValueError):
                 continue
     if rec is None:
         return None
+    rec.backward_passes = max((int(ev.get("bw") or 0) for ev in events
+                               if isinstance(ev.get("bw"), (int, float))), default=0)
     if points:
         rec.step_points = np.array(points, dtype=float)
+    batch = rec.header.get("batch")
+    if rec.samples <= 0 and isinstance(batch, int) and batch > 0 and len(rec.step_points):
+        # no loader showed a batch: each step is the batch the trial set
+        rec.step_points[:, 2] = rec.step_points[:, 1] * batch
+        rec.samples = float(rec.steps * batch)
+        rec.batch_sizes[batch] += 0 if rec.batch_sizes else 1
     return rec
+
+
+def _by_backward(events: list[dict[str, Any]]) -> bool:
+    """Whether backward passes are the steps: the script never stepped a ``torch.optim``
+    optimizer but ran backward passes (a hand-written update)."""
+    stepped = backward = 0
+    for ev in events:
+        if ev.get("e") in ("steps", "exit"):
+            try:
+                stepped = max(stepped, int(ev.get("step") or 0))
+                backward = max(backward, int(ev.get("bw") or 0))
+            except (TypeError, ValueError):
+                continue
+    return stepped == 0 and backward > 0
 
 
 def write_stage_marks(record: ProbeRecord, path: str | os.PathLike) -> Path:

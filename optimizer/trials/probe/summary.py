@@ -52,7 +52,9 @@ def probe_figures(record: ProbeRecord | None, tree: ast.Module | None, train_arg
     out = ProbeFigures()
     if record is None:
         return out
-    info: dict[str, Any] = {"steps": record.steps, "samples_per_step": record.samples_per_step}
+    info: dict[str, Any] = {"steps": record.steps, "samples_per_step": record.samples_per_step,
+                            "step_unit": record.unit,
+                            "backward_passes": record.backward_passes}
     if record.errors:
         info["errors"] = [f"{e.get('hook')}: {e.get('error')}" for e in record.errors]
     if record.losses:
@@ -63,10 +65,15 @@ def probe_figures(record: ProbeRecord | None, tree: ast.Module | None, train_arg
         info.update(dataset_len=loader.get("dataset_len"), train_epochs=loader["train_epochs"],
                     loader_batches=loader.get("batches"))
     out.info = info
-    if record.samples <= 0 and batch_hint and len(record.step_points):
-        record.step_points[:, 2] = record.step_points[:, 1] * batch_hint
-        record.samples = record.steps * batch_hint
+    if record.samples <= 0 and record.steps > 0 and len(record.step_points):
+        # No batch seen or known: a step is the unit of work (its rate compares settings of
+        # one batch size, the only ones a job whose batch cloudopt cannot set runs at).
+        per_step = batch_hint or 1
+        record.step_points[:, 2] = record.step_points[:, 1] * per_step
+        record.samples = record.steps * per_step
         info["samples_per_step"] = batch_hint
+        if not batch_hint:
+            info["sample_unit"] = record.unit
     if record.steps < MIN_STEPS or record.samples <= 0:
         return out
     out.samples, out.throughput = record.samples, record.steady_throughput()

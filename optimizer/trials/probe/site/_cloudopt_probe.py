@@ -1,6 +1,16 @@
-"""The probe's hooks inside a training script's process: optimizer steps, samples, data-loader
-epochs, the loss, train/eval switches and gradient norms, as JSON lines in the file named by
-``CLOUDOPT_PROBE_EVENTS``.
+"""The probe's hooks inside a training script's process: backward passes and optimizer steps,
+samples, data-loader epochs, the loss, train/eval switches and gradient norms, as JSON lines in
+the file named by ``CLOUDOPT_PROBE_EVENTS``.
+
+A training iteration is seen however the update is written: every backward pass
+(``torch.autograd.backward``, which ``Tensor.backward`` calls) and every ``torch.optim`` step is
+counted, and events carry both counts (``bw`` and ``step``); the reader takes optimizer steps as
+the unit where there are any, backward passes otherwise (a hand-written ``p.data.add_`` update).
+A data-loader batch counts its samples once, at the first backward pass after it was fetched:
+gradient accumulation's micro-batches each count, an LBFGS closure's repeated backward passes
+over one batch do not. Without a loader no samples are counted here: the reader takes the batch
+the trial set (``CLOUDOPT_PROBE_BATCH``, in the header) a step. The loss is the tensor ``backward`` is called on, divided by a
+``GradScaler``'s scale where the scaler made it.
 
 Only the standard library is imported here. Nothing happens until the script imports ``torch``
 itself: a post-import hook on the ``torch`` module installs the torch hooks right after torch
@@ -26,6 +36,9 @@ CONTROL_EVERY_S = 0.1  # a stat() at most 10 times a second: a thread count that
 # the controller's change runs a stage on the cores of the one before it
 MAX_WINDOW_ELEMENTS = 50_000_000
 FIRST_STEPS = 5
+READY_TICKS = 4  # a device value is read this many iterations (backward or step) after it was
+# made: by then its stream has long finished with it
+MAX_PENDING = 64  # never more values held than this, whatever the loop does (read at once past it)
 
 
 class _State:
@@ -39,7 +52,9 @@ class _State:
         self.last_step_event = -1.0
         self.pending_steps = 0
         self.batch = None
-        env_batch = os.environ.get("OPTIMIZER_BATCH_SIZE", "")
+        # The batch the trial set (its flag's value, or the script's default), else the variable
+        env_batch = (os.environ.get("CLOUDOPT_PROBE_BATCH", "")
+                     or os.environ.get("OPTIMIZER_BATCH_SIZE", ""))
         self.env_batch = int(env_batch) if env_batch.isdigit() else None
         self.last_loss_t = -1.0
         self.pending = []  # (ready_step, kind, payload, tensor or list of tensors)
@@ -56,6 +71,14 @@ class _State:
         # (sparse and dense parameters, say) is not a second step (0: no backward seen).
         self.backward_seq = 0
         self.counted_seq = -1
+        self.ticks = 0  # backward passes and optimizer steps: deferred values ripen on these
+        self.batch_seq = 0  # data-loader batches fetched
+        self.counted_batch = 0  # the last fetched batch whose samples were counted
+        self.samples_at_step = 0  # samples counted when the last optimizer step was taken
+        self.scaled = None  # (id of a GradScaler's output, its scale) until backward takes it
+        self.window_after = False  # this step's gradient is read after it (a closure made it)
+        self.loader_bw = {}
+        self.save_depth, self.saved = 0, False  # inside torch.save; a checkpoint just ended
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
@@ -109,14 +132,21 @@ def _batch_size(batch, depth=0):
 
 
 def _resolve(s, final=False):
-    """Read deferred device values made at least two steps ago (all of them at exit)."""
+    """Read deferred device values made at least :data:`READY_TICKS` iterations ago (all of
+    them at exit, and the oldest at once when more than :data:`MAX_PENDING` wait)."""
+    if not s.pending:
+        return
     keep = []
-    for ready, event, tensors in s.pending:
-        if final or s.steps >= ready:
+    force = len(s.pending) - MAX_PENDING
+    for i, (ready, event, tensors) in enumerate(s.pending):
+        if final or i < force or s.ticks >= ready:
             if isinstance(tensors, list):
                 values = [float(x) for x in tensors]
                 event["small"] = values[:-1]
                 event["big"] = values[-1]
+            elif isinstance(tensors, tuple):  # (loss, scale) of a GradScaler's output
+                scale = float(tensors[1])
+                event["value"] = float(tensors[0]) / scale if scale else float(tensors[0])
             else:
                 event["value"] = float(tensors)
             s.emit(event)
@@ -125,17 +155,36 @@ def _resolve(s, final=False):
     s.pending = keep
 
 
+def _tick(s, torch):
+    """One iteration's bookkeeping, after a backward pass or an optimizer step."""
+    s.ticks += 1
+    s.pending_steps += 1
+    if s.ticks == 1:
+        s.emit({"e": "first_step", "samples": s.batch if s.batch is not None else s.env_batch,
+                "bw": s.backward_seq, "step": s.steps}, flush=True)
+    if s.saved:  # training resumes after a checkpoint: a stage change, out at once
+        s.saved = False
+        _steps_event(s, force=True)
+        s.file.flush()
+        s.last_flush = time.perf_counter()
+    _steps_event(s)
+    _resolve(s)
+    _check_control(torch)
+
+
 def _steps_event(s, force=False):
     if s.pending_steps and (force or s.now() - s.last_step_event >= STEP_EVENT_S):
-        s.emit({"e": "steps", "step": s.steps, "samples": s.samples, "n": s.pending_steps})
+        s.emit({"e": "steps", "step": s.steps, "bw": s.backward_seq, "samples": s.samples,
+                "n": s.pending_steps})
         s.pending_steps = 0
         s.last_step_event = s.now()
 
 
 def _anchor(s):
     """The counts as training resumes, so the pause before it is not taken for training."""
-    if s.steps:
-        s.emit({"e": "steps", "step": s.steps, "samples": s.samples, "n": 0})
+    if s.ticks:
+        s.emit({"e": "steps", "step": s.steps, "bw": s.backward_seq, "samples": s.samples,
+                "n": 0})
         s.last_step_event = s.now()
 
 
@@ -172,6 +221,14 @@ def _install(torch):
 
     @_guard("grad")
     def pre_step(s, optimizer, args, kwargs):
+        # A step with a closure (LBFGS, Lightning's automatic optimisation) makes its gradient
+        # inside step(): it is read after the step instead.
+        s.window_after = bool(args and args[0] is not None) or kwargs.get("closure") is not None
+        if not s.window_after:
+            _window(optimizer, s.steps + 1)
+
+    @_guard("grad")
+    def _window(s, optimizer, step):
         if s.window is not None and s.window["opt"] != id(optimizer):
             return  # a window follows one optimizer's parameters (the first with dense ones)
         if s.window is None and s.now() - s.last_window_t < GRAD_EVERY_S and s.steps >= 1:
@@ -180,18 +237,21 @@ def _install(torch):
                  if p.grad is not None and not p.grad.is_sparse]
         if not grads:
             return
-        samples = s.batch if s.batch is not None else s.env_batch
+        # The samples behind this step's gradient: every micro-batch since the last step.
+        seen = s.samples - s.samples_at_step
+        samples = seen if seen > 0 else (s.batch if s.batch is not None else s.env_batch)
         with torch.no_grad():
             sq = torch.stack([n.float() for n in torch._foreach_norm(grads)]).pow(2).sum()
             w = s.window
             if w is None:
                 if sum(g.numel() for g in grads) > MAX_WINDOW_ELEMENTS or s.grad_window < 2:
-                    s.pending.append((s.steps + 2, {"e": "grad", "step": s.steps + 1,
-                                                    "samples": samples}, sq))
+                    s.pending.append((s.ticks + READY_TICKS, {
+                        "e": "grad", "step": step, "bw": s.backward_seq,
+                        "samples": samples}, sq))
                     s.last_window_t = s.now()
                     return
                 s.window = {"acc": [g.detach().float().clone() for g in grads],
-                            "small": [sq], "samples": [samples], "step": s.steps + 1,
+                            "small": [sq], "samples": [samples], "step": step,
                             "opt": id(optimizer)}
                 return
             if len(w["acc"]) != len(grads):
@@ -204,7 +264,7 @@ def _install(torch):
                 k = len(w["small"])
                 big = torch.stack(torch._foreach_norm(w["acc"])).pow(2).sum() / (k * k)
                 event = {"e": "gradwin", "step": w["step"], "k": k, "samples": w["samples"]}
-                s.pending.append((s.steps + 2, event, [*w["small"], big]))
+                s.pending.append((s.ticks + READY_TICKS, event, [*w["small"], big]))
                 s.window = None
                 s.last_window_t = s.now()
 
@@ -214,46 +274,64 @@ def _install(torch):
             return
         s.counted_seq = s.backward_seq
         s.steps += 1
-        b = s.batch if s.batch is not None else s.env_batch
-        s.samples += b or 0
-        s.pending_steps += 1
-        if s.steps == 1:
-            s.emit({"e": "first_step", "samples": b}, flush=True)
+        if s.window_after:
+            s.window_after = False
+            _window(optimizer, s.steps)
+        s.samples_at_step = s.samples
         if s.loader_current is not None:
             s.loader_steps[s.loader_current] = s.loader_steps.get(s.loader_current, 0) + 1
-        if s.saved:  # training resumes after a checkpoint: a stage change, out at once
-            s.saved = False
-            _steps_event(s, force=True)
-            s.file.flush()
-            s.last_flush = time.perf_counter()
-        _steps_event(s)
-        if s.pending:
-            _resolve(s)
-        _check_control(torch)
+        _tick(s, torch)
 
     s.loader_current = None
     register_optimizer_step_pre_hook(pre_step)
     register_optimizer_step_post_hook(post_step)
 
-    original_backward = torch.Tensor.backward
+    import torch.autograd as autograd
 
-    def backward(self, *args, **kwargs):
-        s.backward_seq += 1  # the install's state: never None here
-        _note_loss(self)
-        return original_backward(self, *args, **kwargs)
+    original_backward = autograd.backward
 
-    @_guard("loss")
-    def _note_loss(s, tensor):
+    def backward(tensors, *args, **kwargs):
+        _note_backward(tensors)
+        result = original_backward(tensors, *args, **kwargs)
+        _after_backward(torch)
+        return result
+
+    @_guard("backward")
+    def _note_backward(s, tensors):
+        s.backward_seq += 1
+        if s.loader_current is not None:
+            s.loader_bw[s.loader_current] = s.loader_bw.get(s.loader_current, 0) + 1
+        if s.batch_seq != s.counted_batch and s.batch is not None:  # a new loader batch
+            s.samples += s.batch
+            s.counted_batch = s.batch_seq
+        tensor = tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors
+        scaled, s.scaled = s.scaled, None
         t = s.now()
-        if s.steps >= FIRST_STEPS and t - s.last_loss_t < SAMPLE_EVERY_S:
+        if s.ticks >= FIRST_STEPS and t - s.last_loss_t < SAMPLE_EVERY_S:
             return
-        if tensor.numel() != 1:
+        if not isinstance(tensor, torch.Tensor) or tensor.numel() != 1:
             return
         s.last_loss_t = t
-        s.pending.append((s.steps + 2, {"e": "loss", "step": s.steps + 1, "t": round(t, 6)},
-                          tensor.detach()))
+        value = tensor.detach()
+        if scaled is not None and scaled[0] == id(tensor):
+            value = (value, scaled[1].detach().clone())
+        s.pending.append((s.ticks + READY_TICKS, {"e": "loss", "step": s.steps + 1,
+                                                  "bw": s.backward_seq, "t": round(t, 6)},
+                          value))
 
-    torch.Tensor.backward = backward
+    @_guard("tick")
+    def _after_backward(s, torch):
+        _tick(s, torch)
+
+    autograd.backward = backward
+
+    import _cloudopt_probe_hooks as more  # the same folder; standard library only
+
+    for install in (more.install_scaler, more.install_save):
+        try:
+            install(torch, s)
+        except Exception as exc:  # noqa: BLE001 - an old torch without torch.amp, say
+            s.emit({"e": "probe_error", "hook": install.__name__, "error": repr(exc)[:300]})
 
     from torch.utils.data import dataloader
 
@@ -295,7 +373,9 @@ def _install(torch):
                 "batch_size": getattr(it, "_index_sampler", None) and getattr(
                     getattr(it, "_index_sampler", None), "batch_size", None),
                 "workers": getattr(it, "_num_workers", None), "step": s.steps,
-                "steps_in_loader": s.loader_steps.get(key, 0)})
+                "bw": s.backward_seq,
+                "steps_in_loader": s.loader_steps.get(key, 0),
+                "bw_in_loader": s.loader_bw.get(key, 0)})
         _check_control(torch)
 
     @_guard("batch")
@@ -303,6 +383,7 @@ def _install(torch):
         n = _batch_size(batch)
         if n is not None:
             s.batch = n
+            s.batch_seq += 1
         s.loader_current = id(getattr(it, "_dataset", None))
 
     base.__next__ = __next__
@@ -325,34 +406,11 @@ def _install(torch):
         if s.depth == 0 and bool(getattr(module, "training", mode)) != bool(mode):
             _steps_event(s, force=True)
             s.emit({"e": "mode", "train": bool(mode), "module": type(module).__name__,
-                    "step": s.steps}, flush=True)
+                    "step": s.steps, "bw": s.backward_seq}, flush=True)
             if mode:
                 _anchor(s)
 
     module_cls.train = train
-
-    original_save = torch.save
-
-    def save(*args, **kwargs):
-        # A checkpoint is a stage of its own: a live controller may hold fewer cores while
-        # the job serialises. Nested saves count once.
-        _note_save(True)
-        try:
-            return original_save(*args, **kwargs)
-        finally:
-            _note_save(False)
-
-    @_guard("save")
-    def _note_save(s, starting):
-        s.save_depth += 1 if starting else -1
-        if s.save_depth == (1 if starting else 0):
-            if starting:
-                _steps_event(s, force=True)
-            s.emit({"e": "save" if starting else "save_end", "step": s.steps}, flush=True)
-            s.saved = not starting
-
-    s.save_depth, s.saved = 0, False
-    torch.save = save
 
 
 class _TorchFinder(importlib.abc.MetaPathFinder):
@@ -388,7 +446,7 @@ def _at_exit():
         _resolve(s, final=True)
     except Exception:  # noqa: BLE001
         pass
-    s.emit({"e": "exit", "step": s.steps, "samples": s.samples})
+    s.emit({"e": "exit", "step": s.steps, "bw": s.backward_seq, "samples": s.samples})
     s.file.close()
 
 
@@ -401,6 +459,7 @@ def start():
     os.environ["CLOUDOPT_PROBE_PID"] = str(os.getpid())
     _STATE = _State(os.environ["CLOUDOPT_PROBE_EVENTS"])
     _STATE.emit({"e": "header", "version": VERSION, "pid": os.getpid(), "wall": time.time(),
+                 "batch": _STATE.env_batch,
                  "python": sys.executable, "argv": list(sys.argv)})
     atexit.register(_at_exit)
     if "torch" in sys.modules:
