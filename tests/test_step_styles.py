@@ -198,3 +198,28 @@ def test_a_flag_valued_option_takes_the_scripts_flag_as_users_write_it():
         "--train-file", "lm.py", "--batch-size-arg=--batch_size", "--epochs-arg=--epochs",
         "--preference", "cost"]
     assert join_flag_values(["--batch-size-arg=--bs={}"]) == ["--batch-size-arg=--bs={}"]
+
+
+def test_a_script_whose_top_level_calls_its_train_function_runs_as_a_script(tmp_path):
+    """The classic word-language-model example has no __main__ guard: its top level loops
+    over epochs calling train(). Calling train() again after it ran one epoch too many."""
+    from optimizer.trials.script_scan import load_script
+
+    looped = tmp_path / "looped.py"
+    looped.write_text("def train():\n    pass\n\nfor epoch in range(3):\n    train()\n")
+    assert load_script(looped).entry == "__main__"
+    library = tmp_path / "library.py"
+    library.write_text("import torch\ntorch.manual_seed(0)\n\ndef train():\n    return 0\n")
+    assert load_script(library).entry == "train"
+
+
+def test_a_trial_keeps_the_users_openmp_wait_policy():
+    """PASSIVE doubled a 2-thread LSTM's epochs: a trial runs the job as its user does."""
+    from optimizer.foundation.allocation import Allocation
+    from optimizer.trials.resources import ResourceManager
+
+    env = ResourceManager.apply_configuration(Allocation(cpus=2, memory_gb=1.0), env={})
+    assert "OMP_WAIT_POLICY" not in env and env["OMP_NUM_THREADS"] == "2"
+    mine = ResourceManager.apply_configuration(Allocation(cpus=2, memory_gb=1.0),
+                                               env={"OMP_WAIT_POLICY": "PASSIVE"})
+    assert mine["OMP_WAIT_POLICY"] == "PASSIVE"

@@ -109,10 +109,9 @@ class ResourceManager:
         out["CUDA_VISIBLE_DEVICES"] = ResourceManager.select_gpus(alloc.gpus, visible_devices)
         for var in THREAD_VARS:
             out[var] = str(alloc.cpus)
-        # OpenMP threads that spin while waiting collapse on shared cores: measured with the
-        # example MLP on a loaded 2-core box, 2 threads ran at 150-2,300 samples/s spinning
-        # (the default) and 9,400-12,000 sleeping, against ~10,000 on one thread.
-        out.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        # OMP_WAIT_POLICY is left as the user's environment has it: a trial measures the job
+        # as it runs without cloudopt. PASSIVE (threads sleep at each barrier) doubled a
+        # 2-thread LSTM's epochs (2.3 s -> 4.7-5.6 s), and the written Job carried it too.
         if alloc.batch_size is None:
             out.pop("OPTIMIZER_BATCH_SIZE", None)
         else:

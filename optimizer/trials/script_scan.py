@@ -65,7 +65,22 @@ def load_script(path: Path) -> ScriptInfo:
     guard = any(_is_main_guard(n) for n in tree.body)
     funcs = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     entry = "__main__" if guard else next((e for e in ENTRY_NAMES if e in funcs), None)
+    if entry not in (None, "__main__") and _calls_at_top_level(tree, entry):
+        entry = "__main__"  # its own top-level code calls it: that code is the program
     return ScriptInfo(path, source, tree, guard, entry)
+
+
+def _calls_at_top_level(tree: ast.Module, name: str) -> bool:
+    """Whether code at the module's top level (not inside a function or class) calls
+    ``name``, as a script without a ``__main__`` guard that trains at import does."""
+    def visit(node: ast.AST) -> bool:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            return False
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id == name:
+            return True
+        return any(visit(child) for child in ast.iter_child_nodes(node))
+    return any(visit(n) for n in tree.body)
 
 
 def _is_main_guard(node: ast.stmt) -> bool:
