@@ -187,7 +187,8 @@ def test_lightning_stopped_by_cloudopt_is_a_probe_of_the_whole_job(tmp_path):
     assert s.status == "probe", (s.status, s.exit_code, s.reason)
     assert s.probe["steps"] > 20 and s.probe["samples_per_step"] == 64
     assert s.total_samples == 16000 * 50 and s.job_size_source == "probe: dataset x epochs"
-    assert s.predicted_total_time_s > 3 * s.wall_time_s
+    # it saw a fraction of the job, and its prediction covers the rest
+    assert s.samples < 0.5 * s.total_samples and s.predicted_total_time_s > s.wall_time_s
 
 
 def test_a_flag_valued_option_takes_the_scripts_flag_as_users_write_it():
