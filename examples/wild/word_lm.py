@@ -393,7 +393,7 @@ except KeyboardInterrupt:
 
 # Load the best saved model.
 with open(args.save, 'rb') as f:
-    model.load_state_dict(torch.load(f))
+    model.load_state_dict(torch.load(f, weights_only=True))
     # after load the rnn params are not a continuous chunk of memory
     # this makes them a continuous chunk, and will speed up forward pass
     model.rnn.flatten_parameters()
