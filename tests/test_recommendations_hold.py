@@ -67,7 +67,17 @@ def test_trials_are_labelled_with_the_batch_they_ran_with(tmp_path):
     t = TrialSummary("00", "probe", Allocation(0, 2, 4.0, None), throughput=100.0)
     assert label_batch(t, tmp_path, 48, settable=True).allocation.batch_size == 48
     (tmp_path / "stdout.log").write_text("model_name=x batch_size=24\n")
-    assert label_batch(t, tmp_path, 48, settable=True).allocation.batch_size == 24
+    # A printed batch the loader also served is what ran (a config file overrode the flag's
+    # default); one the loader did not serve is another batch (an effective one, 16 x 4).
+    served = TrialSummary("00", "probe", Allocation(0, 2, 4.0, None), throughput=100.0,
+                          probe={"steps": 10, "samples_per_step": 24})
+    assert label_batch(served, tmp_path, 48, settable=True).allocation.batch_size == 24
+    assert label_batch(t, tmp_path, 48, settable=True).allocation.batch_size == 48
+    (tmp_path / "stdout.log").write_text("effective batch size: 64 (16 x 4 accumulation steps)\n")
+    accum = TrialSummary("00", "probe", Allocation(0, 2, 4.0, None), throughput=100.0,
+                         probe={"steps": 10, "samples_per_step": 16})
+    assert label_batch(accum, tmp_path, 16, settable=True).allocation.batch_size == 16
+    assert label_batch(accum, tmp_path, None, settable=True).allocation.batch_size == 64
     # Neither settable nor known: a nominal batch, so the model keeps it fixed.
     assert label_batch(t, None, None, settable=False).allocation.batch_size == 1
     assert t.allocation.batch_size is None  # labelling copies

@@ -224,3 +224,36 @@ def test_a_trial_keeps_the_users_openmp_wait_policy():
     mine = ResourceManager.apply_configuration(Allocation(cpus=2, memory_gb=1.0),
                                                env={"OMP_WAIT_POLICY": "PASSIVE"})
     assert mine["OMP_WAIT_POLICY"] == "PASSIVE"
+
+
+def test_every_loss_counts_once_in_the_probes_mean_losses(tmp_path):
+    """A loss event is the mean of the losses since the last: a short job's curve is read
+    from all of its steps, not one in forty (Lightning's 1,000 steps gave 23 losses)."""
+    import json
+
+    rec, _ = _probe(tmp_path, "update_styles_train.py", "--style", "noloader", batch=16)
+    events = [json.loads(line) for line in
+              (tmp_path / "update_styles_train---style-noloader.jsonl").read_text().splitlines()]
+    losses = [e for e in events if e.get("e") == "loss"]
+    assert sum(e.get("n", 1) for e in losses) == rec.backward_passes == 64
+    steps = [s for s, _, _ in rec.losses]
+    assert steps == sorted(steps) and steps[0] == 1
+
+
+def test_each_trial_compiles_as_a_fresh_pod_does(tmp_path, monkeypatch):
+    """A shared Inductor cache ranked a compiled script's settings by which ran first."""
+    from optimizer.foundation.allocation import Allocation
+    from optimizer.foundation.config import ResourceConfig
+    from optimizer.trials.runner import trial_environment
+
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    metrics = tmp_path / ".work" / "metrics.csv"
+    env = trial_environment(Allocation(cpus=1, memory_gb=1.0), ResourceConfig(), None,
+                            metrics, "t0")
+    assert Path(env["TORCHINDUCTOR_CACHE_DIR"]).is_relative_to(tmp_path / ".work")
+    assert Path(env["TRITON_CACHE_DIR"]).is_relative_to(tmp_path / ".work")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/shared/inductor")
+    env = trial_environment(Allocation(cpus=1, memory_gb=1.0), ResourceConfig(), None,
+                            metrics, "t0")
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == "/shared/inductor"

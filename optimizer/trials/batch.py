@@ -1,7 +1,9 @@
 """The batch size a trial ran with, so that every trial can feed the workload model.
 
 A trial's batch is the one its allocation set; else the one the script reported (its metrics,
-or a ``batch_size=N`` line of its output); else the script's own default, read from its source
+or a ``batch_size=N`` line of its output) unless that differs from a settable flag's default
+and is not what the loader served (a printed effective batch: the label stays in the flag's
+units); else the script's own default, read from its source
 (:meth:`optimizer.trials.training.TrainingModuleManager.default_batch_size`); else, for a
 batch cloudopt cannot set, the samples per optimizer step the in-process probe saw. A script
 whose batch is neither known nor settable is labelled with a nominal 1: its throughput is
@@ -36,8 +38,16 @@ def _positive_int(value: object) -> int | None:
         return None
 
 
-def _with_batch(t: TrialSummary, trial_dir: Path | None = None) -> TrialSummary:
+def _with_batch(t: TrialSummary, trial_dir: Path | None = None,
+                default_batch: int | None = None) -> TrialSummary:
     b = _effective_batch(t, trial_dir)
+    seen = _positive_int((t.probe or {}).get("samples_per_step"))
+    if t.allocation.batch_size is None and default_batch and b not in (None, default_batch) \
+            and seen != b:
+        # A printed batch that is not the flag's default and not what the loader served is
+        # another batch (grad_accum.py prints its effective batch, 16 x 4 micro-batches): the
+        # other trials are labelled in the flag's units, so the default is this one's label.
+        b = default_batch
     if b is None or t.allocation.batch_size == b:
         return t
     copy = TrialSummary.from_dict(t.to_dict())
@@ -48,7 +58,7 @@ def _with_batch(t: TrialSummary, trial_dir: Path | None = None) -> TrialSummary:
 def label_batch(t: TrialSummary, trial_dir: Path | None, default_batch: int | None,
                 settable: bool) -> TrialSummary:
     """``t`` with the batch size it ran with (see the module docstring)."""
-    t = _with_batch(t, trial_dir)
+    t = _with_batch(t, trial_dir, default_batch if settable else None)
     if t.allocation.batch_size is None:
         # The probe's samples per optimizer step only for a batch cloudopt cannot set (every
         # trial then runs the same one): with gradient accumulation it is a multiple of the

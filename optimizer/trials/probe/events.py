@@ -36,8 +36,9 @@ class ProbeRecord:
     ``train_epochs`` (completed passes with optimizer steps in them: a loader also used to
     evaluate is not counted twice) and ``steps`` (optimizer steps taken while it was
     iterated)."""
-    losses: list[tuple[int, float, float]] = field(default_factory=list)
-    """``(step, t, value)``."""
+    losses: list[tuple[float, float, float]] = field(default_factory=list)
+    """``(step, t, value)``: a loss event is the mean of the losses since the last one, at their
+    middle step (a fraction where their count is even)."""
     grads: list[tuple[int, float | None, float]] = field(default_factory=list)
     """``(step, samples, squared gradient norm)`` of single steps."""
     windows: list[dict[str, Any]] = field(default_factory=list)
@@ -208,7 +209,7 @@ def _apply(rec: ProbeRecord, ev: dict[str, Any], points: list) -> None:
         if ev.get("batch_size"):
             rec.batch_sizes[int(ev["batch_size"])] += 1
     elif kind == "loss":
-        rec.losses.append((int(ev["step"]), t, float(ev["value"])))
+        rec.losses.append((float(ev["step"]), t, float(ev["value"])))
     elif kind == "grad":
         rec.grads.append((int(ev["step"]), ev.get("samples"), float(ev["value"])))
     elif kind == "gradwin":
@@ -275,6 +276,7 @@ def read_probe(path: str | os.PathLike) -> ProbeRecord | None:
                 continue
     if rec is None:
         return None
+    rec.losses.sort(key=lambda row: row[0])  # a device's first losses ripen after later bins
     rec.backward_passes = max((int(ev.get("bw") or 0) for ev in events
                                if isinstance(ev.get("bw"), (int, float))), default=0)
     if points:

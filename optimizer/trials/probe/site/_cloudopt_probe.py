@@ -29,7 +29,8 @@ import time
 
 VERSION = 1
 STEP_EVENT_S = 0.1  # at most one aggregated "steps" event per 0.1 s: small files on fast loops
-SAMPLE_EVERY_S = 0.1  # the loss at most 10 times a second (the first steps always)
+SAMPLE_EVERY_S = 0.1  # one loss event at most every 0.1 s: the mean of every loss since the
+# last (the first steps each their own): a short job's curve from all its steps, not 1 in 40
 GRAD_EVERY_S = 2.0  # a gradient-noise window at most every 2 s
 FLUSH_S = 0.5
 CONTROL_EVERY_S = 0.1  # a stat() at most 10 times a second: a thread count that lags
@@ -56,7 +57,8 @@ class _State:
         env_batch = (os.environ.get("CLOUDOPT_PROBE_BATCH", "")
                      or os.environ.get("OPTIMIZER_BATCH_SIZE", ""))
         self.env_batch = int(env_batch) if env_batch.isdigit() else None
-        self.last_loss_t = -1.0
+        self.bin = None  # the losses since the last loss event: their sum (a float, or a
+        # tensor on the loss's device), count, first step and backward pass, start time
         self.pending = []  # (ready_step, kind, payload, tensor or list of tensors)
         self.disabled = set()
         self.depth = 0
@@ -148,11 +150,27 @@ def _resolve(s, final=False):
                 scale = float(tensors[1])
                 event["value"] = float(tensors[0]) / scale if scale else float(tensors[0])
             else:
-                event["value"] = float(tensors)
+                event["value"] = float(tensors) / event.get("n", 1)
             s.emit(event)
         else:
             keep.append((ready, event, tensors))
     s.pending = keep
+
+
+def _close_bin(s, t):
+    """One loss event for the losses since the last: their mean, at their middle step (and
+    backward pass) and time, with their count ``n``."""
+    b, s.bin = s.bin, None
+    if not b or not b["n"]:
+        return
+    (step, bw), n = b["last"], b["n"]
+    event = {"e": "loss", "step": (b["step"] + step) / 2, "bw": (b["bw"] + bw) / 2, "n": n,
+             "t": round((b["t"] + t) / 2, 6)}
+    if isinstance(b["sum"], float):
+        event["value"] = b["sum"] / n
+        s.emit(event)
+    else:
+        s.pending.append((s.ticks + READY_TICKS, event, b["sum"]))
 
 
 def _tick(s, torch):
@@ -306,18 +324,28 @@ def _install(torch):
             s.counted_batch = s.batch_seq
         tensor = tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors
         scaled, s.scaled = s.scaled, None
-        t = s.now()
-        if s.ticks >= FIRST_STEPS and t - s.last_loss_t < SAMPLE_EVERY_S:
-            return
         if not isinstance(tensor, torch.Tensor) or tensor.numel() != 1:
             return
-        s.last_loss_t = t
-        value = tensor.detach()
-        if scaled is not None and scaled[0] == id(tensor):
-            value = (value, scaled[1].detach().clone())
-        s.pending.append((s.ticks + READY_TICKS, {"e": "loss", "step": s.steps + 1,
-                                                  "bw": s.backward_seq, "t": round(t, 6)},
-                          value))
+        t, value = s.now(), tensor.detach()
+        scale = scaled[1] if scaled is not None and scaled[0] == id(tensor) else None
+        if s.ticks < FIRST_STEPS:
+            s.pending.append((s.ticks + READY_TICKS, {
+                "e": "loss", "step": s.steps + 1, "bw": s.backward_seq, "t": round(t, 6)},
+                value if scale is None else (value, scale.detach().clone())))
+            return
+        if scale is not None:
+            value = value.float() / scale
+        # A CPU value is read at once (no stream to wait for); a device one is summed on its
+        # device, one small kernel a step, and read when the bin's event ripens.
+        value = float(value) if value.device.type == "cpu" else value.float()
+        b = s.bin
+        if b is None:
+            s.bin = b = {"sum": 0.0, "n": 0, "step": s.steps + 1, "bw": s.backward_seq, "t": t}
+        b["sum"] = b["sum"] + value
+        b["n"] += 1
+        b["last"] = (s.steps + 1, s.backward_seq)
+        if t - b["t"] >= SAMPLE_EVERY_S:
+            _close_bin(s, t)
 
     @_guard("tick")
     def _after_backward(s, torch):
@@ -443,6 +471,7 @@ def _at_exit():
         return
     try:
         _steps_event(s, force=True)
+        _close_bin(s, s.now())
         _resolve(s, final=True)
     except Exception:  # noqa: BLE001
         pass
