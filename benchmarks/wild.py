@@ -230,6 +230,9 @@ def run_plain(s: WildScript, args: Sequence[str], probed: bool, tmp: Path,
     """(wall s, CPU s, peak GB of the process tree) of the script alone on one core, the probe
     on or off; raises ``RuntimeError`` when the script fails."""
     env = dict(os.environ, **dict.fromkeys(THREAD_VARS, "1"), CUDA_VISIBLE_DEVICES="")
+    # Every run compiles cold, as a trial and a fresh pod do: A and B pay the same compile.
+    cache = tempfile.mkdtemp(prefix="compile-", dir=tmp)
+    env.update(TORCHINDUCTOR_CACHE_DIR=f"{cache}/inductor", TRITON_CACHE_DIR=f"{cache}/triton")
     if probed:
         env = probe_environment(env, tmp / "events.jsonl")
         env["CLOUDOPT_PROBE_BATCH"] = str(s.default_batch)  # as a trial sets it

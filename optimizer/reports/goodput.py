@@ -16,14 +16,15 @@ from typing import Any
 import numpy as np
 
 from optimizer.reports.plots import plt, save_figure
-from optimizer.reports.render import Report, dollars
+from optimizer.reports.render import Report, dollars, fmt
 
 
 def _interval(value: Any, low: Any, high: Any, fmt: str) -> str:
-    if value is None:
+    if value is None or value != value:  # None or NaN
         return "not measured"
     text = format(value, fmt)
-    if low is not None and high is not None and np.isfinite(low) and np.isfinite(high):
+    if isinstance(low, (int, float)) and isinstance(high, (int, float)) and \
+            np.isfinite(low) and np.isfinite(high):
         text += f" ({format(low, fmt)} to {format(high, fmt)})"
     return text
 
@@ -73,17 +74,17 @@ def goodput_section(r: Report, goodput: dict[str, Any] | None, figure: Path | No
     rows = []
     for row in goodput.get("comparison") or []:
         rows.append({
-            "": row["role"], "batch": row["batch_size"], "CPUs": row["cpus"],
-            "samples/s": f"{row['throughput']:,.0f}",
+            "": row.get("role"), "batch": row.get("batch_size"), "CPUs": row.get("cpus"),
+            "samples/s": fmt(row.get("throughput"), ",.0f"),
             "loss progress per sample": _interval(row.get("progress_per_sample"),
                                                   row.get("progress_low"),
                                                   row.get("progress_high"), ".2e"),
-            "efficiency": _interval(row["efficiency"], row.get("efficiency_low"),
+            "efficiency": _interval(row.get("efficiency"), row.get("efficiency_low"),
                                     row.get("efficiency_high"), ".2f")
             + _SOURCE.get(row.get("efficiency_source"), ""),
-            "goodput (samples/s)": f"{row['goodput']:,.0f}",
-            "time to the same loss": f"{row['time_to_same_progress_s']:,.1f} s",
-            "cost to the same loss": dollars(row["cost_to_same_progress"]),
+            "goodput (samples/s)": fmt(row.get("goodput"), ",.0f"),
+            "time to the same loss": fmt(row.get("time_to_same_progress_s"), ",.1f", unit=" s"),
+            "cost to the same loss": dollars(row.get("cost_to_same_progress")),
         })
     if rows:
         r.table(rows)

@@ -12,7 +12,7 @@ from optimizer.reports.k8s_resize import (
     k8s_live_rbac_yaml,
     live_recommendation,
 )
-from optimizer.reports.render import Report, dollars
+from optimizer.reports.render import Report, dollars, fmt
 from optimizer.trials.live.plan import LivePlan
 
 
@@ -78,12 +78,11 @@ def live_section(r: Report, live: dict[str, Any] | None, figure: Path | None = N
         # What decided: each policy's whole-job forecast on the stage model, its score under
         # the preference against the static allocation's (1.000; agents only) and the
         # per-interval reward's share of the optimum, which the agents were trained on.
-        r.table([{"policy": name, "forecast time": f"{o['time_s']:.1f} s",
-                  "forecast cost": dollars(o["cost"]),
+        r.table([{"policy": name, "forecast time": fmt(o.get("time_s"), ".1f", unit=" s"),
+                  "forecast cost": dollars(o.get("cost")),
                   "within the limits": "yes" if o.get("within_limits", True) else "no",
-                  "score vs static": f"{o['job_score']:.3f}" if "job_score" in o else "",
-                  "reward, share of optimum": f"{o['share_of_optimum']:.1%}"
-                  if o.get("share_of_optimum") == o.get("share_of_optimum") else "n/a"}
+                  "score vs static": fmt(o["job_score"], ".3f") if "job_score" in o else "",
+                  "reward, share of optimum": fmt(o.get("share_of_optimum"), ".1%")}
                  for name, o in model.items()])
     plan = live.get("plan")
     if plan:
@@ -95,7 +94,7 @@ def live_section(r: Report, live: dict[str, Any] | None, figure: Path | None = N
                 for name, e in plan["phases"].items()]
         fb = plan["fallback"]
         rows.append({"stage": "any other (static)", "cores": fb["cpus"],
-                     "memory request": f"{fb.get('memory_gb') or 0:.2f} GB",
+                     "memory request": fmt(fb.get("memory_gb"), ".2f", unit=" GB"),
                      "share of the run": "", "why": "the static recommendation"})
         r.table(rows)
         r.paragraph(f"Written to {live.get('plan_file', 'live-plan.json')}; run a job under it "
@@ -107,8 +106,9 @@ def live_section(r: Report, live: dict[str, Any] | None, figure: Path | None = N
                     "running script.")
     measured = live.get("measured")
     if measured:
-        r.table([{"run": name, "status": m["status"], "time": f"{m['time_s']:.1f} s",
-                  "cost (billed per interval)": dollars(m["cost"]),
+        r.table([{"run": name, "status": m.get("status"),
+                  "time": fmt(m.get("time_s"), ".1f", unit=" s"),
+                  "cost (billed per interval)": dollars(m.get("cost")),
                   "changes": m.get("changes", 0),
                   "stages seen": ", ".join(m.get("phases_seen") or {}) or "-"}
                  for name, m in measured.items()])

@@ -47,13 +47,15 @@ def plot_pareto(path: Path, sweep: pd.DataFrame, trials: list[TrialSummary],
         ax.plot(front["cost"], front["time_s"], "o-", c="C0", zorder=6, ms=5,
                 label=f"Pareto front ({len(front)} point(s): DP optimum per cost/time weight, "
                 "predicted)")
-    pts = [(job_cost(t), job_time(t)) for t in trials if t.ok and job_time(t)]
+    pts = [(job_cost(t), job_time(t)) for t in trials
+           if t.ok and job_time(t) and job_cost(t) is not None]
     if pts:
         ax.scatter(*zip(*pts, strict=True), c="0.5", marker="s", label="baseline trials")
-    if chosen.get("cost"):
+    if chosen.get("cost") and chosen.get("time_s") is not None:
         ax.scatter([chosen["cost"]], [chosen["time_s"]], c="C3", marker="*", s=200, zorder=5,
                    label="recommended plan (predicted)")
-    if opt is not None and opt.ok:
+    if opt is not None and opt.ok and job_time(opt) is not None and \
+            job_cost(opt) is not None:
         ax.scatter([job_cost(opt)], [job_time(opt)], c="C2", marker="D", s=60, zorder=5,
                    label="recommended, real run")
     ax.set_xlabel("job cost ($)")

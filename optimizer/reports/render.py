@@ -82,9 +82,32 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
-def dollars(value: float) -> str:
-    """``$0.0000867``, ``$0.0123``, ``$12.35``: a price as people read it."""
+def dollars(value: float | None) -> str:
+    """``$0.0000867``, ``$0.0123``, ``$12.35``: a price as people read it ("n/a" when
+    missing)."""
+    if not _is_number(value):
+        return MISSING
     return "$" + format_value(float(value))
+
+
+MISSING = "n/a"
+"""What a sentence of the report says in place of a figure it does not have (a fit without an
+R², a run that recorded no trace): the report renders what it has, never a traceback."""
+
+
+def _is_number(value: Any) -> bool:
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:  # numpy scalars
+        value = value.item()
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and \
+        not math.isnan(value)  # inf is a figure (an SLA without a limit), NaN is none
+
+
+def fmt(value: Any, spec: str = ".4g", scale: float = 1.0, unit: str = "") -> str:
+    """``value × scale`` formatted by ``spec`` with ``unit`` after it, or "n/a" where the
+    value is missing (None, NaN, not a number): ``fmt(fit.get("r2_throughput"), ".3f")``."""
+    if not _is_number(value):
+        return MISSING
+    return format(float(value) * scale, spec) + unit
 
 
 @dataclass
@@ -129,6 +152,8 @@ class Report:
             body = rows.astype(object).values.tolist()
         else:
             rows = list(rows)
+            if not rows and columns is None:
+                return self  # nothing to show: no empty table without a header
             if rows and isinstance(rows[0], Mapping):
                 columns = list(columns or dict.fromkeys(k for r in rows for k in r))
                 body = [[r.get(c) for c in columns] for r in rows]
@@ -196,6 +221,9 @@ class Report:
                            f"<tbody>{body}</tbody></table></div>")
             elif b.kind == "figure":
                 assert b.path is not None
+                if not b.path.is_file():  # a plot that could not be drawn: say so, go on
+                    out.append(f"<p><i>{esc(b.text)}: {MISSING} (no figure)</i></p>")
+                    continue
                 data = base64.b64encode(b.path.read_bytes()).decode("ascii")
                 out.append(
                     f'<figure><img alt="{esc(b.text)}" src="data:image/png;base64,{data}">'

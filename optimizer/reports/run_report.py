@@ -13,9 +13,11 @@ from typing import Any
 
 import pandas as pd
 
-from optimizer.foundation.allocation import Allocation, describe_allocation, job_words
+from optimizer.foundation.allocation import Allocation, describe_allocation
 from optimizer.foundation.atomic_files import atomic_write_json, atomic_write_text
-from optimizer.foundation.memory import memory_words, right_size_memory
+from optimizer.foundation.memory import right_size_memory
+from optimizer.reports.decision import answer as _answer
+from optimizer.reports.decision import rounds_section
 from optimizer.reports.goodput import goodput_section, plot_efficiency
 from optimizer.reports.k8s import k8s_job_yaml, k8s_resources_yaml
 from optimizer.reports.live import live_section, plot_live, write_live_k8s
@@ -26,7 +28,7 @@ from optimizer.reports.plots import (
     plot_pareto,
     plot_phases,
 )
-from optimizer.reports.render import Report, dollars, format_value
+from optimizer.reports.render import Report, dollars, fmt, format_value
 from optimizer.reports.sources import sources_section
 from optimizer.trials.phase_profile import phase_needs
 from optimizer.trials.records import TrialSummary, iter_trials, job_cost, job_time
@@ -44,6 +46,9 @@ def _write_k8s_job(opt: Any, result: Any, rec: dict[str, Any], alloc: Allocation
     trials = [t for t in iter_trials(run_dir) if t.ok and t.mem_gb_peak > 0]
     final = result.optimized
     peak = final.mem_gb_peak if final is not None and final.mem_gb_peak > 0 else alloc.memory_gb
+    # the VPA's floor is what the whole job reaches (a probe's peak is a floor of that, never
+    # the answer: a job that grows would be scaled down to it)
+    peak = max(peak, float((rec.get("memory") or {}).get("peak_gb") or 0.0))
     top = max([right_size_memory(t.mem_gb_peak) for t in trials] + [alloc.memory_gb])
     used = final.cpu_cores_mean if final is not None and final.cpu_cores_mean > 0 else 0.1
     needs = phase_needs(profile, used, peak, alloc.cpus) if profile is not None else None
@@ -52,8 +57,9 @@ def _write_k8s_job(opt: Any, result: Any, rec: dict[str, Any], alloc: Allocation
     if needs is not None and not needs.empty:
         used = max(used, float(needs["cpu_cores"].max()))
         comment += "\nphases differ; what each needs (VPA CPU floor: the busiest):" + "".join(
-            f"\n  phase {int(r.phase)} ({r.share:.0%} of the run): {r.cpu_cores:.2f} cores, "
-            f"{r.mem_gb:.2f} GB" for r in needs.itertuples())
+            f"\n  phase {int(r.phase)} ({fmt(r.share, '.0%')} of the run): "
+            f"{fmt(r.cpu_cores, '.2f')} cores, {fmt(r.mem_gb, '.2f')} GB"
+            for r in needs.itertuples())
     mgr = opt.training_manager
     script = Path(mgr.module_path).name if mgr is not None else "train.py"
     job_args = args if args is not None else (list(mgr.train_args) if mgr is not None else [])
@@ -64,12 +70,6 @@ def _write_k8s_job(opt: Any, result: Any, rec: dict[str, Any], alloc: Allocation
         memory_bounds_gb=(peak, top),
         cpu_bounds=(round(used, 1), opt.config.resources.cpu_count_max), comment=comment))
     return path
-
-
-def _short(a: Allocation) -> str:
-    """``g0 c2 b64`` (`` w0`` where the workers are set) for the closed loop's table."""
-    w = "" if a.workers is None else f" w{a.workers}"
-    return f"g{a.gpus} c{a.cpus} b{a.batch_size or 'default'}{w}"
 
 
 def _alloc(value: Any) -> Allocation:
@@ -311,13 +311,14 @@ def _build_report(opt: Any, result: Any, reference: TrialSummary, rec: dict[str,
     if "comparison" in figs:
         r.figure(figs["comparison"], "Baseline vs optimized: real runs; red mark: plan")
     sources_section(r, reference)
-    _rounds_section(r, rec)
+    rounds_section(r, rec)
     goodput_section(r, rec.get("goodput"), figs.get("efficiency"))
     live_section(r, rec.get("live"), figs.get("live"))
     r.heading("SLA")
     sla = opt.config.sla
-    r.paragraph(f"Limits: time ≤ {sla.time_max:.4g} s, cost ≤ {dollars(sla.cost_max)}, throughput ≥ "
-                f"{sla.throughput_min:.4g} samples/s, memory ≤ {sla.memory_max:.4g} GB "
+    r.paragraph(f"Limits: time ≤ {fmt(sla.time_max)} s, cost ≤ {dollars(sla.cost_max)}, "
+                f"throughput ≥ {fmt(sla.throughput_min)} samples/s, memory ≤ "
+                f"{fmt(sla.memory_max)} GB "
                 f"(source: {rec.get('sla_source', 'configuration')}).")
     r.table([{"run": k, **{m: ("met" if ok else "VIOLATED") for m, ok in v.items()}}
              for k, v in sla_rows.items()])
@@ -334,8 +335,9 @@ def _build_report(opt: Any, result: Any, reference: TrialSummary, rec: dict[str,
     if fit:
         r.table([{"workload fit": k, "value": v} for k, v in fit.items()
                  if not isinstance(v, (dict, list))])
-    r.heading("Cost/time trade-off")
-    r.figure(figs["pareto"], "Pareto front of the fitted model with the chosen point")
+    if "pareto" in figs:
+        r.heading("Cost/time trade-off")
+        r.figure(figs["pareto"], "Pareto front of the fitted model with the chosen point")
     if "allocation" in figs:
         r.heading("Allocation over time")
         r.figure(figs["allocation"], "The recommended plan, step by step")
@@ -349,7 +351,7 @@ def _build_report(opt: Any, result: Any, reference: TrialSummary, rec: dict[str,
         if agreement:
             r.paragraph(f"Against the stages the in-process probe marked on this trace "
                         f"({', '.join(agreement['stages'])}), the phases agree with an adjusted "
-                        f"Rand index of {agreement['adjusted_rand']:.2f} over "
+                        f"Rand index of {fmt(agreement.get('adjusted_rand'), '.2f')} over "
                         f"{agreement['samples']} samples (1: the same partition; 0: chance).")
         opt_trial = result.optimized
         needs = phase_needs(profile, opt_trial.cpu_cores_mean, opt_trial.mem_gb_peak,
@@ -401,72 +403,3 @@ def _collapse_repeats(frame: pd.DataFrame) -> pd.DataFrame:
             row["step"] = f"{g['step'].iloc[0]}–{g['step'].iloc[-1]}"
         rows.append(row)
     return pd.DataFrame(rows, columns=frame.columns)
-
-
-def _change(new: float | None, old: float | None, less: str, more: str) -> str:
-    if not new or not old:
-        return "not comparable"
-    ratio = new / old - 1
-    return f"{abs(ratio):.0%} {less if ratio < 0 else more}" if abs(ratio) >= 0.005 else "same"
-
-
-def _answer(result: Any, reference: TrialSummary, rec: dict[str, Any],
-            alloc: Allocation, gpus: bool = False) -> str:
-    """What to run, what it saves against the default allocation, and how it was verified (in
-    words and dollars: the trial ids are in the tables below)."""
-    lines = [f"Run it with {describe_allocation(alloc, gpus=gpus)}."]
-    m, t0, c0 = rec.get("measured") or {}, job_time(reference), job_cost(reference)
-    if m and t0 and c0:
-        lines.append(
-            f"Measured: {job_words(m['job_cost'], m['job_time_s'], whole=False)} per job, "
-            f"{_change(m['job_cost'], c0, 'cheaper', 'dearer')} and "
-            f"{_change(m['job_time_s'], t0, 'faster', 'slower')} than the default allocation "
-            f"({describe_allocation(reference.allocation, gpus=gpus)}: "
-            f"{job_words(c0, t0, whole=False)}).")
-    rounds = rec.get("rounds") or []
-    fit = rec.get("fit") or {}
-    how = "Verified by real runs of this setting" + (
-        f" (the job's time and cost {m['time_is']})" if m.get("time_is", "measured") != "measured"
-        else "")
-    loop = sum(1 for row in rounds if row.get("trial"))
-    lines.append(f"{how}: the best measured of the run's trials for '{result.preference}', "
-                 f"{loop} of them chosen by the closed loop"
-                 + (f"; workload-model error up to {fit['max_rel_error']:.0%} over "
-                    f"{fit.get('n_trials')} trials" if fit.get("max_rel_error") is not None
-                    else "; no workload model could be fitted") + ".")
-    lines.append("Deploy: k8s-job.yaml (a Job with these requests and a VerticalPodAutoscaler "
-                 "bounded by the measured peaks).")
-    return "\n".join(lines)
-
-
-def _rounds_section(r: Report, rec: dict[str, Any]) -> None:
-    """Each closed-loop round: what was planned, predicted and measured, and the final choice."""
-    r.heading("Closed loop: planned, predicted, measured")
-    fit = rec.get("fit") or {}
-    if fit:
-        r2 = fit.get("r2_throughput", float("nan"))
-        r.paragraph(f"Workload fit (latest round): R² throughput {r2:.3f}, "
-                    f"{100 * fit.get('max_rel_error', 0):.1f}% over {fit.get('n_trials')} trials.")
-    rows = []
-    for row in rec.get("rounds", []):
-        p = row.get("planned")  # a budget stop plans nothing
-        a = row.get("measured_allocation") if row.get("trial") else None
-        outside = row.get("plan_outside_measured_range") or []
-        rows.append({"round": row["round"], "proposed by": row.get("proposed_by"),
-                     "planned": (_short(_alloc(p)) if p else "-")
-                     + (f" (beyond the measured range: {', '.join(outside)})" if outside else ""),
-                     "measured": _short(_alloc(a)) if a else "-",
-                     "why": row.get("why", ""),
-                     "spread of the plan's objective": row.get("plan_spread"),
-                     "predicted samples/s": row.get("predicted_throughput"),
-                     "measured samples/s": row.get("measured_throughput"),
-                     "error": row.get("rel_error")})
-    if rows:
-        r.table(rows)
-    mem = rec.get("memory") or {}
-    if mem:
-        r.paragraph(f"Memory: peak {memory_words(mem['peak_gb'])} measured on the chosen "
-                    f"allocation, request {memory_words(mem['request_gb'])} (peak + 15%, "
-                    f"rounded up to 1/16 of itself; slack {100 * mem['slack']:.0f}%).")
-    if rec.get("choice"):
-        r.paragraph(f"Final choice: {rec['choice']}.")

@@ -3,7 +3,7 @@ source, the job's size, and what the in-process probe saw of the script."""
 
 from __future__ import annotations
 
-from optimizer.reports.render import Report
+from optimizer.reports.render import Report, fmt
 from optimizer.trials.probe.summary import disagreement
 from optimizer.trials.records import TrialSummary
 
@@ -38,7 +38,7 @@ def sources_section(r: Report, t: TrialSummary) -> None:
         if p.get("epochs"):
             seen += f" ({p['epochs']} epochs in the job: {p.get('epochs_source')})"
         if p.get("loss_first") is not None:
-            seen += f"; loss {p['loss_first']:.4g} → {p['loss_last']:.4g}"
+            seen += f"; loss {fmt(p['loss_first'])} → {fmt(p.get('loss_last'))}"
         lines.append(seen + ".")
         gap = disagreement(p)
         if gap:

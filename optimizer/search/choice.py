@@ -4,10 +4,10 @@ trial, and the memory to request for it.
 The agents plan on a fitted model, which can be wrong; a trial is a fact. So the final
 recommendation is the trial with the best *measured* objective (:func:`best_measured`), the
 agents' plan included once it has been run, and never a plan worse than something already
-measured. Memory is sized from what the chosen allocation really used
-(:func:`right_size_memory`), the way Kubernetes' VPA recommender sizes it: a percentile-free
-single peak here (a trial is short), plus a safety margin, rounded, and bumped after an
-out-of-memory kill.
+measured. Memory is sized from what the whole job needs (:mod:`optimizer.search.memory_need`:
+a whole run's peak at the same batch, else the probes' growth projected over the job; a
+probe's peak is a floor, never the answer), the way Kubernetes' VPA recommender sizes it
+(:func:`right_size_memory`): a safety margin, rounded, and bumped after an out-of-memory kill.
 """
 
 from __future__ import annotations
@@ -22,14 +22,9 @@ import pandas as pd
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import OptimizerConfig
 from optimizer.foundation.memory import right_size_memory
+from optimizer.search.memory_need import MemoryNeed, memory_need, same_setting
 from optimizer.trials.cost import ResourceCostCalculator
 from optimizer.trials.records import TrialSummary, job_time
-
-
-def same_setting(a: Allocation, b: Allocation) -> bool:
-    """Same GPUs, CPUs, batch size and data-loader workers (memory is a limit, not a setting
-    of the run)."""
-    return (a.gpus, a.cpus, a.batch_size, a.workers) == (b.gpus, b.cpus, b.batch_size, b.workers)
 
 
 def _ooms(trials: Sequence[TrialSummary], alloc: Allocation) -> tuple[int, float | None]:
@@ -59,10 +54,13 @@ def resource_share(config: OptimizerConfig, gpus: Any, cpus: Any, memory_gb: Any
 
 def objective_table(trials: Sequence[TrialSummary], config: OptimizerConfig,
                     preference: str | Sequence[float],
-                    efficiency: Callable[[Any], float] | None = None) -> pd.DataFrame:
+                    efficiency: Callable[[Any], float] | None = None,
+                    evidence: Sequence[TrialSummary] | None = None) -> pd.DataFrame:
     """One row per usable trial: its whole-job time (measured, or predicted from a probe's
-    throughput), the memory it would be given (:func:`right_size_memory` of its peak), the job
-    cost at that memory, its resource share and ``objective`` (lower is better).
+    throughput), the memory it would be given (:func:`memory_request`: what the whole job
+    needs, from the runs in ``evidence``, default ``trials``), the job cost at that memory,
+    its resource share and ``objective`` (lower is better). A setting whose job outgrows its
+    probe's peak is priced at what its job needs, not at what the probe saw.
 
     ``efficiency`` (statistical efficiency by batch size relative to the script's own,
     :class:`optimizer.search.goodput.efficiency.TrialEfficiency`) turns the time into the time to the
@@ -72,6 +70,7 @@ def objective_table(trials: Sequence[TrialSummary], config: OptimizerConfig,
     sum of the three objectives, each over its best value among the trials (1.0 is ideal).
     """
     rows = []
+    evidence = list(trials if evidence is None else evidence)
     for t in trials:
         seconds = job_time(t) if t.ok else None
         if seconds is None or not np.isfinite(seconds) or seconds <= 0:
@@ -88,7 +87,7 @@ def objective_table(trials: Sequence[TrialSummary], config: OptimizerConfig,
                                               eff, a.batch_size == efficiency.ref_batch)
             if not np.isfinite(seconds):
                 continue  # its whole job trains worse, and its length cannot be set
-        memory = right_size_memory(t.mem_gb_peak, **_oom_kwargs(trials, a))
+        memory = memory_request(t, evidence)[0]
         rows.append({"efficiency": eff, "raw_job_time_s": raw, "epochs": epochs, "trial_id": t.trial_id, "started_at": t.started_at or "",
                      "alone": not t.concurrent_with,
                      "gpus": a.gpus, "cpus": a.cpus,
@@ -191,7 +190,7 @@ def best_measured(trials: Sequence[TrialSummary], config: OptimizerConfig,
     if runoff:
         ids = set(runoff)
         table = objective_table([t for t in trials if t.trial_id in ids], config, preference,
-                                efficiency)
+                                efficiency, evidence=trials)
     if table.empty:
         table = objective_table(trials, config, preference, efficiency)
     if table.empty:
@@ -201,14 +200,30 @@ def best_measured(trials: Sequence[TrialSummary], config: OptimizerConfig,
     return trial, row
 
 
+def memory_request(trial: TrialSummary, trials: Sequence[TrialSummary]
+                   ) -> tuple[float, MemoryNeed]:
+    """The memory to request for ``trial``'s setting (GB) and what it covers: what the whole
+    job needs (:func:`memory_need`), plus the margin, bumped after out-of-memory kills of the
+    setting that no run explains (:func:`_ooms`)."""
+    need = memory_need(trial, trials)
+    return right_size_memory(need.gb, **_oom_kwargs(trials, trial.allocation)), need
+
+
 def recommended_allocation(trial: TrialSummary, trials: Sequence[TrialSummary],
                            batch_settable: bool) -> Allocation:
-    """The chosen trial's setting with right-sized memory; a batch size the script cannot be
-    told is left to the script (None)."""
+    """The chosen trial's setting with the memory its whole job needs
+    (:func:`memory_request`); a batch size the script cannot be told is left to the script
+    (None)."""
     a = trial.allocation
-    return Allocation(a.gpus, a.cpus,
-                      right_size_memory(setting_peak(trial, trials), **_oom_kwargs(trials, a)),
+    return Allocation(a.gpus, a.cpus, memory_request(trial, trials)[0],
                       a.batch_size if batch_settable else None, a.workers)
+
+
+def memory_entry(trial: TrialSummary, trials: Sequence[TrialSummary]) -> dict[str, Any]:
+    """``recommendation.json``'s ``memory``: the request, the peak it covers and the run that
+    peak comes from (:meth:`MemoryNeed.to_dict`)."""
+    request, need = memory_request(trial, trials)
+    return need.to_dict(request, setting_peak(trial, trials))
 
 
 def setting_peak(trial: TrialSummary, trials: Sequence[TrialSummary]) -> float:

@@ -54,10 +54,10 @@ from optimizer.search.budget import runoff_reserve, search_cost
 from optimizer.search.choice import (
     best_measured,
     goodput_comparison,
+    memory_entry,
     objective_table,
     recommended_allocation,
     same_setting,
-    setting_peak,
 )
 from optimizer.search.goodput.job_length import figures_words, job_length_decision
 from optimizer.search.goodput.learning_rate import lr_args, tune_learning_rate
@@ -353,7 +353,6 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
     rec["agent"] = from_plan or "baseline-trial"
     rec["final_trial"] = final.trial_id
     rec["rounds"] = rounds
-    peak = setting_peak(final, trials)
     rec["goodput"] = goodput_comparison(trials, cfg, opt.user_preference, final, eff)
     rec["job_length"] = job_length_decision(getattr(eff, "job", None), best_row, eff)
     if rec["job_length"]:
@@ -375,8 +374,7 @@ def refine(opt: Any, manager: Any, trials: list[TrialSummary], reference: TrialS
                                            "learning rate")
     if rec["goodput"].get("note"):
         rec.setdefault("notes", []).append(rec["goodput"]["note"])
-    rec["memory"] = {"peak_gb": peak, "request_gb": rec["allocation"].memory_gb,
-                     "slack": 1 - peak / rec["allocation"].memory_gb}
+    rec["memory"] = memory_entry(final, trials)  # what the whole job needs, and from which run
     # What the recommendation costs as requested: the final trial's measured time, priced at the
     # right-sized memory rather than at the limit the trial happened to run under.
     rec["measured"] = {"trial": final.trial_id, "job_time_s": float(best_row["job_time_s"]),

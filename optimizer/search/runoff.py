@@ -154,7 +154,7 @@ def runoff(opt: Any, manager: Any, trials: list[TrialSummary], total: float | No
     n_rounds = config.run.runoff_rounds
     before = [t for t in trials if not t.trial_id.startswith(PREFIX)]
     eff = getattr(opt, "efficiency", None)
-    table = objective_table(before, config, preference, eff)
+    table = objective_table(before, config, preference, eff, evidence=trials)
     field = contenders(table, config.run.runoff_size)
     if field.empty or n_rounds == 0:
         return []
@@ -228,7 +228,7 @@ def runoff(opt: Any, manager: Any, trials: list[TrialSummary], total: float | No
                                 f"({reason})"))
         if r == 0:
             continue
-        block = objective_table(done, config, preference, eff)
+        block = objective_table(done, config, preference, eff, evidence=trials)
         if block.empty:
             break
         kept = still_in(block)
@@ -249,8 +249,9 @@ def standings(trials: list[TrialSummary], block: list[str], config: Any,
     better setting. ``words``: the setting as people read it, at the memory it would be given
     (the one its dollars are priced at)."""
     ids = set(block)
+    # priced at the memory the whole job needs, from every run (a whole run outside the block)
     table = objective_table([t for t in trials if t.trial_id in ids], config, preference,
-                            efficiency)
+                            efficiency, evidence=trials)
     if table.empty:
         return []
     table = table.sort_values("objective")

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import psutil
 
@@ -262,8 +263,10 @@ class ProcessMonitor(threading.Thread):
             self.join(timeout)
 
     # -- statistics ----------------------------------------------------------------------
-    def stats(self) -> dict[str, float | None]:
-        """Mean and peak CPU cores and memory, and GPU figures when watched."""
+    def stats(self, since_s: float | None = None) -> dict[str, float | None]:
+        """Mean and peak CPU cores and memory, the memory's growth from ``since_s`` on (the
+        time the steady rate began: :func:`memory_growth_rate`), and GPU figures when
+        watched."""
         if not self.rows:
             return {"cpu_cores_mean": 0.0, "cpu_cores_peak": 0.0, "mem_gb_mean": 0.0,
                     "mem_gb_peak": 0.0, "gpu_util_mean": None, "gpu_mem_gb_peak": None,
@@ -274,11 +277,47 @@ class ProcessMonitor(threading.Thread):
             "cpu_cores_mean": sum(cpu) / len(cpu), "cpu_cores_peak": max(cpu),
             "mem_gb_mean": sum(mem) / len(mem), "mem_gb_peak": max(mem),
             "gpu_util_mean": None, "gpu_mem_gb_peak": None, "n_samples_trace": len(self.rows),
+            "mem_gb_growth": memory_growth_rate([r["time_s"] for r in self.rows], mem, since_s),
         }
         if self.gpu_indices:
             out["gpu_util_mean"] = sum(r["gpu_util"] for r in self.rows) / len(self.rows)
             out["gpu_mem_gb_peak"] = max(r["gpu_mem_gb"] for r in self.rows)
         return out
+
+
+GROWTH_NOISE_GB = 1 / 32
+"""A rise in memory over a run's steady part under 32 MiB (or :data:`GROWTH_NOISE_SHARE` of
+its peak) is the allocator's churn, not growth: projected over an hour-long job, a few MiB
+of noise would ask for gigabytes."""
+GROWTH_NOISE_SHARE = 0.05
+
+
+def memory_growth_rate(times: Sequence[float], mems: Sequence[float],
+                       since_s: float | None = None) -> float | None:
+    """GB per second a run's memory rose over its steady part: the least-squares slope of the
+    samples from ``since_s`` on (when its steady rate began; the later half of the run where
+    unknown, since loading a model or data grows memory before the first step). Where fewer
+    than two samples fall there (a probe stopped soon after its first steps), the last two
+    samples: the latest growth seen, which errs on the side of more memory.
+
+    0.0 where the rise over those samples stays within :data:`GROWTH_NOISE_GB` or
+    :data:`GROWTH_NOISE_SHARE` of the peak; never negative (memory freed late is no promise);
+    None with fewer than two samples in all."""
+    if len(times) < 2 or len(times) != len(mems):
+        return None
+    t, m = np.asarray(times, dtype=float), np.asarray(mems, dtype=float)
+    start = float(since_s) if since_s is not None else float(t[-1]) / 2
+    steady = t >= start
+    if steady.sum() < 2:
+        steady = np.arange(len(t)) >= len(t) - 2
+    ts, ms = t[steady], m[steady]
+    span = float(ts[-1] - ts[0])
+    if span <= 0:
+        return None
+    slope = float(np.polyfit(ts, ms, 1)[0])
+    if slope * span < max(GROWTH_NOISE_GB, GROWTH_NOISE_SHARE * float(m.max())):
+        return 0.0
+    return round(slope, 6)
 
 
 # --------------------------------------------------------------------------------------------

@@ -71,6 +71,11 @@ class TrialSummary:
     """Mean CPU use as a percentage of the allocated cores."""
     mem_gb_mean: float = 0.0
     mem_gb_peak: float = 0.0
+    mem_gb_growth: float | None = None
+    """GB per second the memory rose over the run's steady part (0.0: flat within noise;
+    None: too few samples, or recorded before it was measured). A probe's peak is what the
+    job needs at least: this is how much more it may reach by the end of the job
+    (:mod:`optimizer.search.memory_need`, :func:`optimizer.trials.monitor.memory_growth_rate`)."""
     gpu_util_mean: float | None = None
     gpu_mem_gb_peak: float | None = None
     n_samples_trace: int = 0

@@ -475,7 +475,7 @@ class TrainingModuleManager:
         end = record.end_t if record is not None else None
         exit_s = exit_seconds(status, wall, end, work.parent.parent)  # trial_dir/.work
         predicted = predict_time(status, wall, samples, total, thr, startup, exit_s)
-        stats, stderr = run.monitor.stats(), tail(work / "stderr.log")
+        stats, stderr = run.monitor.stats(startup), tail(work / "stderr.log")
         if status == "probe" and thr is None:
             reason = "no throughput measured before the time box ended"
         model_info = self.get_model_info(work / "metrics.csv", stdout_text)
