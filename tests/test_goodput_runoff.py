@@ -127,7 +127,7 @@ def _probe(tid: str, batch: int, thr: float, workers: int | None = None) -> Tria
 
 def _efficiency(high: float) -> TrialEfficiency:
     return TrialEfficiency(64, NoiseScaleEstimate(why="none"),
-                           measured={16: Measured(1.09, 0.45, high), 32: Measured(1.0, 0.9, 1.1)},
+                           measured={16: Measured(1.09, 0.45, high), 32: Measured(1.0, 0.99, 1.01)},
                            efficiency={16: 1.09, 32: 1.0, 64: 1.0},
                            decided_by="measured progress")
 

@@ -57,6 +57,15 @@ _SOURCE = {"measured": ", measured", "noise scale": ", from the noise scale",
            "bound": ", at most (a probe stopped short of the loss)"}
 
 
+def _judged(row: dict[str, Any]) -> str:
+    """Where a batch was judged below its estimate: the low end of its interval (the times
+    and costs beside it are at that value)."""
+    judged, value = row.get("efficiency_judged"), row.get("efficiency")
+    if judged is None or value is None or abs(float(judged) - float(value)) < 5e-3:
+        return ""
+    return f"; judged at {float(judged):.2f}"
+
+
 def goodput_section(r: Report, goodput: dict[str, Any] | None, figure: Path | None) -> None:
     """Add the section (a short paragraph when nothing was measured); ``figure``: the plot
     :func:`plot_efficiency` wrote, if any."""
@@ -65,6 +74,10 @@ def goodput_section(r: Report, goodput: dict[str, Any] | None, figure: Path | No
         r.paragraph("Statistical efficiency was not measured in this run.")
         return
     r.paragraph(goodput.get("note") or "")
+    if any(_judged(row) for row in goodput.get("comparison") or []):
+        r.paragraph("A batch other than the script's own is judged at the low end of its "
+                    "efficiency's 90% interval: changing the batch risks how well the job "
+                    "trains, so it must win within what was measured.")
     noise = goodput.get("noise_scale") or {}
     r.paragraph("Gradient noise scale (samples): " + (
         _interval(noise.get("value"), noise.get("low"), noise.get("high"), ",.0f")
@@ -81,7 +94,7 @@ def goodput_section(r: Report, goodput: dict[str, Any] | None, figure: Path | No
                                                   row.get("progress_high"), ".2e"),
             "efficiency": _interval(row.get("efficiency"), row.get("efficiency_low"),
                                     row.get("efficiency_high"), ".2f")
-            + _SOURCE.get(row.get("efficiency_source"), ""),
+            + _SOURCE.get(row.get("efficiency_source"), "") + _judged(row),
             "goodput (samples/s)": fmt(row.get("goodput"), ",.0f"),
             "time to the same loss": fmt(row.get("time_to_same_progress_s"), ",.1f", unit=" s"),
             "cost to the same loss": dollars(row.get("cost_to_same_progress")),

@@ -147,8 +147,18 @@ def job_length_decision(job: JobLength | None, row: dict[str, Any], efficiency: 
         change = "fewer" if epochs < float(job.epochs) else "more"  # type: ignore[arg-type]
         out["note"] += (f" The recommended batch runs {text} epochs, {change} than the "
                         f"script's {job.epochs:g}: that many reach the loss the script's own "
-                        f"batch ends at (efficiency {float(row.get('efficiency', 1.0)):.2f}).")
+                        f"batch ends at (efficiency {_efficiency_words(row)}).")
     return out
+
+
+def _efficiency_words(row: dict[str, Any]) -> str:
+    """The efficiency a row was judged by, and the estimate where that was the interval's
+    low end (:func:`optimizer.search.choice.assured_efficiency`)."""
+    eff = float(row.get("efficiency", 1.0))
+    estimate = row.get("efficiency_estimate")
+    if estimate is None or estimate != estimate or math.isclose(float(estimate), eff):
+        return f"{eff:.2f}"
+    return f"{eff:.2f}, the low end of its 90% interval; estimate {float(estimate):.2f}"
 
 
 def figures_words(row: dict[str, Any], whole: str, progress: str) -> str:
@@ -159,11 +169,13 @@ def figures_words(row: dict[str, Any], whole: str, progress: str) -> str:
     epochs = row.get("epochs")
     if epochs is not None and epochs == epochs:  # not NaN: a job of its own length
         return (f"{whole} for a job of {float(epochs):g} epochs, which reaches the loss the "
-                f"script's own batch ends at (efficiency {eff:.2f}; the whole job at this "
+                f"script's own batch ends at (efficiency {_efficiency_words(row)}; the whole "
+                f"job at this "
                 f"batch: {raw:.3g} s)")
     if abs(eff - 1.0) <= 1e-6:
         return whole
     if math.isclose(raw, float(row["job_time_s"])):
-        return f"{whole} for its whole job, which trains at least as well (efficiency {eff:.2f})"
+        return (f"{whole} for its whole job, which trains at least as well (efficiency "
+                f"{_efficiency_words(row)})")
     return (f"{progress} to the training progress of the script's own batch size's whole job "
-            f"(efficiency {eff:.2f}; the whole job at this batch: {raw:.3g} s)")
+            f"(efficiency {_efficiency_words(row)}; the whole job at this batch: {raw:.3g} s)")
