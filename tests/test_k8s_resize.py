@@ -114,7 +114,9 @@ def test_job_and_rbac_pass_the_1_35_schema_strictly(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for kind in ("configmap/resnet-run-live-plan", "job/resnet-run",
                  "serviceaccount/resnet-run-resizer", "role/resnet-run-resizer",
-                 "rolebinding/resnet-run-resizer"):
+                 "rolebinding/resnet-run-resizer",
+                 "validatingadmissionpolicy/resnet-run-resizer-own-pod.ml",
+                 "validatingadmissionpolicybinding/resnet-run-resizer-own-pod.ml"):
         assert f"passed for resource {kind}" in proc.stdout, proc.stdout
     assert [d["kind"] for d in yaml.safe_load_all(job.read_text())] == ["ConfigMap", "Job"]
     assert "may defer" in job.read_text()  # the comment says which phase changes grow
@@ -126,8 +128,11 @@ def test_the_pod_resizes_in_place_under_its_own_account(key):
     configmap, job = _objects(plan)
     spec = job["spec"]["template"]["spec"]
     assert spec["restartPolicy"] == "Never" and job["spec"]["backoffLimit"] == 0
-    account, role, binding = live_rbac_objects(NAME)
+    account, role, binding, _policy, _policy_binding = live_rbac_objects(NAME)
     assert spec["serviceAccountName"] == account["metadata"]["name"]
+    # The pod mounts no token; its kubectl goes to the proxy sidecar through a kubeconfig.
+    assert spec["automountServiceAccountToken"] is False
+    assert account["automountServiceAccountToken"] is False
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": spec["serviceAccountName"]}]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     for c in spec["containers"]:
@@ -138,6 +143,9 @@ def test_the_pod_resizes_in_place_under_its_own_account(key):
         assert env["POD_NAMESPACE"]["valueFrom"] == {
             "fieldRef": {"fieldPath": "metadata.namespace"}}
         assert env["CONTAINER_NAME"]["value"] == c["name"] == CONTAINER
+        kubeconfig = env["KUBECONFIG"]["value"]
+        assert os.path.basename(kubeconfig) in configmap["data"]
+        assert "token" not in json.dumps(c["volumeMounts"])
         first = plan.allocation_for(plan.schedule[0] if plan.schedule else None)
         assert env["OMP_NUM_THREADS"]["value"] == str(first.cpus)  # threads start there too
         assert env["WEIRD"]["value"] == 'a "q"'
@@ -204,13 +212,19 @@ def test_the_patch_merges_containers_by_name_in_the_schema():
 
 
 def test_the_role_grants_exactly_get_and_patch_on_pods_resize():
-    _, role, _ = live_rbac_objects(NAME, namespace="ml")
+    objects = live_rbac_objects(NAME, namespace="ml")
+    (role,) = [o for o in objects if o["kind"] == "Role"]
     rules = {(tuple(r["apiGroups"]), tuple(r["resources"])): sorted(r["verbs"])
              for r in role["rules"]}
+    # get on pods/resize: kubectl patch reads the subresource first; get on pods: the
+    # resizer reads its pod's status. Both held to the own pod by the proxy sidecar.
     assert rules == {(("",), ("pods/resize",)): ["get", "patch"],
                      (("",), ("pods",)): ["get"]}
-    assert all(o["metadata"]["namespace"] == "ml" for o in live_rbac_objects(NAME,
-                                                                             namespace="ml"))
+    cluster_scoped = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+    assert {o["kind"] for o in objects} >= cluster_scoped
+    for o in objects:
+        assert ("namespace" in o["metadata"]) == (o["kind"] not in cluster_scoped)
+        assert o["metadata"].get("namespace", "ml") == "ml"
 
 
 def test_recommendation_lists_requests_per_phase_and_the_schedule():

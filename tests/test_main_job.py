@@ -91,6 +91,9 @@ def test_every_output_file_and_key(tiny_run):
         "tiny_train.py"
     bounds = vpa["spec"]["resourcePolicy"]["containerPolicies"][0]
     assert bounds["maxAllowed"]["memory"].endswith(("Mi", "Gi"))
+    # a deadline from the SLA and the prediction (at least an hour), not the 7-day fallback
+    assert job["spec"]["activeDeadlineSeconds"] == 3600
+    assert "the SLA's limit" in (out / "k8s-job.yaml").read_text().split("apiVersion")[0]
 
     for name, cols in {"allocation_history": {"step", "action", "description", "effect",
                                               "old_cpus", "new_cpus", "confidence"},

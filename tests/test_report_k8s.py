@@ -102,6 +102,12 @@ def test_k8s_job_and_vpa_are_complete_objects(tmp_path, gpus):
     spec = job["spec"]["template"]["spec"]
     (container,) = spec["containers"]
     assert spec["restartPolicy"] == "Never" and container["image"] == PLACEHOLDER_IMAGE
+    # The script never calls the API: no token; the pod passes the restricted profile
+    # (tests/test_k8s_restricted.py checks every rule).
+    assert spec["automountServiceAccountToken"] is False
+    assert container["imagePullPolicy"] == "IfNotPresent" and not PLACEHOLDER_IMAGE.endswith(
+        ":latest")
+    assert job["spec"]["activeDeadlineSeconds"] > 0 and job["spec"]["backoffLimit"] == 0
     assert container["args"] == ["--batch-size", "256"]
     limits, requests = container["resources"]["limits"], container["resources"]["requests"]
     assert requests["memory"] == limits["memory"] == "11776Mi"

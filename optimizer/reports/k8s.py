@@ -1,9 +1,11 @@
 """The recommendation as Kubernetes container ``resources`` plus the environment to set.
 
-The YAML is written by hand for one fixed shape (no YAML library at run time): every scalar is
-emitted as a JSON string, which is a valid YAML double-quoted scalar, so names and values never
-need escaping rules of their own. GPUs go in ``limits`` only, as the NVIDIA device plugin
-requires (an extended resource's request defaults to its limit).
+The YAML is written without a YAML library at run time: every scalar is emitted as a JSON
+string, which is a valid YAML double-quoted scalar, so names and values never need escaping
+rules of their own (the Job through :mod:`optimizer.reports.k8s_yaml`). GPUs go in ``limits``
+only, as the NVIDIA device plugin requires (an extended resource's request defaults to its
+limit). The Job's pod settings (security context, writable emptyDirs, image, deadline) are
+:mod:`optimizer.reports.k8s_security`'s.
 """
 
 from __future__ import annotations
@@ -11,10 +13,25 @@ from __future__ import annotations
 import json
 import math
 import re
+import textwrap
 from collections.abc import Mapping
+from typing import Any
 
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.memory import memory_quantity
+from optimizer.reports.k8s_security import (
+    PLACEHOLDER_IMAGE,
+    PULL_POLICY,
+    TTL_AFTER_FINISHED_S,
+    container_security_context,
+    home_env,
+    job_lifetime,
+    pinned_image,
+    pod_security_context,
+    security_note,
+    writable_dirs,
+)
+from optimizer.reports.k8s_yaml import comment_lines, to_yaml
 
 _NAME_OK = re.compile(r"[^a-z0-9-]+")
 
@@ -78,61 +95,88 @@ def k8s_resources_yaml(
     return "\n".join(lines) + "\n"
 
 
-PLACEHOLDER_IMAGE = "registry.example.com/replace-with-your-training-image:latest"
-"""The image when ``--image`` is not given: valid, and plainly a placeholder."""
-
-
-def _container_lines(allocation: Allocation, env: Mapping[str, str], name: str,
-                     image: str, command: list[str], args: list[str] | None,
-                     indent: str) -> list[str]:
+def _container(allocation: Allocation, env: Mapping[str, str], name: str, image: str,
+               command: list[str], args: list[str] | None,
+               mounts: list[dict[str, Any]]) -> dict[str, Any]:
     cpu, mem = cpu_quantity(allocation.cpus), memory_quantity(allocation.memory_gb)
-    lines = [f"- name: {_q(dns_label(name))}", f"  image: {_q(image)}",
-             "  command:"] + [f"    - {_q(c)}" for c in command]
-    if args:
-        lines += ["  args:"] + [f"    - {_q(a)}" for a in args]
-    lines += ["  resources:", "    requests:", f"      cpu: {_q(cpu)}",
-              f"      memory: {_q(mem)}", "    limits:", f"      cpu: {_q(cpu)}",
-              f"      memory: {_q(mem)}"]
+    limits = {"cpu": cpu, "memory": mem}
     if allocation.gpus > 0:
-        lines.append(f"      nvidia.com/gpu: {_q(allocation.gpus)}")
-    if env:
-        lines.append("  env:")
-        for key in sorted(env):
-            lines += [f"    - name: {_q(key)}", f"      value: {_q(env[key])}"]
-    return [indent + ln for ln in lines]
+        limits["nvidia.com/gpu"] = str(allocation.gpus)  # extended resources: limits only
+    container: dict[str, Any] = {"name": dns_label(name), "image": image,
+                                 "imagePullPolicy": PULL_POLICY, "command": list(command)}
+    if args:
+        container["args"] = list(args)
+    container["resources"] = {"requests": {"cpu": cpu, "memory": mem}, "limits": limits}
+    env_list = [{"name": k, "value": str(env[k])} for k in sorted(env)]
+    container["env"] = env_list + home_env(env)
+    container["securityContext"] = container_security_context()
+    container["volumeMounts"] = mounts
+    return container
+
+
+def job_objects(allocation: Allocation, env: Mapping[str, str], *, name: str,
+                command: list[str], args: list[str] | None = None, image: str | None = None,
+                memory_bounds_gb: tuple[float, float], cpu_bounds: tuple[float, float],
+                sla_time_s: float | None = None, predicted_time_s: float | None = None,
+                ttl_s: int = TTL_AFTER_FINISHED_S) -> list[dict[str, Any]]:
+    """The Job and its VerticalPodAutoscaler as dicts (see :func:`k8s_job_yaml`)."""
+    label = dns_label(name)
+    volumes, mounts = writable_dirs()
+    chosen, _ = pinned_image(image)
+    lifetime, _ = job_lifetime(sla_time_s, predicted_time_s, ttl_s)
+    pod = {"restartPolicy": "Never",
+           # The script never calls the API: no token in its container at all.
+           "automountServiceAccountToken": False,
+           "securityContext": pod_security_context(),
+           "containers": [_container(allocation, env, name, chosen, command, args, mounts)],
+           "volumes": volumes}
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": label, "labels": {"app.kubernetes.io/name": label,
+                                                  "app.kubernetes.io/managed-by": "cloudopt"}},
+           "spec": {**lifetime, "template": {
+               "metadata": {"labels": {"app.kubernetes.io/name": label}}, "spec": pod}}}
+    (mem_lo, mem_hi), (cpu_lo, cpu_hi) = memory_bounds_gb, cpu_bounds
+    policy = {"containerName": label,
+              "minAllowed": {"cpu": cpu_quantity(max(cpu_lo, 0.1)),
+                             "memory": memory_quantity(mem_lo)},
+              "maxAllowed": {"cpu": cpu_quantity(cpu_hi),
+                             "memory": memory_quantity(max(mem_hi, mem_lo))},
+              "controlledResources": ["cpu", "memory"]}
+    vpa = {"apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscaler",
+           "metadata": {"name": label + "-vpa"},
+           "spec": {"targetRef": {"apiVersion": "batch/v1", "kind": "Job", "name": label},
+                    "updatePolicy": {"updateMode": "Initial"},
+                    "resourcePolicy": {"containerPolicies": [policy]}}}
+    return [job, vpa]
 
 
 def k8s_job_yaml(allocation: Allocation, env: Mapping[str, str], *, name: str,
                  command: list[str], args: list[str] | None = None,
                  image: str | None = None, memory_bounds_gb: tuple[float, float],
-                 cpu_bounds: tuple[float, float], comment: str = "") -> str:
+                 cpu_bounds: tuple[float, float], comment: str = "",
+                 sla_time_s: float | None = None, predicted_time_s: float | None = None,
+                 ttl_s: int = TTL_AFTER_FINISHED_S) -> str:
     """Two complete objects: a ``batch/v1`` Job running the script with the recommended
     requests and limits, and an ``autoscaling.k8s.io/v1`` VerticalPodAutoscaler for it.
 
     The VPA's ``updateMode`` is ``Initial`` (a Job's pods are not evicted to be resized), and
     its bounds come from what was measured: memory from the recommended trial's peak to the
     largest request any trial's peak would need, CPU from the cores it used to the cores
-    allowed.
+    allowed. The pod passes the Pod Security Standards' ``restricted`` profile, and the Job
+    ends at a deadline from ``sla_time_s`` or ``predicted_time_s``
+    (:func:`optimizer.reports.k8s_security.job_deadline`).
     """
-    label = dns_label(name)
-    lines = [f"# {t}".rstrip() for t in comment.splitlines()]
-    lines += ["apiVersion: batch/v1", "kind: Job", "metadata:", f"  name: {_q(label)}",
-              "  labels:", f"    app.kubernetes.io/name: {_q(label)}",
-              "    app.kubernetes.io/managed-by: \"cloudopt\"", "spec:", "  backoffLimit: 0",
-              "  template:", "    metadata:", "      labels:",
-              f"        app.kubernetes.io/name: {_q(label)}", "    spec:",
-              "      restartPolicy: \"Never\"", "      containers:"]
-    lines += _container_lines(allocation, env, name, image or PLACEHOLDER_IMAGE, command, args,
-                              "        ")
-    (mem_lo, mem_hi), (cpu_lo, cpu_hi) = memory_bounds_gb, cpu_bounds
-    lines += ["---", "apiVersion: autoscaling.k8s.io/v1", "kind: VerticalPodAutoscaler",
-              "metadata:", f"  name: {_q(label + '-vpa')}", "spec:", "  targetRef:",
-              "    apiVersion: \"batch/v1\"", "    kind: \"Job\"", f"    name: {_q(label)}",
-              "  updatePolicy:", "    updateMode: \"Initial\"", "  resourcePolicy:",
-              "    containerPolicies:", f"      - containerName: {_q(label)}",
-              "        minAllowed:", f"          cpu: {_q(cpu_quantity(max(cpu_lo, 0.1)))}",
-              f"          memory: {_q(memory_quantity(mem_lo))}", "        maxAllowed:",
-              f"          cpu: {_q(cpu_quantity(cpu_hi))}",
-              f"          memory: {_q(memory_quantity(max(mem_hi, mem_lo)))}",
-              "        controlledResources: [\"cpu\", \"memory\"]"]
-    return "\n".join(lines) + "\n"
+    objects = job_objects(allocation, env, name=name, command=command, args=args,
+                          image=image, memory_bounds_gb=memory_bounds_gb,
+                          cpu_bounds=cpu_bounds, sla_time_s=sla_time_s,
+                          predicted_time_s=predicted_time_s, ttl_s=ttl_s)
+    _, image_notes = pinned_image(image)
+    _, lifetime = job_lifetime(sla_time_s, predicted_time_s, ttl_s)
+    header = comment_lines(comment)
+    for text in [security_note(), lifetime, *image_notes]:
+        header += [f"# {w}" for w in textwrap.wrap(text, 96, break_on_hyphens=False)]
+    return to_yaml(objects, header=header)
+
+
+__all__ = ["PLACEHOLDER_IMAGE", "cpu_quantity", "dns_label", "job_objects", "k8s_job_yaml",
+           "k8s_resources_yaml"]

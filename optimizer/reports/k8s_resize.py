@@ -9,24 +9,51 @@ as the job moves between phases (:mod:`optimizer.trials.live.pod_resize`). What 
 * limits fixed at the largest phase: a resize may not change the pod's QoS class, and only
   a Burstable pod's requests can move under fixed limits;
 * the pod's name and namespace through the downward API, and a ServiceAccount whose Role may
-  get and patch ``pods/resize`` (and get ``pods``, to read the outcome);
+  get and patch ``pods/resize`` (and get ``pods``, to read the outcome), held to the pod's
+  own resize by an admission policy; its token only in a proxy sidecar, never in the
+  container running the script (:mod:`optimizer.reports.k8s_access`);
+* a pod the Pod Security Standards' ``restricted`` profile admits, a deadline and a TTL
+  (:mod:`optimizer.reports.k8s_security`);
 * no VerticalPodAutoscaler: in ``Initial`` mode it rewrites the first requests (and scales the
   limits with them); ``Recreate``, ``Auto`` and ``InPlaceOrRecreate`` evict, ending the run.
 
-The YAML is emitted from plain dicts, every string a JSON string (a valid YAML double-quoted
-scalar), as :mod:`optimizer.reports.k8s` does, so no YAML library is needed at run time.
+The YAML is emitted from plain dicts by :mod:`optimizer.reports.k8s_yaml` (every string a
+JSON string, a valid YAML double-quoted scalar), so no YAML library is needed at run time.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import textwrap
 from collections.abc import Mapping
 from typing import Any
 
 from optimizer.foundation.memory import memory_quantity
-from optimizer.reports.k8s import PLACEHOLDER_IMAGE, dns_label
+from optimizer.reports.k8s import dns_label
+from optimizer.reports.k8s_access import (
+    PROXY_NAME,
+    access_header,
+    access_objects,
+    object_meta,
+    proxy_kubeconfig,
+    proxy_sidecar,
+    proxy_volumes,
+    service_account_name,
+)
+from optimizer.reports.k8s_security import (
+    PLACEHOLDER_IMAGE,
+    PULL_POLICY,
+    TTL_AFTER_FINISHED_S,
+    container_security_context,
+    home_env,
+    job_lifetime,
+    pinned_image,
+    pod_security_context,
+    scratch_volume,
+    security_note,
+    writable_dirs,
+)
+from optimizer.reports.k8s_yaml import to_yaml
 from optimizer.trials.live.plan import PLAN_FILE, LivePlan
 from optimizer.trials.live.pod_spec import parse_quantity, pod_requests, resize_patch
 from optimizer.trials.resources import THREAD_VARS
@@ -37,7 +64,13 @@ LOG_DIR = "/cloudopt-log"
 """The wrapper's ``--log-dir`` (an emptyDir: the ConfigMap's mount is read-only)."""
 RESIZE_POLICY = [{"resourceName": "cpu", "restartPolicy": "NotRequired"},
                  {"resourceName": "memory", "restartPolicy": "NotRequired"}]
-_RESERVED_ENV = ("POD_NAME", "POD_NAMESPACE", "CONTAINER_NAME")
+LOG_SIZE = "1Gi"
+"""The log emptyDir's ``sizeLimit`` (changes.jsonl, trace.csv, probe.jsonl: small files)."""
+KUBECONFIG_KEY = "kubeconfig"
+KUBECONFIG_PATH = f"{PLAN_DIR}/{KUBECONFIG_KEY}"
+"""The job container's kubeconfig (in the plan's ConfigMap): the API proxy, no credentials."""
+# Set by the manifest, not the job's environment: the resizer depends on them.
+_RESERVED_ENV = ("POD_NAME", "POD_NAMESPACE", "CONTAINER_NAME", "KUBECONFIG")
 
 
 def live_limits(plan: LivePlan) -> dict[str, str]:
@@ -101,24 +134,13 @@ def resize_patch_json(plan: LivePlan, phase: str | None, *, container: str) -> s
     return json.dumps(resize_patch(dns_label(container), phase_requests(plan, phase)))
 
 
-def service_account_name(name: str) -> str:
-    """The ServiceAccount (and Role, RoleBinding) of the job ``name``."""
-    return f"{dns_label(name)[:50].rstrip('-')}-resizer"
-
-
-def _meta(name: str, label: str, namespace: str | None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name}
-    if namespace:
-        meta["namespace"] = namespace
-    meta["labels"] = {"app.kubernetes.io/name": label, "app.kubernetes.io/managed-by": "cloudopt"}
-    return meta
-
-
 def live_job_objects(plan: LivePlan, env: Mapping[str, str], *, name: str,
                      command: list[str], args: list[str] | None = None,
-                     image: str | None = None, namespace: str | None = None
-                     ) -> list[dict[str, Any]]:
-    """A ConfigMap holding the plan and the ``batch/v1`` Job running ``command`` under it."""
+                     image: str | None = None, namespace: str | None = None,
+                     sla_time_s: float | None = None, predicted_time_s: float | None = None,
+                     ttl_s: int = TTL_AFTER_FINISHED_S) -> list[dict[str, Any]]:
+    """A ConfigMap holding the plan (and the kubeconfig of the API proxy) and the
+    ``batch/v1`` Job running ``command`` under it, beside the proxy sidecar."""
     label = dns_label(name)
     first = plan.allocation_for(start_phase(plan))
     limits = live_limits(plan)
@@ -129,61 +151,75 @@ def live_job_objects(plan: LivePlan, env: Mapping[str, str], *, name: str,
     env_list: list[dict[str, Any]] = [
         {"name": k, "valueFrom": {"fieldRef": {"fieldPath": p}}} for k, p in field]
     env_list.append({"name": "CONTAINER_NAME", "value": label})
+    # The wrapper's kubectl talks to the proxy sidecar: this container holds no token.
+    env_list.append({"name": "KUBECONFIG", "value": KUBECONFIG_PATH})
     # The wrapper moves the threads from here on; they start at the first phase's cores.
     env_list += [{"name": k, "value": str(first.cpus) if k in THREAD_VARS else str(env[k])}
                  for k in sorted(env) if k not in _RESERVED_ENV]
+    env_list += home_env(env)
     wrapper = ["python", "-m", "optimizer", "run", "--plan", f"{PLAN_DIR}/{PLAN_FILE}",
                "--kubernetes", "on", "--log-dir", LOG_DIR, "--"]
-    container: dict[str, Any] = {"name": label, "image": image or PLACEHOLDER_IMAGE,
+    chosen, _ = pinned_image(image)
+    container: dict[str, Any] = {"name": label, "image": chosen,
+                                 "imagePullPolicy": PULL_POLICY,
                                  "command": wrapper + list(command)}
     if args:
         container["args"] = list(args)
+    scratch, scratch_mounts = writable_dirs()
+    log_volume, log_mount = scratch_volume("live-log", LOG_DIR, LOG_SIZE)
+    plan_mount = {"name": "live-plan", "mountPath": PLAN_DIR, "readOnly": True}
     container.update({
         "resizePolicy": [dict(p) for p in RESIZE_POLICY],
         "resources": {"requests": phase_requests(plan, start_phase(plan)), "limits": limits},
         "env": env_list,
-        "volumeMounts": [{"name": "live-plan", "mountPath": PLAN_DIR, "readOnly": True},
-                         {"name": "live-log", "mountPath": LOG_DIR}]})
+        "securityContext": container_security_context(),
+        "volumeMounts": [plan_mount, log_mount, *scratch_mounts]})
+    sidecar = proxy_sidecar(chosen, kubeconfig=KUBECONFIG_PATH, plan_mount=plan_mount,
+                            taken=label)
     config = f"{label[:52].rstrip('-')}-live-plan"
     pod_labels = {"app.kubernetes.io/name": label}
     configmap = {"apiVersion": "v1", "kind": "ConfigMap",
-                 "metadata": _meta(config, label, namespace),
-                 "data": {PLAN_FILE: json.dumps(plan.to_dict(), indent=2) + "\n"}}
-    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": _meta(label, label, namespace),
-           "spec": {"backoffLimit": 0, "template": {"metadata": {"labels": pod_labels}, "spec": {
-               "serviceAccountName": service_account_name(name), "restartPolicy": "Never",
-               "containers": [container],
-               "volumes": [{"name": "live-plan", "configMap": {"name": config}},
-                           {"name": "live-log", "emptyDir": {}}]}}}}
+                 "metadata": object_meta(config, label, namespace),
+                 "data": {PLAN_FILE: json.dumps(plan.to_dict(), indent=2) + "\n",
+                          KUBECONFIG_KEY: proxy_kubeconfig()}}
+    lifetime, _ = job_lifetime(sla_time_s, predicted_time_s, ttl_s)
+    pod = {"serviceAccountName": service_account_name(name),
+           # No token in the job's container: only the sidecar mounts one (api-token).
+           "automountServiceAccountToken": False,
+           "restartPolicy": "Never", "securityContext": pod_security_context(),
+           "initContainers": [sidecar], "containers": [container],
+           "volumes": [{"name": "live-plan", "configMap": {"name": config}}, log_volume,
+                       *scratch, *proxy_volumes()]}
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": object_meta(label, label, namespace),
+           "spec": {**lifetime, "template": {"metadata": {"labels": pod_labels},
+                                             "spec": pod}}}
     return [configmap, job]
 
 
 def live_rbac_objects(name: str, *, namespace: str | None = None) -> list[dict[str, Any]]:
-    """The ServiceAccount the Job's pod runs as, a Role that may get and patch ``pods/resize``
-    and get ``pods``, and the RoleBinding between them."""
-    label, account = dns_label(name), service_account_name(name)
-    subject: dict[str, Any] = {"kind": "ServiceAccount", "name": account}
-    if namespace:
-        subject["namespace"] = namespace
-    rbac = "rbac.authorization.k8s.io"
-    return [
-        {"apiVersion": "v1", "kind": "ServiceAccount",
-         "metadata": _meta(account, label, namespace)},
-        {"apiVersion": f"{rbac}/v1", "kind": "Role", "metadata": _meta(account, label, namespace),
-         "rules": [{"apiGroups": [""], "resources": ["pods/resize"], "verbs": ["get", "patch"]},
-                   {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]},
-        {"apiVersion": f"{rbac}/v1", "kind": "RoleBinding",
-         "metadata": _meta(account, label, namespace), "subjects": [subject],
-         "roleRef": {"apiGroup": rbac, "kind": "Role", "name": account}}]
+    """The ServiceAccount the Job's pod runs as, a Role that may get and patch
+    ``pods/resize`` and get ``pods``, the RoleBinding between them, and the admission policy
+    (with its binding) that lets the account resize its own pod only
+    (:func:`optimizer.reports.k8s_access.access_objects`)."""
+    return access_objects(name, namespace=namespace)
 
 
-def _job_comment(plan: LivePlan, comment: str) -> list[str]:
+def _job_comment(plan: LivePlan, comment: str, image: str | None, lifetime: str) -> list[str]:
     start = start_phase(plan) or "the fallback"
+    _, image_notes = pinned_image(image)
+    if image is None:
+        image_notes.insert(0, f"image: {PLACEHOLDER_IMAGE} is a placeholder; set --image.")
     lines = comment.splitlines() + [
         f"Live plan ({plan.source or 'cloudopt'}): requests start at phase {start}, limits "
         "stay at the largest phase (Burstable in every phase: a resize cannot change QoS).",
         "Apply k8s-live-rbac.yaml first (the pod patches its own pods/resize). Needs "
         "Kubernetes >= 1.33, and kubectl >= 1.32 and cloudopt installed in the image.",
+        f"API access: the job's container has no service-account token; its kubectl "
+        f"({KUBECONFIG_PATH}) goes through the {PROXY_NAME} sidecar, which alone mounts the "
+        "token and forwards only this pod's own paths (k8s-live-rbac.yaml says what each "
+        "object allows).",
+        security_note(), lifetime, *image_notes,
         "No VerticalPodAutoscaler: Initial would rewrite the first requests, the other modes "
         "evict, which ends a Job's run."]
     for t in live_transitions(plan):
@@ -191,82 +227,36 @@ def _job_comment(plan: LivePlan, comment: str) -> list[str]:
                 "hold until it has room; logged)" if t["grows"] else "shrinks: always fits")
         lines.append(f"  {t['from']} -> {t['to']}: {json.dumps(t['requests'], sort_keys=True)}"
                      f", {grow}")
-    lines.append(f"Logs: {LOG_DIR} is an emptyDir; mount a volume there to keep changes.jsonl.")
+    lines.append(f"Logs: {LOG_DIR} is an emptyDir ({LOG_SIZE}); mount a volume there to keep "
+                 "changes.jsonl.")
     return [f"# {w}".rstrip() for t in lines
             for w in textwrap.wrap(t, 96, subsequent_indent="    ",
-                                                   break_on_hyphens=False) or [""]]
+                                   break_on_hyphens=False) or [""]]
 
 
 def k8s_live_job_yaml(plan: LivePlan, env: Mapping[str, str], *, name: str,
                       command: list[str], args: list[str] | None = None,
                       image: str | None = None, namespace: str | None = None,
-                      comment: str = "") -> str:
+                      comment: str = "", sla_time_s: float | None = None,
+                      predicted_time_s: float | None = None,
+                      ttl_s: int = TTL_AFTER_FINISHED_S) -> str:
     """``k8s-job.yaml`` for a live plan: the plan's ConfigMap and the Job (see
     :func:`live_job_objects`), with a comment on which phase changes grow the pod."""
     objects = live_job_objects(plan, env, name=name, command=command, args=args, image=image,
-                               namespace=namespace)
-    return to_yaml(objects, header=_job_comment(plan, comment))
+                               namespace=namespace, sla_time_s=sla_time_s,
+                               predicted_time_s=predicted_time_s, ttl_s=ttl_s)
+    _, lifetime = job_lifetime(sla_time_s, predicted_time_s, ttl_s)
+    return to_yaml(objects, header=_job_comment(plan, comment, image, lifetime))
 
 
 def k8s_live_rbac_yaml(name: str, *, namespace: str | None = None) -> str:
-    """``k8s-live-rbac.yaml``: :func:`live_rbac_objects` as one multi-document YAML."""
-    header = ["# What the job's pod needs to resize itself in place. Pod names are generated "
-              "by the Job, so", "# the Role cannot name its pod (resourceNames): it lets this "
-              "account resize any pod in", "# the namespace."]
-    return to_yaml(live_rbac_objects(name, namespace=namespace), header=header)
+    """``k8s-live-rbac.yaml``: :func:`live_rbac_objects` as one multi-document YAML, after a
+    header saying what each object allows."""
+    return to_yaml(live_rbac_objects(name, namespace=namespace),
+                   header=access_header(name, namespace))
 
 
-_PLAIN_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]*")
-
-
-def _scalar(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)) or value is None:
-        return json.dumps(value)
-    if isinstance(value, (dict, list)):
-        return "{}" if isinstance(value, dict) else "[]"  # only empty ones get here
-    return json.dumps(str(value))
-
-
-def _block_ok(text: str) -> bool:
-    """A literal block (``|``) keeps ``text`` exactly: one final newline, no leading blank."""
-    body = text[:-1]
-    return (text.endswith("\n") and not body.endswith("\n") and body[:1] not in ("", " ")
-            and all(c == "\n" or c.isprintable() for c in body)
-            and not any(ln.endswith(" ") for ln in body.split("\n")))
-
-
-def _emit(obj: Any, indent: int) -> list[str]:
-    pad = " " * indent
-    lines: list[str] = []
-    if isinstance(obj, dict):
-        for key, value in obj.items():
-            k = key if _PLAIN_KEY.fullmatch(key) else json.dumps(key)
-            if isinstance(value, (dict, list)) and value:
-                lines += [f"{pad}{k}:", *_emit(value, indent + 2)]
-            elif isinstance(value, str) and "\n" in value and _block_ok(value):
-                lines.append(f"{pad}{k}: |")
-                lines += [f"{pad}  {ln}".rstrip() for ln in value[:-1].split("\n")]
-            else:
-                lines.append(f"{pad}{k}: {_scalar(value)}")
-        return lines
-    for item in obj:
-        if isinstance(item, (dict, list)) and item:
-            sub = _emit(item, indent + 2)
-            lines += [f"{pad}- {sub[0][indent + 2:]}", *sub[1:]]
-        else:
-            lines.append(f"{pad}- {_scalar(item)}")
-    return lines
-
-
-def to_yaml(objects: list[dict[str, Any]], header: list[str] | None = None) -> str:
-    """``objects`` as one multi-document YAML (``---`` between them) after ``header``."""
-    docs = ["\n".join(_emit(o, 0)) for o in objects]
-    return "\n".join([*(header or []), "\n---\n".join(docs)]) + "\n"
-
-
-__all__ = ["LOG_DIR", "PLAN_DIR", "RESIZE_POLICY", "k8s_live_job_yaml", "k8s_live_rbac_yaml",
+__all__ = ["KUBECONFIG_PATH", "LOG_DIR", "PLAN_DIR", "RESIZE_POLICY", "k8s_live_job_yaml", "k8s_live_rbac_yaml",
            "live_job_objects", "live_limits", "live_rbac_objects", "live_recommendation",
            "live_requests", "live_transitions", "phase_requests", "resize_patch_json",
            "service_account_name", "start_phase", "to_yaml"]

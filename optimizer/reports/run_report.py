@@ -68,8 +68,15 @@ def _write_k8s_job(opt: Any, result: Any, rec: dict[str, Any], alloc: Allocation
         alloc, env, name=Path(result.run_dir).name, command=["python", script],
         args=job_args or None, image=getattr(opts, "image", None),
         memory_bounds_gb=(peak, top),
-        cpu_bounds=(round(used, 1), opt.config.resources.cpu_count_max), comment=comment))
+        cpu_bounds=(round(used, 1), opt.config.resources.cpu_count_max), comment=comment,
+        sla_time_s=opt.config.sla.time_max, predicted_time_s=_predicted_job_s(rec)))
     return path
+
+
+def _predicted_job_s(rec: dict[str, Any]) -> float | None:
+    """The recommended job's time (the Jobs' deadline is set from it and the SLA)."""
+    value = (rec.get("optimized") or {}).get("job_time_s")
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
 def _alloc(value: Any) -> Allocation:
@@ -156,7 +163,9 @@ def write_outputs(opt: Any, result: Any, reference: TrialSummary, profile: Any,
     job_args = args if args is not None else (list(mgr.train_args) if mgr is not None else [])
     paths.update(write_live_k8s(run_dir, rec.get("live"), env, name=Path(result.run_dir).name,
                                 command=["python", script, *job_args],
-                                image=getattr(opts, "image", None)))
+                                image=getattr(opts, "image", None),
+                                sla_time_s=opt.config.sla.time_max,
+                                predicted_time_s=_predicted_job_s(rec)))
     paths["recommendation"] = _write_recommendation(run_dir, result, reference, rec, sla_rows)
 
     figs = _figures(plots, result, reference, profile, decisions, sweep, curves, rec, run_dir)
