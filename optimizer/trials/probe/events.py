@@ -213,6 +213,12 @@ def _apply(rec: ProbeRecord, ev: dict[str, Any], points: list) -> None:
     elif kind == "grad":
         rec.grads.append((int(ev["step"]), ev.get("samples"), float(ev["value"])))
     elif kind == "gradwin":
+        # A window over every stride-th gradient element: its norms times the stride
+        # estimate the full ones (the single steps' norms beside them are full).
+        stride = float(ev.get("stride") or 1)
+        if stride != 1:
+            ev = {**ev, "small": [float(v) * stride for v in ev["small"]],
+                  "big": float(ev["big"]) * stride}
         rec.windows.append(ev)
         rec.grads.extend((int(ev["step"]) + i, b, float(v)) for i, (b, v)
                          in enumerate(zip(ev["samples"], ev["small"], strict=False)))
@@ -222,7 +228,7 @@ def _apply(rec: ProbeRecord, ev: dict[str, Any], points: list) -> None:
             rec.breaks.append(t)
     elif kind == "control":
         rec.controls.append(ev)
-    elif kind == "probe_error":
+    elif kind in ("probe_error", "probe_off"):  # probe_off: it could not write, and stopped
         rec.errors.append(ev)
     elif kind == "torch":
         rec.torch_version = ev.get("version")

@@ -31,11 +31,11 @@ VERSION = 1
 STEP_EVENT_S = 0.1  # at most one aggregated "steps" event per 0.1 s: small files on fast loops
 SAMPLE_EVERY_S = 0.1  # one loss event at most every 0.1 s: the mean of every loss since the
 # last (the first steps each their own): a short job's curve from all its steps, not 1 in 40
-GRAD_EVERY_S = 2.0  # a gradient-noise window at most every 2 s
 FLUSH_S = 0.5
+BUFFER_BYTES = 1 << 16  # events written at least every 64 KB: the buffer never grows
+MAX_LOADERS = 256  # per-loader counts kept (a script that builds a loader each epoch)
 CONTROL_EVERY_S = 0.1  # a stat() at most 10 times a second: a thread count that lags
 # the controller's change runs a stage on the cores of the one before it
-MAX_WINDOW_ELEMENTS = 50_000_000
 FIRST_STEPS = 5
 READY_TICKS = 4  # a device value is read this many iterations (backward or step) after it was
 # made: by then its stream has long finished with it
@@ -46,7 +46,11 @@ class _State:
     def __init__(self, path: str) -> None:
         self.pid = os.getpid()
         self.t0 = time.perf_counter()
-        self.file = open(path, "a", encoding="utf-8", buffering=1 << 16)  # noqa: SIM115
+        # A raw descriptor and a buffer of our own: a forked child drops the buffer (an
+        # io buffer would be flushed again at the child's exit), and a failed write switches
+        # the probe off instead of raising into optimizer.step() or backward().
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.buf, self.buf_bytes, self.off = [], 0, False
         self.last_flush = self.t0
         self.steps = 0
         self.samples = 0
@@ -64,7 +68,7 @@ class _State:
         self.depth = 0
         self.grad_window = int(os.environ.get("CLOUDOPT_PROBE_GRAD_WINDOW", "4") or 4)
         self.window = None  # {"acc": [...], "small": [...], "samples": [...], "step": first}
-        self.last_window_t = -GRAD_EVERY_S
+        self.last_window_t = -1e9
         self.control = os.environ.get("CLOUDOPT_PROBE_CONTROL") or None
         self.control_mtime = None
         self.last_control_check = -CONTROL_EVERY_S
@@ -86,14 +90,47 @@ class _State:
         return time.perf_counter() - self.t0
 
     def emit(self, event: dict, flush: bool = False) -> None:
-        if os.getpid() != self.pid or self.file.closed:
+        if self.off or os.getpid() != self.pid:
             return  # a forked child (a data-loader worker) never writes
         event.setdefault("t", round(self.now(), 6))
-        self.file.write(json.dumps(event, separators=(",", ":")) + "\n")
+        line = json.dumps(event, separators=(",", ":")) + "\n"
+        self.buf.append(line)
+        self.buf_bytes += len(line)
         # Stage changes go out at once: a live controller acts on them within its interval.
-        if flush or event["t"] - (self.last_flush - self.t0) >= FLUSH_S:
-            self.file.flush()
-            self.last_flush = time.perf_counter()
+        if flush or self.buf_bytes >= BUFFER_BYTES or \
+                event["t"] - (self.last_flush - self.t0) >= FLUSH_S:
+            self.flush()
+
+    def flush(self) -> None:
+        self.last_flush = time.perf_counter()
+        if self.off or os.getpid() != self.pid or not self.buf:
+            return
+        data = "".join(self.buf).encode("utf-8")
+        self.buf, self.buf_bytes = [], 0
+        try:
+            while data:
+                data = data[os.write(self.fd, data):]
+        except OSError as exc:  # a full disk, a removed folder: the script goes on
+            self.switch_off(exc)
+
+    def switch_off(self, exc: BaseException) -> None:
+        """Stop recording for good, saying so in one last line where it still fits (after a
+        newline: a write cut short left half a line); the reader also sees no exit event."""
+        self.off, self.buf, self.buf_bytes = True, [], 0
+        self.pending, self.bin, self.window = [], None, None
+        note = {"e": "probe_off", "error": repr(exc)[:300], "t": round(self.now(), 6)}
+        try:
+            os.write(self.fd, ("\n" + json.dumps(note) + "\n").encode("utf-8"))
+        except OSError:
+            pass
+        self.close()
+
+    def close(self) -> None:
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+        self.fd = -1
 
 
 _STATE = None
@@ -157,6 +194,13 @@ def _resolve(s, final=False):
     s.pending = keep
 
 
+def _count(counts, key):
+    """One more for ``key``; the oldest key goes past :data:`MAX_LOADERS`."""
+    counts[key] = counts.pop(key, 0) + 1  # re-inserted: the dict's order is by last use
+    if len(counts) > MAX_LOADERS:
+        counts.pop(next(iter(counts)))
+
+
 def _close_bin(s, t):
     """One loss event for the losses since the last: their mean, at their middle step (and
     backward pass) and time, with their count ``n``."""
@@ -183,8 +227,7 @@ def _tick(s, torch):
     if s.saved:  # training resumes after a checkpoint: a stage change, out at once
         s.saved = False
         _steps_event(s, force=True)
-        s.file.flush()
-        s.last_flush = time.perf_counter()
+        s.flush()
     _steps_event(s)
     _resolve(s)
     _check_control(torch)
@@ -223,12 +266,16 @@ def _check_control(s, torch):
         order = json.load(fh)
     n = order.get("num_threads")
     if isinstance(n, int) and n >= 1:
+        # Never more threads than cores the process may run on: a control file is input.
+        n = min(n, len(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else n
         # Called from the training thread: OpenMP's thread count is per calling thread.
         torch.set_num_threads(n)
     s.emit({"e": "control", "seq": order.get("seq"), "num_threads": torch.get_num_threads()})
 
 
 def _install(torch):
+    import _cloudopt_probe_grads as grads  # the same folder; standard library only
+
     s = _STATE
     s.emit({"e": "torch", "version": str(getattr(torch, "__version__", "?")),
             "num_threads": torch.get_num_threads()})
@@ -247,44 +294,7 @@ def _install(torch):
 
     @_guard("grad")
     def _window(s, optimizer, step):
-        if s.window is not None and s.window["opt"] != id(optimizer):
-            return  # a window follows one optimizer's parameters (the first with dense ones)
-        if s.window is None and s.now() - s.last_window_t < GRAD_EVERY_S and s.steps >= 1:
-            return
-        grads = [p.grad for g in optimizer.param_groups for p in g["params"]
-                 if p.grad is not None and not p.grad.is_sparse]
-        if not grads:
-            return
-        # The samples behind this step's gradient: every micro-batch since the last step.
-        seen = s.samples - s.samples_at_step
-        samples = seen if seen > 0 else (s.batch if s.batch is not None else s.env_batch)
-        with torch.no_grad():
-            sq = torch.stack([n.float() for n in torch._foreach_norm(grads)]).pow(2).sum()
-            w = s.window
-            if w is None:
-                if sum(g.numel() for g in grads) > MAX_WINDOW_ELEMENTS or s.grad_window < 2:
-                    s.pending.append((s.ticks + READY_TICKS, {
-                        "e": "grad", "step": step, "bw": s.backward_seq,
-                        "samples": samples}, sq))
-                    s.last_window_t = s.now()
-                    return
-                s.window = {"acc": [g.detach().float().clone() for g in grads],
-                            "small": [sq], "samples": [samples], "step": step,
-                            "opt": id(optimizer)}
-                return
-            if len(w["acc"]) != len(grads):
-                s.window = None
-                return
-            torch._foreach_add_(w["acc"], [g.detach().float() for g in grads])
-            w["small"].append(sq)
-            w["samples"].append(samples)
-            if len(w["small"]) >= s.grad_window:
-                k = len(w["small"])
-                big = torch.stack(torch._foreach_norm(w["acc"])).pow(2).sum() / (k * k)
-                event = {"e": "gradwin", "step": w["step"], "k": k, "samples": w["samples"]}
-                s.pending.append((s.ticks + READY_TICKS, event, [*w["small"], big]))
-                s.window = None
-                s.last_window_t = s.now()
+        grads.window(s, torch, optimizer, step)
 
     @_guard("steps")
     def post_step(s, optimizer, args, kwargs):
@@ -297,7 +307,7 @@ def _install(torch):
             _window(optimizer, s.steps)
         s.samples_at_step = s.samples
         if s.loader_current is not None:
-            s.loader_steps[s.loader_current] = s.loader_steps.get(s.loader_current, 0) + 1
+            _count(s.loader_steps, s.loader_current)
         _tick(s, torch)
 
     s.loader_current = None
@@ -318,7 +328,7 @@ def _install(torch):
     def _note_backward(s, tensors):
         s.backward_seq += 1
         if s.loader_current is not None:
-            s.loader_bw[s.loader_current] = s.loader_bw.get(s.loader_current, 0) + 1
+            _count(s.loader_bw, s.loader_current)
         if s.batch_seq != s.counted_batch and s.batch is not None:  # a new loader batch
             s.samples += s.batch
             s.counted_batch = s.batch_seq
@@ -355,90 +365,13 @@ def _install(torch):
 
     import _cloudopt_probe_hooks as more  # the same folder; standard library only
 
-    for install in (more.install_scaler, more.install_save):
+    for install in (more.install_scaler, more.install_save, more.install_loader,
+                    more.install_mode):
         try:
             install(torch, s)
         except Exception as exc:  # noqa: BLE001 - an old torch without torch.amp, say
             s.emit({"e": "probe_error", "hook": install.__name__, "error": repr(exc)[:300]})
 
-    from torch.utils.data import dataloader
-
-    base = dataloader._BaseDataLoaderIter
-    original_next = base.__next__
-
-    def __next__(self):
-        starting = getattr(self, "_num_yielded", 1) == 0
-        if starting:
-            _loader_event(self, "epoch_start")
-        try:
-            batch = original_next(self)
-        except StopIteration:
-            _loader_event(self, "epoch_end")
-            raise
-        _note_batch(self, batch)
-        return batch
-
-    @_guard("loader")
-    def _loader_event(s, it, kind):
-        dataset = getattr(it, "_dataset", None)
-        try:
-            size = len(dataset)
-        except Exception:  # noqa: BLE001 - an iterable dataset has no length
-            size = None
-        try:
-            batches = len(it)
-        except Exception:  # noqa: BLE001
-            batches = None
-        key = id(dataset)
-        if kind == "epoch_start":
-            s.loader_current = key
-        elif s.loader_current == key:
-            s.loader_current = None
-        _steps_event(s, force=True)
-        if kind == "epoch_start":
-            _anchor(s)
-        s.emit({"e": kind, "loader": key, "dataset_len": size, "batches": batches,
-                "batch_size": getattr(it, "_index_sampler", None) and getattr(
-                    getattr(it, "_index_sampler", None), "batch_size", None),
-                "workers": getattr(it, "_num_workers", None), "step": s.steps,
-                "bw": s.backward_seq,
-                "steps_in_loader": s.loader_steps.get(key, 0),
-                "bw_in_loader": s.loader_bw.get(key, 0)})
-        _check_control(torch)
-
-    @_guard("batch")
-    def _note_batch(s, it, batch):
-        n = _batch_size(batch)
-        if n is not None:
-            s.batch = n
-            s.batch_seq += 1
-        s.loader_current = id(getattr(it, "_dataset", None))
-
-    base.__next__ = __next__
-
-    module_cls = torch.nn.Module
-    original_train = module_cls.train
-
-    def train(self, mode=True):
-        _note_mode(self, mode)
-        if _STATE is not None:
-            _STATE.depth += 1
-        try:
-            return original_train(self, mode)
-        finally:
-            if _STATE is not None:
-                _STATE.depth -= 1
-
-    @_guard("mode")
-    def _note_mode(s, module, mode):
-        if s.depth == 0 and bool(getattr(module, "training", mode)) != bool(mode):
-            _steps_event(s, force=True)
-            s.emit({"e": "mode", "train": bool(mode), "module": type(module).__name__,
-                    "step": s.steps, "bw": s.backward_seq}, flush=True)
-            if mode:
-                _anchor(s)
-
-    module_cls.train = train
 
 
 class _TorchFinder(importlib.abc.MetaPathFinder):
@@ -476,7 +409,17 @@ def _at_exit():
     except Exception:  # noqa: BLE001
         pass
     s.emit({"e": "exit", "step": s.steps, "bw": s.backward_seq, "samples": s.samples})
-    s.file.close()
+    s.flush()
+    s.close()
+    s.off = True
+
+
+def _forked_child():
+    """A fork (a data-loader worker, a subprocess by fork) drops the parent's unwritten
+    events: only the parent writes them, once."""
+    s = _STATE
+    if s is not None:
+        s.buf, s.buf_bytes, s.pending, s.bin = [], 0, [], None
 
 
 def start():
@@ -489,8 +432,9 @@ def start():
     _STATE = _State(os.environ["CLOUDOPT_PROBE_EVENTS"])
     _STATE.emit({"e": "header", "version": VERSION, "pid": os.getpid(), "wall": time.time(),
                  "batch": _STATE.env_batch,
-                 "python": sys.executable, "argv": list(sys.argv)})
+                 "python": sys.executable, "argv": list(sys.argv)}, flush=True)
     atexit.register(_at_exit)
+    os.register_at_fork(after_in_child=_forked_child)
     if "torch" in sys.modules:
         _install(sys.modules["torch"])
     else:

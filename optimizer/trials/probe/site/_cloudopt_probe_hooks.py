@@ -1,8 +1,10 @@
 """More of the probe's hooks (see ``_cloudopt_probe``): a ``GradScaler``'s scaled loss, read
-at its true value, and ``torch.save`` as a stage of its own. Standard library only; every hook
+at its true value, ``torch.save`` as a stage of its own, data-loader epochs and batches, and
+train/eval switches. Standard library only; every hook
 body runs under the probe's guard."""
 
-from _cloudopt_probe import _guard, _steps_event
+import _cloudopt_probe as probe
+from _cloudopt_probe import _anchor, _batch_size, _check_control, _guard, _steps_event
 
 
 def install_scaler(torch, s):
@@ -52,3 +54,88 @@ def install_save(torch, s):
     torch.save = save
 
 
+
+
+def install_loader(torch, s):
+    """Data-loader passes (``epoch_start``/``epoch_end``) and each fetched batch's size."""
+    from torch.utils.data import dataloader
+
+    base = dataloader._BaseDataLoaderIter
+    original_next = base.__next__
+
+    def __next__(self):
+        starting = getattr(self, "_num_yielded", 1) == 0
+        if starting:
+            _loader_event(self, "epoch_start")
+        try:
+            batch = original_next(self)
+        except StopIteration:
+            _loader_event(self, "epoch_end")
+            raise
+        _note_batch(self, batch)
+        return batch
+
+    @_guard("loader")
+    def _loader_event(s, it, kind):
+        dataset = getattr(it, "_dataset", None)
+        try:
+            size = len(dataset)
+        except Exception:  # noqa: BLE001 - an iterable dataset has no length
+            size = None
+        try:
+            batches = len(it)
+        except Exception:  # noqa: BLE001
+            batches = None
+        key = id(dataset)
+        if kind == "epoch_start":
+            s.loader_current = key
+        elif s.loader_current == key:
+            s.loader_current = None
+        _steps_event(s, force=True)
+        if kind == "epoch_start":
+            _anchor(s)
+        s.emit({"e": kind, "loader": key, "dataset_len": size, "batches": batches,
+                "batch_size": getattr(it, "_index_sampler", None) and getattr(
+                    getattr(it, "_index_sampler", None), "batch_size", None),
+                "workers": getattr(it, "_num_workers", None), "step": s.steps,
+                "bw": s.backward_seq,
+                "steps_in_loader": s.loader_steps.get(key, 0),
+                "bw_in_loader": s.loader_bw.get(key, 0)})
+        _check_control(torch)
+
+    @_guard("batch")
+    def _note_batch(s, it, batch):
+        n = _batch_size(batch)
+        if n is not None:
+            s.batch = n
+            s.batch_seq += 1
+        s.loader_current = id(getattr(it, "_dataset", None))
+
+    base.__next__ = __next__
+
+
+def install_mode(torch, s):
+    """``Module.train``/``eval`` switches of the outermost module: the eval stage."""
+    module_cls = torch.nn.Module
+    original_train = module_cls.train
+
+    def train(self, mode=True):
+        _note_mode(self, mode)
+        if probe._STATE is not None:
+            probe._STATE.depth += 1
+        try:
+            return original_train(self, mode)
+        finally:
+            if probe._STATE is not None:
+                probe._STATE.depth -= 1
+
+    @_guard("mode")
+    def _note_mode(s, module, mode):
+        if s.depth == 0 and bool(getattr(module, "training", mode)) != bool(mode):
+            _steps_event(s, force=True)
+            s.emit({"e": "mode", "train": bool(mode), "module": type(module).__name__,
+                    "step": s.steps, "bw": s.backward_seq}, flush=True)
+            if mode:
+                _anchor(s)
+
+    module_cls.train = train
