@@ -11,7 +11,14 @@ The job's output, exit status and signals pass through: SIGTERM and SIGINT are f
 it, and the wrapper exits with its status. If the controller fails, the job keeps running at
 its last allocation. What was done is in ``--log-dir``: ``changes.jsonl`` (every change, its
 cause and stage), ``trace.csv`` (the monitor's samples), ``probe.jsonl`` and
-``live-summary.json`` (the allocation held over time and its bill).
+``live-summary.json`` (the allocation held over time and its bill). A folder that holds an
+earlier run's log has it moved to ``earlier/<time>/`` first: the probe appends to its events
+and obeys the control file it finds, so a new job would otherwise replay the old stages.
+
+The job dies with the wrapper (:mod:`optimizer.trials.guard`): it asks for SIGKILL when the
+wrapper dies, and, unless the wrapper is a terminal's foreground job (where the shell's job
+control owns the process group, and Ctrl-C, Ctrl-Z and reading the terminal must reach the job
+as before), it runs in its own process group, which a watchdog ends when the wrapper dies.
 
 With ``--executor ray`` the same wrapper runs as one Ray task that asks for the plan's largest
 phase (CPUs, memory, the plan's GPUs), on cores leased on its node
@@ -36,7 +43,8 @@ from typing import Any
 from optimizer.foundation.atomic_files import atomic_write_bytes, atomic_write_json
 from optimizer.foundation.config import load_config
 from optimizer.foundation.errors import CloudoptError
-from optimizer.trials.live.actuators import LiveTrial
+from optimizer.trials.guard import Watchdog, die_with_parent
+from optimizer.trials.live.actuators import CHANGES_FILE, LiveTrial
 from optimizer.trials.live.controller import (
     WATCH_S,
     Controller,
@@ -47,7 +55,13 @@ from optimizer.trials.live.controller import (
 from optimizer.trials.live.plan import LivePlan, PhaseAllocation
 from optimizer.trials.live.stages import PAUSE_S, DetectorPhases, ProbeTail
 from optimizer.trials.monitor import ProcessMonitor
-from optimizer.trials.probe import probe_environment
+from optimizer.trials.probe import EVENTS_FILE, probe_environment
+
+CONTROL_FILE = "probe-control.json"
+TRACE_FILE = "trace.csv"
+SUMMARY_FILE = "live-summary.json"
+LOG_FILES = (EVENTS_FILE, CONTROL_FILE, CHANGES_FILE, TRACE_FILE, SUMMARY_FILE)
+"""What one run writes into its log folder (all moved aside before the next run there)."""
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -112,18 +126,22 @@ def supervise(command: list[str], plan: LivePlan, out: Path, cores: list[int], *
     exits; its log goes to ``out``. Returns the job's exit status (128 + N for signal N)."""
     prices = load_config(Path(config) if config else None).resources
     out.mkdir(parents=True, exist_ok=True)
-    events, control = out / "probe.jsonl", out / "probe-control.json"
+    _set_aside(out, quiet)
+    events, control = out / EVENTS_FILE, out / CONTROL_FILE
     env = probe_environment(os.environ, events, control)
     first = plan.allocation_for(plan.schedule[0] if plan.schedule else None)
     start_cores = cores[:max(1, min(first.cpus, len(cores)))]
     env.setdefault("OMP_NUM_THREADS", str(len(start_cores)))
+    own_group = not _terminal_foreground()
     t0 = time.monotonic()
     try:
-        proc = subprocess.Popen(command, env=env, cwd=cwd, preexec_fn=_pin(start_cores))
+        proc = subprocess.Popen(command, env=env, cwd=cwd,
+                                preexec_fn=_child_setup(start_cores, os.getpid(), own_group))
     except OSError as exc:
         raise CloudoptError(f"run --plan: cannot start {command[0]!r}: {exc}") from None
+    watchdog = Watchdog(proc.pid) if own_group else None
     forward = _forward_signals(proc)
-    monitor = ProcessMonitor(proc.pid, out / "trace.csv", exec_id="live", interval=0.5,
+    monitor = ProcessMonitor(proc.pid, out / TRACE_FILE, exec_id="live", interval=0.5,
                              start_time=t0)
     monitor.start()
     live = _actuator(kubernetes, interval, proc.pid, out, control, monitor, t0)
@@ -143,8 +161,12 @@ def supervise(command: list[str], plan: LivePlan, out: Path, cores: list[int], *
         code = proc.wait()
     except BaseException:  # interrupted (a cancelled Ray task): the job does not outlive us
         _stop(proc)
+        if own_group:  # its children too (the group is the job's alone)
+            _kill_group(proc.pid)
         raise
     finally:
+        if watchdog is not None:  # the job ended under our control: nothing left to guard
+            watchdog.release()
         ctl.stop()
         monitor.stop()
         for sig, handler in forward.items():
@@ -152,6 +174,46 @@ def supervise(command: list[str], plan: LivePlan, out: Path, cores: list[int], *
     wall = time.monotonic() - t0
     _summarise(out, plan, ctl, wall, code, command, prices, quiet=quiet)
     return code if code >= 0 else 128 - code
+
+
+def _set_aside(out: Path, quiet: bool) -> Path | None:
+    """Move an earlier run's log files in ``out`` to ``out/earlier/<time>/`` (the time its
+    files were last written); returns that folder, None when there was nothing to move."""
+    stale = [out / name for name in LOG_FILES if os.path.lexists(out / name)]
+    if not stale:
+        return None
+    last = max(p.lstat().st_mtime for p in stale)
+    stamp = datetime.fromtimestamp(last, timezone.utc).strftime("%Y%m%d-%H%M%S")
+    keep, n = out / "earlier" / stamp, 1
+    while True:
+        try:
+            keep.mkdir(parents=True)
+            break
+        except FileExistsError:  # two runs ended within the same second
+            keep, n = out / "earlier" / f"{stamp}-{n}", n + 1
+    for path in stale:
+        os.replace(path, keep / path.name)
+    if not quiet:
+        print(f"cloudopt: the earlier run's log in {out} moved to {keep}", file=sys.stderr)
+    return keep
+
+
+def _terminal_foreground() -> bool:
+    """Whether this process is the foreground job of a terminal on its standard input, output
+    or error (``cmd < data`` typed in a shell is one: Ctrl-C reaches its whole job)."""
+    for fd in (0, 1, 2):
+        try:
+            return os.tcgetpgrp(fd) == os.getpgrp()
+        except OSError:  # not a terminal (a container, a pipe, a file, a Ray worker)
+            continue
+    return False
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):  # already gone
+        pass
 
 
 def _stop(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
@@ -223,6 +285,7 @@ def _run_on_ray(command: list[str], plan: LivePlan, out: Path, options: dict[str
         if started:
             ray.shutdown()
     out.mkdir(parents=True, exist_ok=True)
+    _set_aside(out, options["quiet"])
     for name, data in result["files"].items():
         atomic_write_bytes(out / name, data)
     if not options["quiet"]:
@@ -230,10 +293,16 @@ def _run_on_ray(command: list[str], plan: LivePlan, out: Path, options: dict[str
     return int(result["exit_code"])
 
 
-def _pin(cores: list[int]):
-    def setup() -> None:
-        if hasattr(os, "sched_setaffinity"):
+def _child_setup(cores: list[int], parent_pid: int, own_group: bool):
+    affinity = hasattr(os, "sched_setaffinity")
+
+    def setup() -> None:  # runs in the child between fork and exec
+        if own_group:  # a group of its own, which the watchdog can end whole
+            os.setpgid(0, 0)
+        die_with_parent(parent_pid)
+        if affinity:
             os.sched_setaffinity(0, cores)
+
     return setup
 
 

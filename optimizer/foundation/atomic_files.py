@@ -11,26 +11,39 @@ import dataclasses
 import json
 import math
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Any
 
 from optimizer.foundation.errors import CloudoptError
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+def _create_temp(folder: Path, name: str) -> tuple[int, str]:
+    """A new hidden file beside ``folder/name``, open for writing: (descriptor, path).
+
+    Created with mode 0666, which the kernel narrows by the process umask (or the folder's
+    default ACL) as it does for any new file, so a record gets the mode any other file would.
+    The umask is never read: ``os.umask`` can only read it by setting it, and a thread creating
+    a file in that moment would get the wrong mode (``tempfile.mkstemp`` makes 0600 files,
+    which is why the umask was once needed here).
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) \
+        | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        tmp = str(folder / f".{name}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:  # another writer's name: draw again, as mkstemp does
+            continue
+    raise FileExistsError(f"{folder}: no free temporary name for {name}")
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see the old file or the new one, never half."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _create_temp(path.parent, path.name)
     try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; records are ordinary files
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

@@ -4,14 +4,20 @@ Ray (and any scheduler counting CPUs) guarantees that concurrent trials on a nod
 more CPUs than it has, but not *which* cores each gets: two 1-CPU trials pinned by
 :func:`optimizer.trials.resources.cpu_affinity_set` would both take the first core. A
 :class:`CoreLease` takes whole cores through one lock file per core (``flock``, exclusive,
-non-blocking) in a folder shared by every process of the machine. The kernel drops a lock when
-its holder dies, so a crashed trial never leaves a core taken.
+non-blocking) in a folder shared by every process of the user on the machine. The kernel drops
+a lock when its holder dies, so a crashed trial never leaves a core taken.
+
+The folder is the user's own (:func:`default_lock_dir`, mode 0700): in a folder others can
+write, another local user could hold every core's lock (and stall each trial until its lease
+times out) or plant a link where a lock file goes. :func:`lock_folder` refuses a folder that is
+a symbolic link, another user's, or open to group or others.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Sequence
@@ -19,7 +25,45 @@ from pathlib import Path
 
 from optimizer.foundation.errors import CloudoptError
 
-DEFAULT_LOCK_DIR = Path(tempfile.gettempdir()) / "cloudopt-cores"
+
+def default_lock_dir() -> Path:
+    """``$XDG_RUNTIME_DIR/cloudopt-cores`` (a per-user folder the login manager makes), else
+    ``<tmp>/cloudopt-cores-<uid>``: one folder per user, so no one else can take the locks."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isabs(runtime):
+        return Path(runtime) / "cloudopt-cores"
+    return Path(tempfile.gettempdir()) / f"cloudopt-cores-{os.geteuid()}"
+
+
+def lock_folder(path: str | os.PathLike) -> Path:
+    """``path``, made (mode 0700) if missing, once it is safe to keep locks in.
+
+    Raises
+    ------
+    CloudoptError
+        When ``path`` is a symbolic link, not a folder, owned by another user or open to group
+        or others: naming it, and what to do.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:  # made before (by us, we check below) or planted by someone else
+        pass
+    # lstat: a link to a folder of ours would pass every check on its target
+    info = os.lstat(path)
+    fix = "remove it (or give another lock_dir) so that cloudopt makes its own"
+    if stat.S_ISLNK(info.st_mode):
+        raise CloudoptError(f"core locks: {path} is a symbolic link; {fix}")
+    if not stat.S_ISDIR(info.st_mode):
+        raise CloudoptError(f"core locks: {path} is not a folder; {fix}")
+    if info.st_uid != os.geteuid():
+        raise CloudoptError(f"core locks: {path} belongs to uid {info.st_uid}, not to you "
+                            f"(uid {os.geteuid()}); {fix}")
+    if info.st_mode & 0o077:
+        raise CloudoptError(f"core locks: {path} is open to group or others (mode "
+                            f"{stat.S_IMODE(info.st_mode):04o}); chmod 700 it or {fix}")
+    return path
 
 
 class CoreLease:
@@ -32,7 +76,8 @@ class CoreLease:
     available : sequence of int, optional
         Cores to choose from (default: this process's affinity mask).
     lock_dir : path, optional
-        Folder of the lock files (default: ``<tmp>/cloudopt-cores``).
+        Folder of the lock files (default: :func:`default_lock_dir`); it must be the
+        user's own with mode 0700 (:func:`lock_folder`).
     timeout_s : float
         How long to wait for ``n`` free cores before giving up.
     """
@@ -46,7 +91,7 @@ class CoreLease:
                 else list(range(os.cpu_count() or 1))
         self.available = sorted(int(c) for c in available)
         self.n = min(n, len(self.available))
-        self.lock_dir = Path(lock_dir) if lock_dir is not None else DEFAULT_LOCK_DIR
+        self.lock_dir = Path(lock_dir) if lock_dir is not None else default_lock_dir()
         self.timeout_s = timeout_s
         self.cores: list[int] = []
         self._fds: list[int] = []
@@ -57,9 +102,12 @@ class CoreLease:
         Raises
         ------
         CloudoptError
-            When ``n`` cores are not free within ``timeout_s``.
+            When ``n`` cores are not free within ``timeout_s``, or the lock folder is not
+            safe (:func:`lock_folder`).
         """
-        self.lock_dir.mkdir(parents=True, exist_ok=True)
+        lock_folder(self.lock_dir)
+        # No link followed: a lock file is never another file of ours opened through a link
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
         deadline = time.monotonic() + self.timeout_s
         while True:
             for core in self.available:
@@ -67,7 +115,7 @@ class CoreLease:
                     break
                 if core in self.cores:
                     continue
-                fd = os.open(self.lock_dir / f"cpu{core}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+                fd = os.open(self.lock_dir / f"cpu{core}.lock", flags, 0o600)
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except OSError:
