@@ -14,7 +14,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from optimizer.foundation.memory import right_size_memory
 from optimizer.trials.live import LiveTrial, read_changes, set_tree_affinity, tree_tasks
+from optimizer.trials.live.memory_rules import HEADROOM
 from optimizer.trials.probe import probe_environment, read_probe
 
 JOB = textwrap.dedent("""
@@ -95,20 +97,34 @@ def _events(path):
 
 
 def test_a_memory_change_never_goes_below_what_the_job_holds(tmp_path):
-    monitor = SimpleNamespace(memory_limit_gb=4.0)
+    """A lower limit stops at the job's resident memory with headroom (now, and the monitor's
+    recent samples); a higher one applies at once; a job without a limit never gets one."""
+    monitor = SimpleNamespace(memory_limit_gb=4.0, rows=[])
     live = LiveTrial(os.getpid(), tmp_path, monitor=monitor)  # this process: tens of MB
+    held = live.resident_gb()
     change = live.set_memory_limit(0.001, cause="phase 0 needs little", phase=0)
-    # Below what the job holds: the limit it had stays until the job holds less.
-    assert monitor.memory_limit_gb == 4.0 and change.skipped
-    assert live.set_memory_limit(0.001, cause="asked again", phase=0) is None  # said once
-    monitor.memory_limit_gb = None  # no limit before: the job's own size is the floor
-    live._waiting = None
-    held = live._resident_gb()
-    live.set_memory_limit(0.001, cause="phase 0 needs little", phase=0)
-    assert monitor.memory_limit_gb == pytest.approx(held, rel=0.2)
+    # Lowered, but only to what the job holds with headroom, never to what was asked.
+    assert held * HEADROOM * 0.8 <= monitor.memory_limit_gb < 4.0 and change.skipped
+    assert change.memory_limit_gb == monitor.memory_limit_gb
     live.set_memory_limit(2.0, cause="phase 1", phase=1)
-    assert monitor.memory_limit_gb == 2.0
-    assert [c.memory_limit_gb for c in read_changes(tmp_path)][-1] == 2.0
+    assert monitor.memory_limit_gb == 2.0  # a raise applies at once
+    # One recent sample above what the job holds now (the dip is now): it still counts.
+    monitor.rows = [{"time_s": live.now(), "mem_gb": 1.0}]
+    live.set_memory_limit(0.5, cause="phase 0 again", phase=0)
+    assert monitor.memory_limit_gb == pytest.approx(right_size_memory(1.0))
+    monitor.rows = [{"time_s": live.now(), "mem_gb": 1.9}]
+    kept = live.set_memory_limit(0.5, cause="phase 0 again", phase=0)
+    assert kept.skipped and monitor.memory_limit_gb == pytest.approx(right_size_memory(1.0))
+    assert live.set_memory_limit(0.5, cause="asked again", phase=0) is None  # said once
+    assert [c.memory_limit_gb for c in read_changes(tmp_path)][-1] == pytest.approx(
+        right_size_memory(1.0))
+
+    unlimited = SimpleNamespace(memory_limit_gb=None, rows=[])
+    free = LiveTrial(os.getpid(), tmp_path / "free", monitor=unlimited)
+    said = free.set_memory_limit(2.0, cause="phase 1", phase=1)
+    assert unlimited.memory_limit_gb is None and "none is introduced" in said.skipped[0]
+    assert free.set_memory_limit(0.1, cause="phase 0", phase=0) is None
+    assert unlimited.memory_limit_gb is None
 
 
 def test_a_tree_that_ended_is_no_error(tmp_path):

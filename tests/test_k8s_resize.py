@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -424,9 +425,12 @@ def test_resizing_trial_moves_threads_only_when_the_pod_moved(tmp_path):
 
 
 def test_a_phase_change_of_cores_and_memory_is_one_resize_patch(tmp_path):
-    """The controller asks a pod for a stage's cores and memory together: one ``kubectl patch``
-    per phase change, never a half-resized pod between two."""
+    """The controller asks a pod for a stage's cores and memory together: a stage that needs
+    more gets both in one ``kubectl patch`` at once, never a half-resized pod between two. A
+    stage that needs less gets its cores at once and its lower memory request only after the
+    hold-down (VPA's updater), in a patch of its own."""
     from optimizer.trials.live.controller import Controller, PlanDecider
+    from optimizer.trials.live.memory_rules import MemoryPolicy
     from optimizer.trials.live.plan import LivePlan, PhaseAllocation, PhaseEntry
 
     job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
@@ -437,16 +441,29 @@ def test_a_phase_change_of_cores_and_memory_is_one_resize_patch(tmp_path):
         plan = LivePlan(phases={"startup": PhaseEntry(PhaseAllocation(1, 1.5)),
                                 "train": PhaseEntry(PhaseAllocation(2, 3.0))},
                         fallback=PhaseAllocation(2, 3.0))
-        stage = iter(["startup", "train"])
-        ctl = Controller(ResizingTrial(live, r), PlanDecider(plan), lambda: next(stage),
+        stage = ["train"]
+        rows = []
+        ctl = Controller(ResizingTrial(live, r), PlanDecider(plan), lambda: stage[0],
                          cores=sorted(os.sched_getaffinity(0))[:2],
-                         initial=PhaseAllocation(2, 3.0))
-        for _ in range(2):
-            (change,) = ctl.step()
-            assert change.status == "applied"
+                         initial=PhaseAllocation(1, 1.5), usage=lambda: rows,
+                         memory_policy=MemoryPolicy(hold_s=0.2, window_s=0.2, min_samples=1))
+
+        def step():
+            rows.append({"time_s": live.now(), "cpu_cores": 1.0, "mem_gb": 0.05})
+            return ctl.step()
+
+        (change,) = step()  # more of both: one patch, at once
+        assert change.status == "applied"
+        stage[0] = "startup"
+        (change,) = step()  # fewer cores at once; the memory is held
+        assert change.status == "applied" and ctl.held == PhaseAllocation(1, 3.0)
+        time.sleep(0.25)
+        (change,) = step()  # after the hold-down: the lower request
+        assert change.status == "applied" and ctl.held == PhaseAllocation(1, 1.5)
         patches = [json.loads(c[c.index("--patch") + 1]) for c in fake.calls if c[1] == "patch"]
         asked = [p["spec"]["containers"][0]["resources"]["requests"] for p in patches]
-        assert asked == [{"cpu": "1", "memory": "1536Mi"}, {"cpu": "2", "memory": "3Gi"}]
+        assert asked == [{"cpu": "2", "memory": "3Gi"}, {"cpu": "1", "memory": "3Gi"},
+                         {"cpu": "1", "memory": "1536Mi"}]
     finally:
         job.kill()
         job.wait()

@@ -1,6 +1,6 @@
 """The live controller (issue 40): the probe's stages online and offline, a plan applied to a
 running job phase by phase and billed per interval, a plan whose phases never appear leaves
-the job static, and the controller's death leaves the job running at its last allocation."""
+the job static, and the controller's death leaves the job running at its largest allocation."""
 
 from __future__ import annotations
 
@@ -181,7 +181,9 @@ def test_a_stage_change_is_acted_on_at_once_not_at_the_next_interval(tmp_path):
 
 
 @needs_two_cores
-def test_the_controllers_death_leaves_the_job_running_at_its_last_allocation(tmp_path):
+def test_the_controllers_death_gives_the_job_its_largest_allocation(tmp_path):
+    """A controller that fails mid-run leaves the job running, at the largest allocation it
+    could have asked for, not at the last stage's (a later stage may need more)."""
     proc = _sleeper(tmp_path)
     calls = []
 
@@ -202,9 +204,11 @@ def test_the_controllers_death_leaves_the_job_running_at_its_last_allocation(tmp
         assert wait_for(lambda: not ctl.is_alive(), 5.0)
         assert "lost the phase model" in (ctl.error or "")
         assert proc.poll() is None, "the job died with its controller"
-        assert _affinity(proc.pid) == {0}, "the last allocation was undone"
+        assert _affinity(proc.pid) == {0, 1}, "the largest allocation was not restored"
         logged = read_changes(tmp_path)
-        assert logged[0].cpus == [0] and "controller stopped" in logged[-1].cause
+        assert logged[0].cpus == [0] and "controller stopped" in logged[1].cause
+        assert "restore the largest allocation" in logged[-1].cause and logged[-1].cpus == [0, 1]
+        assert ctl.settled.is_set() and ctl.timeline[-1][1] == 2
     finally:
         proc.kill()
         proc.wait()
@@ -258,9 +262,10 @@ def test_a_plan_follows_the_running_jobs_stages_and_is_billed_per_interval(tmp_p
     cpu_phases = [(c.phase, len(c.cpus)) for c in changes if c.cpus]
     assert cpu_phases[0] == ("startup", 1)
     assert ("train", 2) in cpu_phases and ("eval", 1) in cpu_phases
-    # The eval phase asked for 0.2 GB while the job held more: the limit waits, no kill.
+    # The eval phase asks for 0.2 GB while the job holds more: the limit goes down only after
+    # the hold-down, and then only to the stage's measured peak with headroom; no kill.
     eval_mem = [c for c in changes if c.phase == "eval" and c.memory_limit_gb is not None]
-    assert eval_mem and eval_mem[0].memory_limit_gb > 0.2 and eval_mem[0].skipped
+    assert all(c.memory_limit_gb > 0.2 and "peak" in c.cause for c in eval_mem)
     live = summary.live
     assert live["changes"] >= 4 and {"startup", "train", "eval"} <= set(live["phases_seen"])
     static_cost = summary.wall_time_s * (2 * resources.cost_per_cpu_hour

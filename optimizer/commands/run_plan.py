@@ -9,7 +9,7 @@ through its ``resize`` subresource (:mod:`optimizer.trials.live.pod_resize`).
 
 The job's output, exit status and signals pass through: SIGTERM and SIGINT are forwarded to
 it, and the wrapper exits with its status. If the controller fails, the job keeps running at
-its last allocation. What was done is in ``--log-dir``: ``changes.jsonl`` (every change, its
+the largest allocation of its plan (:mod:`optimizer.trials.live.watchdog`). What was done is in ``--log-dir``: ``changes.jsonl`` (every change, its
 cause and stage), ``trace.csv`` (the monitor's samples), ``probe.jsonl`` and
 ``live-summary.json`` (the allocation held over time and its bill). A folder that holds an
 earlier run's log has it moved to ``earlier/<time>/`` first: the probe appends to its events

@@ -5,8 +5,11 @@
   a pool started earlier keep the old mask), and the job's intra-op threads through the
   probe's control file (``torch.set_num_threads`` from the training thread: a thread pool
   does not notice that its cores went away, and would oversubscribe the ones left).
-* Memory: the limit the monitor enforces (:class:`optimizer.trials.monitor.ProcessMonitor`),
-  never below what the tree holds now, so a change never kills a job whose peak fits.
+* Memory: the limit the monitor enforces (:class:`optimizer.trials.monitor.ProcessMonitor`).
+  A raise applies at once; a lower limit never goes under the largest resident memory of the
+  tree (now, and the monitor's samples of the last seconds) with headroom, and a job started
+  without a limit never gets one (:mod:`optimizer.trials.live.memory_rules` has the rules
+  and why), so a change never kills a job whose peak fits.
 
 GPU count, data-loader workers and the batch size cannot change under a running script; they
 stay as the trial started them. Every change is one JSON line in ``changes.jsonl`` of the
@@ -26,6 +29,7 @@ from typing import Any
 import psutil
 
 from optimizer.foundation.atomic_files import atomic_write_json
+from optimizer.trials.live.memory_rules import HOLD_S, resident_floor, window_samples
 
 CHANGES_FILE = "changes.jsonl"
 
@@ -104,6 +108,10 @@ class LiveTrial:
     """The actuators of one running trial: its process tree, the probe's control file and the
     monitor's memory limit, with every change logged to ``trial_dir/changes.jsonl``."""
 
+    request_evicts = False
+    """A memory request on this machine is billed, not enforced: nothing evicts the job for
+    holding more than it (a pod's request does: :class:`~.pod_resize.ResizingTrial`)."""
+
     def __init__(self, root_pid: int, trial_dir: str | os.PathLike,
                  control_file: str | os.PathLike | None = None, monitor: Any = None,
                  t0: float | None = None) -> None:
@@ -113,8 +121,11 @@ class LiveTrial:
         self.monitor = monitor
         self._seq = 0
         self._waiting: float | None = None
+        self._said_no_limit = False
         self.t0 = time.monotonic() if t0 is None else t0
         """``time.monotonic()`` the change times count from (the trial's launch)."""
+        self.had_limit = self.enforced_limit_gb() is not None
+        """Whether the trial started with a memory limit: a job without one never gets one."""
 
     def set_cpus(self, cores: Sequence[int], *, cause: str,
                  phase: int | str | None = None) -> Change:
@@ -128,23 +139,37 @@ class LiveTrial:
         return self.log(Change(self.now(), cause, phase, sorted(set(cores)), threads,
                                 tasks=tasks, skipped=skipped))
 
+    def enforced_limit_gb(self) -> float | None:
+        """The memory limit the monitor enforces now (None: none)."""
+        return getattr(self.monitor, "memory_limit_gb", None)
+
     def set_memory_limit(self, gb: float, *, cause: str,
                          phase: int | str | None = None) -> Change | None:
-        """The limit the monitor enforces from now on. A limit below what the job holds now
-        waits: the current one stays until the job's memory falls under the new one (asked
-        again, it is applied then), so a phase change never kills a job whose use fits.
-        Returns the change logged, or None when a waiting limit still waits."""
+        """The limit the monitor enforces from now on.
+
+        A higher limit applies at once. A lower one stops at the tree's resident floor
+        (:meth:`resident_floor_gb`: the largest resident memory now and over the last
+        seconds, with headroom), so a dip does not let in a limit the rebound would be killed
+        at; where the floor leaves nothing to lower, the limit stays and this is logged once
+        (asked again, None). A trial started without a limit never gets one. Returns the
+        change logged, or None when nothing changed and it was said already."""
         skipped: list[str] = []
         applied = float(gb)
-        held = self._resident_gb()
-        current = getattr(self.monitor, "memory_limit_gb", None)
-        if held is not None and held > applied:
-            if self._waiting == applied:
+        current = self.enforced_limit_gb()
+        if not self.had_limit:
+            if self._said_no_limit:
+                return None
+            self._said_no_limit = True
+            return self.log(Change(self.now(), cause, phase, skipped=[
+                f"asked {gb:g} GB: the job started without a memory limit, none is introduced"]))
+        floor = self.resident_floor_gb() if current is not None and applied < current else None
+        if floor is not None and applied < floor:
+            keep = min(floor, current)
+            if keep >= current and self._waiting == applied:
                 return None  # said once already
-            self._waiting = applied
-            keep = current if current is not None and current >= held else held
-            skipped.append(f"asked {gb:g} GB while the job holds {held:.2f} GB: kept at "
-                           f"{keep:.2f} GB until it holds less")
+            self._waiting = applied if keep >= current else None
+            skipped.append(f"asked {gb:g} GB while the job's resident memory with headroom "
+                           f"needs {floor:.3f} GB: kept at {keep:.3f} GB")
             applied = keep
         else:
             self._waiting = None
@@ -161,13 +186,21 @@ class LiveTrial:
         can kill the job (the limit is the plan's largest phase)."""
         return self.log(Change(self.now(), cause, phase, memory_request_gb=float(gb)))
 
-    def _resident_gb(self) -> float | None:
+    def resident_gb(self) -> float | None:
+        """The tree's resident memory now (GB), or None when it has ended."""
         try:
             root = psutil.Process(self.root_pid)
             procs = [root, *root.children(recursive=True)]
             return sum(p.memory_info().rss for p in procs) / 1024**3
         except psutil.Error:
             return None
+
+    def resident_floor_gb(self, window_s: float = HOLD_S) -> float | None:
+        """The least a memory limit or request may be lowered to: the largest of the tree's
+        resident memory now and the monitor's samples over the last ``window_s``, with
+        headroom (one sample can be a dip; the rebound must still fit)."""
+        rows = list(getattr(self.monitor, "rows", None) or [])
+        return resident_floor(self.resident_gb(), *window_samples(rows, self.now(), window_s))
 
     def now(self) -> float:
         """Seconds since ``t0``."""

@@ -11,7 +11,9 @@ how it went in the pod's conditions (Kubernetes 1.33 on; ``status.resize`` in 1.
   what the container has: the job keeps its size;
 * ``PodResizeInProgress``: the kubelet is applying it (reason ``Error``: it failed, and retries).
 
-A shrink always fits; a grow can be Deferred. The job's intra-op threads (the probe's control
+A shrink always fits; a grow can be Deferred. A memory request never goes below the job's
+resident memory with headroom (:class:`ResizingTrial`), and the container's limit is never
+patched (it stays the plan's largest). The job's intra-op threads (the probe's control
 file) and CPU affinity follow unless the pod kept its size: a deferred grow lacks only the
 guarantee under contention, as the limit already lets the container use the cores. kubectl
 failing (missing, forbidden, an old server) is logged with its stderr, never raised.
@@ -193,18 +195,47 @@ class ResizingTrial:
     """A :class:`LiveTrial` whose CPU and memory-request changes also resize its pod: the
     actuator ``python -m optimizer run --plan`` hands the controller inside a pod. One line
     per change in ``changes.jsonl``; CPU affinity and threads move unless the pod kept its
-    size; a memory limit stays the monitor's (the pod's is the largest phase's)."""
+    size; a memory limit stays the monitor's (the pod's is the largest phase's).
+
+    A memory request is never asked below the job's resident memory with headroom
+    (:meth:`LiveTrial.resident_floor_gb`: now and over the monitor's last samples): under
+    node memory pressure the kubelet evicts first the pods above their requests, and a Job
+    with ``backoffLimit: 0`` ends with its pod. The monitor's limit has the same floor
+    (:meth:`LiveTrial.set_memory_limit`)."""
+
+    request_evicts = True
+    """Holding more than its request puts the pod first in line for eviction: the
+    controller's memory rules apply to the request (raised at once, lowered late)."""
 
     def __init__(self, live: LiveTrial, resizer: PodResizer) -> None:
         self.live, self.resizer = live, resizer
         self.root_pid = live.root_pid
         resizer.t0 = live.t0  # one clock for the log
 
+    @property
+    def had_limit(self) -> bool:
+        return self.live.had_limit
+
+    def enforced_limit_gb(self) -> float | None:
+        return self.live.enforced_limit_gb()
+
     def now(self) -> float:
         return self.live.now()
 
     def log(self, change: Change) -> Change:
         return self.live.log(change)
+
+    def request_floor(self, memory_gb: float | None) -> tuple[float | None, str]:
+        """``memory_gb`` raised to the job's resident memory with headroom where it is
+        below, and what was done (empty: nothing)."""
+        if memory_gb is None:
+            return None, ""
+        floor = self.live.resident_floor_gb()
+        if floor is None or memory_gb >= floor:
+            return memory_gb, ""
+        return floor, (f"asked a {memory_gb:g} GB request under the job's resident memory "
+                       f"with headroom: asked {floor:.3f} GB instead (a pod above its request "
+                       "is evicted first)")
 
     def set_cpus(self, cores: Sequence[int], *, cause: str,
                  phase: int | str | None = None) -> Change:
@@ -214,10 +245,13 @@ class ResizingTrial:
                        phase: int | str | None = None) -> Change:
         """Cores and memory request in one resize patch (a phase change is one patch, so the
         pod is never seen half-resized); affinity and threads follow unless the pod kept its
-        size."""
+        size. The request is never below the job's resident memory with headroom."""
         cores = sorted(set(cores))
+        memory_gb, note = self.request_floor(memory_gb)
         change = self.resizer.resize_to(len(cores), memory_gb, cause=cause, phase=phase,
                                         log=False)
+        if note:
+            change.skipped.insert(0, note)
         if change.status not in KEPT:
             change.tasks, skipped = set_tree_affinity(self.live.root_pid, cores)
             change.cpus = cores
@@ -226,8 +260,12 @@ class ResizingTrial:
 
     def set_memory_request(self, gb: float, *, cause: str,
                            phase: int | str | None = None) -> Change:
-        return self.live.log(self.resizer.resize_to(None, gb, cause=cause, phase=phase,
-                                                    log=False))
+        """The pod's memory request, never below the job's resident memory with headroom."""
+        asked, note = self.request_floor(gb)
+        change = self.resizer.resize_to(None, asked, cause=cause, phase=phase, log=False)
+        if note:
+            change.skipped.insert(0, note)
+        return self.live.log(change)
 
     def set_memory_limit(self, gb: float, *, cause: str,
                          phase: int | str | None = None) -> Change | None:
