@@ -1,4 +1,4 @@
-"""A live plan on Kubernetes: a Job whose pod is resized in place per phase (issue 40).
+"""A live plan on Kubernetes: a Job whose pod is resized in place per phase.
 
 The pod starts with the requests of the plan's first phase and its limits at the largest
 phase; ``python -m optimizer run --plan`` inside it patches the pod's ``resize`` subresource

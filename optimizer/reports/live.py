@@ -1,5 +1,5 @@
 """The report's section on the live plan: the agents' allocation per stage, what it measured
-beside the static recommendation, and the cores held over time (issue 40)."""
+beside the static recommendation, and the cores held over time."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Goodput: batch sizes compared by the time and cost to the same training progress (issue 39).
+"""Goodput: batch sizes compared by the time and cost to the same training progress.
 
 Statistical efficiency measured on the user's script (:mod:`~optimizer.search.goodput.efficiency`:
 the gradient noise scale as the prior, the samples to a common loss of

@@ -1,4 +1,4 @@
-"""Statistical efficiency measured on the user's own script (issue 39).
+"""Statistical efficiency measured on the user's own script.
 
 Pollux's ``E(B) = (phi + B0) / (phi + B)`` (:mod:`envs.workload`) needs the gradient noise
 scale ``phi``. From the probe's squared gradient norms (:mod:`optimizer.trials.probe`) the simple

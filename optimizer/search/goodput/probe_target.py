@@ -1,4 +1,4 @@
-"""What a probe of another batch size than the script's own trains to (issue 39).
+"""What a probe of another batch size than the script's own trains to.
 
 The efficiency of a batch size is the samples the script's own batch needed to reach a loss
 over the samples the other needed (:mod:`optimizer.search.goodput.common_loss`). Compared early in

@@ -1,4 +1,4 @@
-"""The agents' per-phase policy as a live plan for the running job (issue 40).
+"""The agents' per-phase policy as a live plan for the running job.
 
 From the recorded trials' stages (:mod:`optimizer.search.live.stage_model`) the environment
 gets the job's real phases: each stage's share of the run, its own parallel fraction and

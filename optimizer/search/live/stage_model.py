@@ -1,4 +1,4 @@
-"""The job's stages measured on recorded trials, as the environment's phases (issue 40).
+"""The job's stages measured on recorded trials, as the environment's phases.
 
 Each trial with the probe's events has its stages (:func:`optimizer.trials.live.stages.
 stage_intervals`: startup, train, eval, save, pause). Joined with the monitor's samples, every

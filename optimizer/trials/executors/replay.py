@@ -1,4 +1,4 @@
-"""``replay:DIR``: trials answered from recorded runs instead of run again (issue 41).
+"""``replay:DIR``: trials answered from recorded runs instead of run again.
 
 A search's regret against the number of real runs needs hundreds of searches over the same
 measured grid; running each trial again would take days. The replay executor answers a trial

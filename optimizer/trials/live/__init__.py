@@ -1,4 +1,4 @@
-"""A trial changed while it runs (issue 40): the actuators a live controller drives."""
+"""A trial changed while it runs: the actuators a live controller drives."""
 
 from optimizer.trials.live.actuators import (
     CHANGES_FILE,

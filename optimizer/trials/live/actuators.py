@@ -1,4 +1,4 @@
-"""Changing a running trial's resources: the actuators a live controller drives (issue 40).
+"""Changing a running trial's resources: the actuators a live controller drives.
 
 * CPUs: the affinity of every thread of every process in the trial's tree
   (``os.sched_setaffinity`` per task: a process's affinity is per thread on Linux, and threads

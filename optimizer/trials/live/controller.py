@@ -1,4 +1,4 @@
-"""The live controller: every interval, the job's phase in, an allocation out (issue 40).
+"""The live controller: every interval, the job's phase in, an allocation out.
 
 A :class:`Controller` is a thread beside a running trial. Each decision it reads the job's
 phase (the probe's stage, :mod:`optimizer.trials.live.stages`) and its recent resource use

@@ -1,4 +1,4 @@
-"""A live plan: the allocation to hold in each phase of a running job (issue 40).
+"""A live plan: the allocation to hold in each phase of a running job.
 
 The controller (:mod:`optimizer.trials.live.controller`) looks the job's current phase up in
 the plan and moves the job there. Phases are named by where they were seen:

@@ -1,4 +1,4 @@
-"""Resizing the job's own pod in place, through its ``resize`` subresource (issue 40).
+"""Resizing the job's own pod in place, through its ``resize`` subresource.
 
 Inside a pod, the live controller's changes also go to the container's requests (``kubectl
 patch pod P --subresource resize --type strategic``); the limits stay at the plan's largest

@@ -1,4 +1,4 @@
-"""What a pod's ``resize`` subresource takes and says (issue 40): quantities, a container's
+"""What a pod's ``resize`` subresource takes and says: quantities, a container's
 requests for one phase (with the Burstable guard), the strategic merge patch, and where a
 resize stands from the pod's conditions.
 

@@ -1,5 +1,5 @@
 """A watchdog beside the live controller: a controller that dies or hangs gives the job back
-its largest allocation (issue 62 part 3).
+its largest allocation.
 
 The controller restores the plan's largest allocation itself when it leaves its loop (a
 ``finally``). That does not cover a controller whose restore fails (the thread ends with the
