@@ -131,7 +131,7 @@ class EpochProgress:
     def __init__(self, epochs: int) -> None:
         from tqdm.auto import tqdm
 
-        self._bar = tqdm(total=epochs, desc="CRBM epochs", unit="epoch")
+        self._bar = tqdm(total=epochs, desc="CRBM epochs", unit="epoch", disable=None)
 
     def update(self, epoch: int, loss: float) -> None:
         self._bar.update(1)

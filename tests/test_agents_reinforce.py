@@ -90,3 +90,10 @@ def test_add_experience_copies_states():
     obs[0] = 7.0
     agent.add_experience(obs[0], 1, 1.0, True)
     np.testing.assert_array_equal(agent.episodes[0].states[0], [0.0, 0.0])
+
+
+def test_a_redirected_run_draws_no_progress_bar(capsys):
+    """Not quiet, but stderr is not a terminal (capsys): tqdm draws nothing, so a log
+    redirected to a file holds lines a person can read, not bar frames."""
+    train_reinforce(TwoArmedBandit, RLConfig(**FAST, seed=3), episodes=16, n_envs=8, quiet=False)
+    assert "reinforce" not in capsys.readouterr().err

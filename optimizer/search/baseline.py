@@ -199,7 +199,7 @@ def run_baseline(
            if not goodput or allocations[i].batch_size in (None, ref_batch)]
     waves = [own, [k for k in range(len(requests)) if k not in own]]
     bar = tqdm(total=len(requests), desc=f"baseline trials ({executor.name})", unit="trial",
-               disable=quiet or not requests, leave=False)
+               disable=(quiet or not requests) or None, leave=False)
     for n, wave in enumerate(waves):
         if not wave:
             continue

@@ -66,7 +66,7 @@ def measure(
     # several allocations rather than every repeat of one.
     jobs = [(i, a, r) for r in range(repeats) for i, a in enumerate(allocations)]
     best: dict[int, TrialSummary] = {}
-    for i, alloc, r in tqdm(jobs, desc="trials", disable=quiet):
+    for i, alloc, r in tqdm(jobs, desc="trials", disable=quiet or None):
         trial_dir = Path(run_dir) / "trials" / f"{i:02d}-{alloc.key()}-r{r}"
         s = mgr.run_training(
             alloc, trial_dir, resource_config=res, probe_seconds=probe_seconds, timeout_s=timeout_s
