@@ -13,6 +13,9 @@
   starts), :mod:`agents.evaluate` (greedy evaluation on held-out seeds), :mod:`agents.recipes`
   (recommended settings), :mod:`agents.baselines` (static, threshold-heuristic and
   oracle-replay policies).
+- :mod:`agents.registry`: the agents the orchestrator trains and compares, by name, behind one
+  interface (:mod:`agents.registry.interface`); to add an agent, one module there and one
+  ``register`` line (ARCHITECTURE.md, "To add").
 """
 
 __cloudopt_package__ = True  # checked, without importing, by optimizer.foundation.install_check

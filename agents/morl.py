@@ -39,7 +39,7 @@ on each batch of freshly finished episodes (:meth:`MultiObjectiveRLAgent.train_a
 the twin critic keeps learning off-policy from the replay buffer with target networks as above.
 The critic serves as the baseline (``lambda = 1``) and, for ``lambda < 1``, bootstraps the
 advantage. On ``CloudEnvironment`` with a minute of CPU this learned better than either
-replayed actor update (measured in ``agents.recipes.morl_train_kwargs``). The replayed updates
+replayed actor update (measured in ``agents.recipes.morl_train_config``). The replayed updates
 are only as good as the critic, and one critic update (batch 256) costs about 5 ms here, so
 about 10k fit in a minute: too few for the 81-action critic to rank the moves of a 20-step
 episode, while the policy gradient needs only Monte Carlo returns.
@@ -49,7 +49,7 @@ lambda-returns ``A_t + V(s_t)`` (as PPO fits its value function). The one-step b
 alone carries values back one step per target update, and while the critic is far from the
 returns the baseline leaves most of their variance in the gradient. With this fit and
 exploring starts (``agents.exploration.ExploringStarts``) the recipe of
-``agents.recipes.morl_train_kwargs`` comes within 1% of the DP optimum on average over the
+``agents.recipes.morl_train_config`` comes within 1% of the DP optimum on average over the
 15 preset cases (its docstring has the runs).
 
 Where the environment gives invalid-action masks (``CloudEnvironment.action_masks()``), every

@@ -1,8 +1,10 @@
 """Recommended settings for training each agent on ``CloudEnvironment`` within a minute on CPU.
 
-:func:`recommended_config` gives the :class:`~optimizer.foundation.config.RLConfig`;
-:func:`reinforce_train_kwargs` and :func:`morl_train_kwargs` the keyword arguments of
-:func:`agents.train.train_reinforce` and :func:`agents.train.train_morl` that go with it;
+:func:`reinforce_config` and :func:`morl_config` give each agent's
+:class:`~optimizer.foundation.config.RLConfig` (:func:`recommended_config` picks one by name);
+:func:`reinforce_train_kwargs` the keyword arguments of :func:`agents.train.train_reinforce`
+that go with it, :func:`morl_train_config` the :class:`MORLTrainConfig` of
+:func:`agents.train.train_morl` (:func:`morl_train_kwargs`, the same as keywords);
 :func:`cloud_action_factors` the factored action heads that match the environment's actions.
 Each docstring records the measurements behind its choices.
 """
@@ -10,12 +12,46 @@ Each docstring records the measurements behind its choices.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
 
 from optimizer.foundation.config import RLConfig
+
+
+@dataclass(frozen=True)
+class MORLTrainConfig:
+    """How :func:`agents.train.train_morl` trains; the defaults are the plain loop's (replayed
+    actor updates, one-step transitions, no annealing), :func:`morl_train_config` the recipe."""
+
+    episodes: int | None = None
+    """Episodes to train; None: ``RLConfig.episodes``."""
+    n_envs: int = 8
+    """Environments stepped together (with ``actor_update="advantage"``, one batch's episodes)."""
+    updates_per_step: float = 2
+    """Critic (and replayed actor) updates per vector step."""
+    learning_starts: int = 256
+    """Environment steps before the first update."""
+    anneal_fraction: float = 0.0
+    """Share of the training over which epsilon, alpha and exploring starts fall to zero."""
+    anneal_power: float = 1.0
+    """Shape of that fall: ``(1 - progress / anneal_fraction) ** anneal_power``."""
+    anneal_lr: bool = False
+    """Step sizes falling linearly to zero over the whole training."""
+    exploring_starts: float = 0.0
+    """Share of episodes started at a random allocation."""
+    n_step: int = 1
+    """Transitions of ``n_step`` rewards in the replay buffer (replayed updates)."""
+    gae_lambda: float = 1.0
+    """Lambda of the advantage estimates (``actor_update="advantage"``)."""
+    # The agent built when train_morl is given none (see MultiObjectiveRLAgent).
+    actor_update: Literal["projection", "expected_q", "advantage"] = "projection"
+    critic_combine: Literal["min", "mean"] = "min"
+    critic_dropout: float | None = None
+    target_entropy: float | None = None
+    critic_fit_epochs: int = 0
 
 
 def cloud_action_factors(env: gym.Env) -> tuple[int, ...] | None:
@@ -31,56 +67,68 @@ def cloud_action_factors(env: gym.Env) -> tuple[int, ...] | None:
     return factors if int(np.prod(factors)) == env.action_space.n else None
 
 
-def recommended_config(agent: str, seed: int = 0, base: RLConfig | None = None) -> RLConfig:
-    """Hyper-parameters that train each agent on ``CloudEnvironment`` within a minute on CPU.
+def reinforce_config(seed: int = 0, base: RLConfig | None = None) -> RLConfig:
+    """Hyper-parameters that train REINFORCE on ``CloudEnvironment`` within a minute on CPU.
 
     Starts from ``base`` (default ``RLConfig()``) and overrides the fields below; chosen on the
     default preset's cost preference (benchmarks/agents_quality.py measures all presets).
     Undiscounted returns (``gamma = 1``) because episodes are short (~20 steps) and the agents
     are graded on the undiscounted episode return.
     """
-    base = base or RLConfig()
-    if agent == "reinforce":
-        changes = dict(
-            hidden_dim=64,
-            lr_actor=1e-2,
-            lr_critic=3e-3,
-            gamma=1.0,
-            # A strong entropy bonus (on normalised advantages), annealed to zero, and no
-            # epsilon: random actions often double the batch into out-of-memory, which teaches
-            # the policy to keep far from the memory limit instead of finding the optimum.
-            entropy_coef=0.2,
-            exploration_noise=0.0,
-        )
-    elif agent == "morl":
-        changes = dict(
-            hidden_dim=64,
-            # The actor learns by policy gradient on normalised advantages (morl_train_kwargs:
-            # actor_update="advantage"), so it takes REINFORCE's step size, exploration and
-            # tanh units. With the design's ReLU it stalled on cheap, too-slow allocations in
-            # vgg16-p100/cost (0.14 of the optimum) and resnet50-v100/balanced (0.84), where
-            # tanh reached 0.97 and 1.02 (same seed, 55 s).
-            actor_activation="tanh",
-            lr_actor=1e-2,
-            # The critic is the actor's baseline and must reach the returns' scale (about -15
-            # to +5 per episode) within seconds: at 1e-3 its fit lagged the early batches.
-            lr_critic=1e-2,
-            gamma=1.0,
-            tau=0.02,
-            batch_size=256,
-            # Stronger than REINFORCE's 0.2: on vgg16-v100/cost at 0.2 the policy settled in
-            # 2 of 7 seeds on one GPU with fewer CPUs (past the time limit, -0.67 of the
-            # optimum); at 0.3 in none of 8 (lr_critic 1e-2 in both).
-            entropy_coef=0.3,
-            exploration_noise=0.0,
-        )
-    else:
+    return dataclasses.replace(
+        base or RLConfig(),
+        seed=seed,
+        hidden_dim=64,
+        lr_actor=1e-2,
+        lr_critic=3e-3,
+        gamma=1.0,
+        # A strong entropy bonus (on normalised advantages), annealed to zero, and no
+        # epsilon: random actions often double the batch into out-of-memory, which teaches
+        # the policy to keep far from the memory limit instead of finding the optimum.
+        entropy_coef=0.2,
+        exploration_noise=0.0,
+    )
+
+
+def morl_config(seed: int = 0, base: RLConfig | None = None) -> RLConfig:
+    """Hyper-parameters that train the multi-objective agent on ``CloudEnvironment`` within a
+    minute on CPU; from ``base`` as :func:`reinforce_config`, undiscounted for the same reason."""
+    return dataclasses.replace(
+        base or RLConfig(),
+        seed=seed,
+        hidden_dim=64,
+        # The actor learns by policy gradient on normalised advantages (morl_train_config:
+        # actor_update="advantage"), so it takes REINFORCE's step size, exploration and
+        # tanh units. With the design's ReLU it stalled on cheap, too-slow allocations in
+        # vgg16-p100/cost (0.14 of the optimum) and resnet50-v100/balanced (0.84), where
+        # tanh reached 0.97 and 1.02 (same seed, 55 s).
+        actor_activation="tanh",
+        lr_actor=1e-2,
+        # The critic is the actor's baseline and must reach the returns' scale (about -15
+        # to +5 per episode) within seconds: at 1e-3 its fit lagged the early batches.
+        lr_critic=1e-2,
+        gamma=1.0,
+        tau=0.02,
+        batch_size=256,
+        # Stronger than REINFORCE's 0.2: on vgg16-v100/cost at 0.2 the policy settled in
+        # 2 of 7 seeds on one GPU with fewer CPUs (past the time limit, -0.67 of the
+        # optimum); at 0.3 in none of 8 (lr_critic 1e-2 in both).
+        entropy_coef=0.3,
+        exploration_noise=0.0,
+    )
+
+
+def recommended_config(agent: str, seed: int = 0, base: RLConfig | None = None) -> RLConfig:
+    """:func:`reinforce_config` or :func:`morl_config` by the agent's name (``reinforce``,
+    ``morl``), for callers that hold the name."""
+    configs = {"reinforce": reinforce_config, "morl": morl_config}
+    if agent not in configs:
         raise ValueError(f"unknown agent {agent!r}; choose reinforce or morl")
-    return dataclasses.replace(base, seed=seed, **changes)
+    return configs[agent](seed, base)
 
 
 def reinforce_train_kwargs() -> dict[str, Any]:
-    """Loop settings paired with :func:`recommended_config` for REINFORCE.
+    """Loop settings paired with :func:`reinforce_config` for REINFORCE.
 
     Exploring starts (half the episodes, annealed with the entropy bonus) took vgg16-v100/cost
     from a trap in 6 of 8 runs (-0.67 or -0.15 of the DP optimum) to 0.98 in 6 of 6, and
@@ -97,8 +145,8 @@ def reinforce_train_kwargs() -> dict[str, Any]:
     }
 
 
-def morl_train_kwargs() -> dict[str, Any]:
-    """Loop settings paired with :func:`recommended_config` for the multi-objective agent.
+def morl_train_config() -> MORLTrainConfig:
+    """Loop settings paired with :func:`morl_config` for the multi-objective agent.
 
     Measured over the 15 preset/preference cases of benchmarks/agents_quality.py (55 s each, 2
     CPU cores), mean share of the DP optimum: the replayed actor updates reached 0.66
@@ -137,16 +185,22 @@ def morl_train_kwargs() -> dict[str, Any]:
     """
     # Critic dropout off: a third of each critic update's time on CPU. The decision
     # uncertainty comes from the actor's dropout passes.
-    return {
-        "n_envs": 32,
-        "episodes": 200_000,
-        "updates_per_step": 0.1,
-        "anneal_fraction": 0.8,
-        "anneal_lr": True,
-        "critic_dropout": 0.0,
-        "actor_update": "advantage",
-        "gae_lambda": 1.0,
-        "exploring_starts": 0.5,
-        "critic_fit_epochs": 1,
-        "anneal_power": 2.0,
-    }
+    return MORLTrainConfig(
+        n_envs=32,
+        episodes=200_000,
+        updates_per_step=0.1,
+        anneal_fraction=0.8,
+        anneal_lr=True,
+        critic_dropout=0.0,
+        actor_update="advantage",
+        gae_lambda=1.0,
+        exploring_starts=0.5,
+        critic_fit_epochs=1,
+        anneal_power=2.0,
+    )
+
+
+def morl_train_kwargs() -> dict[str, Any]:
+    """:func:`morl_train_config` as keyword arguments, for the callers of
+    :func:`agents.train.train_morl` that pass its settings as keywords (the benchmarks)."""
+    return dataclasses.asdict(morl_train_config())

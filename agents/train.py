@@ -3,7 +3,8 @@
 - :func:`train_reinforce`: batches of ``n_envs`` episodes run in lockstep, one REINFORCE update
   per batch (on-policy Monte Carlo).
 - :func:`train_morl`: ``n_envs`` copies stepped together, every transition stored in the chosen
-  policy's replay buffer, ``updates_per_step`` soft actor-critic updates per vector step.
+  policy's replay buffer, ``updates_per_step`` soft actor-critic updates per vector step; its
+  settings are one :class:`agents.recipes.MORLTrainConfig`.
 
 Training seeds are ``seed * 1_000_003 + k`` for the ``k``-th episode; evaluation
 (:mod:`agents.evaluate`) uses its own seed list, disjoint from training by construction.
@@ -20,6 +21,7 @@ other environments one by one; the networks see one batched forward pass per ste
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Sequence
@@ -47,7 +49,9 @@ from agents.evaluate import (
 from agents.exploration import ExploringStarts, exploration_scale
 from agents.morl import MultiObjectiveRLAgent
 from agents.recipes import (
+    MORLTrainConfig,
     cloud_action_factors,
+    morl_train_config,
     morl_train_kwargs,
     recommended_config,
     reinforce_train_kwargs,
@@ -65,6 +69,7 @@ __all__ = [
     "EnvFn",
     "EvalResult",
     "ExploringStarts",
+    "MORLTrainConfig",
     "NStepAccumulator",
     "TrainResult",
     "cloud_action_factors",
@@ -72,6 +77,7 @@ __all__ = [
     "exploration_scale",
     "heldout_seeds",
     "morl_act",
+    "morl_train_config",
     "morl_train_kwargs",
     "random_act",
     "recommended_config",
@@ -192,34 +198,25 @@ def train_morl(
     env_fn: EnvFn,
     policy: str | int,
     config: RLConfig | None = None,
+    settings: MORLTrainConfig | None = None,
+    *,
     multi_objective_config: MultiObjectiveConfig | None = None,
     agent: MultiObjectiveRLAgent | None = None,
-    episodes: int | None = None,
-    n_envs: int = 8,
-    updates_per_step: float = 2,
-    learning_starts: int = 256,
     time_budget_s: float | None = None,
     quiet: bool = True,
     device: str = "cpu",
     action_factors: Sequence[int] | None = None,
-    anneal_fraction: float = 0.0,
-    critic_dropout: float | None = None,
-    n_step: int = 1,
-    target_entropy: float | None = None,
-    critic_combine: str = "min",
-    actor_update: str = "projection",
-    gae_lambda: float = 1.0,
-    anneal_lr: bool = False,
-    exploring_starts: float = 0.0,
-    critic_fit_epochs: int = 0,
-    anneal_power: float = 1.0,
+    **overrides: Any,
 ) -> TrainResult:
     """Train one policy of a :class:`MultiObjectiveRLAgent` on ``env_fn``'s scalar reward.
 
     ``env_fn`` must build the environment whose reward is scalarised with ``policy``'s
-    preference vector. Pass ``agent`` to train another policy of an existing agent.
-    ``anneal_fraction`` as in :func:`train_reinforce` (epsilon and alpha). ``n_step > 1``
-    stores n-step transitions (:class:`NStepAccumulator`).
+    preference vector. ``settings`` say how (default ``MORLTrainConfig()``, the plain loop;
+    :func:`agents.recipes.morl_train_config` is the recipe); ``overrides`` are its fields as
+    keywords, applied on top, for the callers that pass them so (the benchmarks). Pass ``agent``
+    to train another policy of an existing agent (the settings that build one are then
+    unused). ``anneal_fraction`` as in :func:`train_reinforce` (epsilon and alpha).
+    ``n_step > 1`` stores n-step transitions (:class:`NStepAccumulator`).
 
     With ``actor_update="advantage"`` the ``n_envs`` episodes run in lockstep batches instead:
     every transition goes to the replay buffer, the critic takes ``updates_per_step`` updates
@@ -228,8 +225,10 @@ def train_morl(
     ``exploring_starts`` and ``anneal_power`` as in :func:`train_reinforce`;
     ``critic_fit_epochs`` as in :class:`MultiObjectiveRLAgent`.
     """
+    settings = dataclasses.replace(settings or MORLTrainConfig(), **overrides)
     config = config or (agent.rl_config if agent else RLConfig())
-    episodes = episodes or config.episodes
+    episodes = settings.episodes or config.episodes
+    n_envs = settings.n_envs
     batch = lockstep(env_fn, n_envs)
     if agent is None:
         agent = MultiObjectiveRLAgent(
@@ -238,29 +237,17 @@ def train_morl(
             multi_objective_config,
             device=device,
             action_factors=action_factors,
-            critic_dropout=critic_dropout,
-            target_entropy=target_entropy,
-            critic_combine=critic_combine,
-            actor_update=actor_update,
-            critic_fit_epochs=critic_fit_epochs,
+            critic_dropout=settings.critic_dropout,
+            target_entropy=settings.target_entropy,
+            critic_combine=settings.critic_combine,
+            actor_update=settings.actor_update,
+            critic_fit_epochs=settings.critic_fit_epochs,
         )
     index = agent.policy_index(policy)
-    starts = ExploringStarts(batch.env, exploring_starts, config.seed)
+    starts = ExploringStarts(batch.env, settings.exploring_starts, config.seed)
     if agent.actor_update == "advantage":
         return _train_morl_on_policy(
-            agent,
-            index,
-            batch,
-            starts,
-            episodes,
-            updates_per_step,
-            learning_starts,
-            time_budget_s,
-            quiet,
-            anneal_fraction,
-            gae_lambda,
-            anneal_lr,
-            anneal_power,
+            agent, index, batch, starts, episodes, settings, time_budget_s, quiet
         )
     # Replayed updates: episodes restart one by one as they end, so the envs step one by one.
     envs = [batch.env, *(env_fn() for _ in range(n_envs - 1))]
@@ -268,7 +255,7 @@ def train_morl(
     obs = starts.reset(envs, started)
     next_seed = config.seed * TRAIN_SEED_STRIDE + n_envs
     running = np.zeros(n_envs)
-    accumulators = [NStepAccumulator(n_step, config.gamma) for _ in range(n_envs)]
+    accumulators = [NStepAccumulator(settings.n_step, config.gamma) for _ in range(n_envs)]
     rows: list[dict[str, float]] = []
     finished: list[float] = []
     stats: dict[str, float] = {}
@@ -279,7 +266,9 @@ def train_morl(
     ) as bar:
         while len(finished) < episodes:
             progress = _progress(len(finished), episodes, start, time_budget_s)
-            _anneal_exploration(agent, starts, progress, anneal_fraction, anneal_power)
+            _anneal_exploration(
+                agent, starts, progress, settings.anneal_fraction, settings.anneal_power
+            )
             masks = stacked_masks(envs)
             actions = agent.select_action(obs, index, uncertainty=False, mask=masks).action
             next_obs = np.empty_like(obs)
@@ -310,8 +299,8 @@ def train_morl(
             for i, o in restart_obs.items():
                 obs[i] = o
             steps += n_envs
-            if steps >= learning_starts:
-                for _ in range(int(updates_per_step)):
+            if steps >= settings.learning_starts:
+                for _ in range(int(settings.updates_per_step)):
                     stats = agent.train(index) or stats
             if len(finished) and (not rows or len(finished) - rows[-1]["episode"] >= n_envs):
                 rows.append(
@@ -334,14 +323,9 @@ def _train_morl_on_policy(
     envs: Lockstep,
     starts: ExploringStarts,
     episodes: int,
-    updates_per_step: int,
-    learning_starts: int,
+    settings: MORLTrainConfig,
     time_budget_s: float | None,
     quiet: bool,
-    anneal_fraction: float,
-    gae_lambda: float,
-    anneal_lr: bool,
-    anneal_power: float,
 ) -> TrainResult:
     config = agent.rl_config
     rows: list[dict[str, float]] = []
@@ -354,17 +338,20 @@ def _train_morl_on_policy(
             n = min(envs.n, episodes - done_episodes)
             seeds = [config.seed * TRAIN_SEED_STRIDE + done_episodes + i for i in range(n)]
             progress = _progress(done_episodes, episodes, start, time_budget_s)
-            _anneal_exploration(agent, starts, progress, anneal_fraction, anneal_power)
-            if anneal_lr:
+            _anneal_exploration(
+                agent, starts, progress, settings.anneal_fraction, settings.anneal_power
+            )
+            if settings.anneal_lr:
                 agent.set_learning_rate_scale(1.0 - progress, index)
             obs = envs.reset(seeds, [starts.options() for _ in seeds])
             batch, batch_steps = _run_morl_batch(envs, obs, agent, index)
             steps += batch_steps
             stats: dict[str, float] = {}
-            if steps >= learning_starts:
-                for _ in range(max(1, round(updates_per_step * batch_steps / n))):
+            if steps >= settings.learning_starts:
+                updates = max(1, round(settings.updates_per_step * batch_steps / n))
+                for _ in range(updates):
                     stats = agent.train(index) or stats
-                stats.update(agent.train_actor(index, batch, gae_lambda) or {})
+                stats.update(agent.train_actor(index, batch, settings.gae_lambda) or {})
             done_episodes += n
             rows.append(
                 {

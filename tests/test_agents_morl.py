@@ -5,7 +5,15 @@ from torch import nn
 from toy_envs import ChainMDP
 
 from agents.morl import MultiObjectiveRLAgent, soft_update
-from agents.train import evaluate, heldout_seeds, morl_act, train_morl
+from agents.train import (
+    MORLTrainConfig,
+    evaluate,
+    heldout_seeds,
+    morl_act,
+    morl_train_config,
+    morl_train_kwargs,
+    train_morl,
+)
 from optimizer.foundation.config import MultiObjectiveConfig, RLConfig
 from optimizer.foundation.errors import ConfigError, ModelFileError
 
@@ -139,9 +147,42 @@ def test_save_load_round_trip_gives_identical_actions(tmp_path):
 def test_learns_chain_mdp():
     env = ChainMDP()
     cfg = RLConfig(**FAST, exploration_noise=0.2, entropy_coef=0.01, seed=0)
-    result = train_morl(ChainMDP, "balanced", cfg, episodes=600, n_envs=8)
+    result = train_morl(ChainMDP, "balanced", cfg, MORLTrainConfig(episodes=600, n_envs=8))
     ev = evaluate(morl_act(result.agent, "balanced"), ChainMDP, heldout_seeds(2))
     assert ev.mean_return == pytest.approx(env.optimal_return)
+
+
+def test_settings_as_a_config_or_as_keywords_train_the_same():
+    """The keyword form (the benchmarks') maps onto MORLTrainConfig's fields, on top of the
+    settings given; an unknown one is refused as an unknown keyword was."""
+    import dataclasses
+
+    import pandas as pd
+
+    cfg = RLConfig(**FAST, seed=0)
+    settings = MORLTrainConfig(episodes=48, n_envs=8, learning_starts=32, n_step=2)
+    by_config = train_morl(ChainMDP, "balanced", cfg, settings)
+    by_keywords = train_morl(ChainMDP, "balanced", cfg, episodes=48, n_envs=8,
+                             learning_starts=32, n_step=2)
+    on_top = train_morl(ChainMDP, "balanced", cfg, MORLTrainConfig(episodes=48, n_envs=8),
+                        learning_starts=32, n_step=2)
+    for other in (by_keywords, on_top):
+        pd.testing.assert_frame_equal(by_config.curve.drop(columns="wall_s"),
+                                      other.curve.drop(columns="wall_s"))
+    with pytest.raises(TypeError, match="n_stepz"):
+        train_morl(ChainMDP, "balanced", cfg, n_stepz=2)
+    # The defaults are the loop's as it took them one keyword each; the recipe as it was.
+    assert MORLTrainConfig() == MORLTrainConfig(
+        episodes=None, n_envs=8, updates_per_step=2, learning_starts=256, anneal_fraction=0.0,
+        anneal_power=1.0, anneal_lr=False, exploring_starts=0.0, n_step=1, gae_lambda=1.0,
+        actor_update="projection", critic_combine="min", critic_dropout=None,
+        target_entropy=None, critic_fit_epochs=0)
+    recipe = {"n_envs": 32, "episodes": 200_000, "updates_per_step": 0.1,
+              "anneal_fraction": 0.8, "anneal_lr": True, "critic_dropout": 0.0,
+              "actor_update": "advantage", "gae_lambda": 1.0, "exploring_starts": 0.5,
+              "critic_fit_epochs": 1, "anneal_power": 2.0}
+    assert morl_train_config() == dataclasses.replace(MORLTrainConfig(), **recipe)
+    assert morl_train_kwargs() == dataclasses.asdict(morl_train_config())
 
 
 def test_n_step_accumulator():
@@ -234,7 +275,7 @@ def test_lambda_advantages_by_hand():
 
 def _train_advantage(env_fn, policy, seed, **kw):
     cfg = RLConfig(**{**FAST, "lr_actor": 1e-2}, entropy_coef=0.01, seed=seed)
-    return train_morl(env_fn, policy, cfg, actor_update="advantage", **kw)
+    return train_morl(env_fn, policy, cfg, MORLTrainConfig(actor_update="advantage", **kw))
 
 
 def test_advantage_actor_critic_learns_bandit_and_chain():

@@ -38,7 +38,7 @@ def plan_round(opt: Any, usable: list[TrialSummary], reference: TrialSummary,
     (the agents get half the budget after the first round). Returns the plan (cached in
     ``rl/`` for resume) and the environment config, None when the model cannot be
     fitted and the best measured trial stands in for the plan."""
-    from optimizer.search.recommend import recommend, share_text
+    from optimizer.search.recommend import AGENTS, recommend, share_text
 
     out = run_dir / "rl" / (f"round-{round_k}" if round_k else "")
     cache = out / "recommendation.json"
@@ -68,7 +68,7 @@ def plan_round(opt: Any, usable: list[TrialSummary], reference: TrialSummary,
                       map_fn=executor.map)
         opt._say("agents trained: " + ", ".join(
             f"{o.name} {share_text(o.share_of_optimum)} of the model's optimum"
-            for o in r.outcomes if o.name in ("reinforce", "morl"))
+            for o in r.outcomes if o.name in AGENTS)
             + f"; plan of {r.agent}: {describe_allocation(r.allocation)}")
         rec = _rec_dict(r, env_cfg.workload)
         _save_rl(out, r)

@@ -2,10 +2,11 @@
 
 :func:`recommend` builds a :class:`envs.CloudEnvironment` over the workload model fitted to the
 baseline trials (with the job's size, the SLA, the preference and the phases seen in the
-baseline trace), trains REINFORCE and the multi-objective actor-critic on its noisy version,
-and replays each greedy policy on the noise-free model, where the exact DP optimum and the best
-static allocation are known. The plan of the best agent is the recommendation; if no agent beats
-the best static allocation, that allocation is recommended instead and the result says so.
+baseline trace), trains every registered agent (:mod:`agents.registry`: REINFORCE and the
+multi-objective actor-critic) on its noisy version, and replays each greedy policy on the
+noise-free model, where the exact DP optimum and the best static allocation are known. The plan
+of the best agent is the recommendation; if no agent beats the best static allocation, that
+allocation is recommended instead and the result says so.
 
 The real run that checks the recommendation uses one fixed allocation (a process cannot change
 its thread count mid-run without a restart): the one the plan holds for most of the job.
@@ -14,6 +15,7 @@ The planned adjustments are reported beside it.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections import Counter
@@ -24,10 +26,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from agents.registry import REGISTRY, Budget, TrainedAgent, TrainSetup, registered
 from optimizer.foundation.allocation import Allocation, describe_allocation, job_words
 from optimizer.foundation.config import OptimizerConfig
 
-AGENTS = ("reinforce", "morl")
+AGENTS = REGISTRY.keys()
+"""The names of the agents :func:`recommend` trains: a live view of the registry, so an agent
+registered later is in it."""
+BEST_STATIC = "best-static"
+OPTIMAL = "optimal"
+"""The two baselines every agent is compared with: the best fixed allocation and the DP optimum
+(both on the noise-free model)."""
 PARETO_WEIGHTS = 11
 """Cost/time weight steps of the Pareto sweep (resource weight fixed at 0)."""
 
@@ -59,7 +68,7 @@ class PolicyOutcome:
 @dataclass
 class Recommendation:
     agent: str
-    """Policy whose plan is recommended (``reinforce``, ``morl``, or ``best-static``)."""
+    """Policy whose plan is recommended: a registered agent's name, or ``best-static``."""
     allocation: Allocation
     """The allocation held for most of the job: the one run for real."""
     initial: Allocation
@@ -91,20 +100,20 @@ def describe_change(before: Allocation, after: Allocation) -> str:
     return ", ".join(parts) or "no change"
 
 
-def _replay(env: Any, act: Any, uncertainty: Any = None,
-            confidence: Any = None) -> tuple[float, list[dict[str, Any]]]:
-    """One greedy noise-free episode; a row per step with the decision and its outcome.
+Judge = Callable[[np.ndarray, int], tuple[float | None, float | None]]
+"""``judge(obs, action)``: the chosen action's probability and its MC-dropout spread (None
+where the policy has no such figure)."""
 
-    ``uncertainty(obs, action)`` is the MC-dropout spread of the chosen action's probability and
-    ``confidence(obs, action)`` that probability itself (for policies that have them).
-    """
+
+def _replay(env: Any, act: Callable[[np.ndarray], int],
+            judge: Judge | None = None) -> tuple[float, list[dict[str, Any]]]:
+    """One greedy noise-free episode; a row per step with the decision and its outcome."""
     obs, _ = env.reset(seed=0)
     rows, total, done, k = [], 0.0, False, 0
     while not done:
         before = env.current_allocation
         action = int(act(obs))
-        spread = float(uncertainty(obs, action)) if uncertainty else None
-        prob = float(confidence(obs, action)) if confidence else None
+        prob, spread = judge(obs, action) if judge else (None, None)
         obs, reward, done, trunc, info = env.step(action)
         done = done or trunc
         total += reward
@@ -124,6 +133,29 @@ def _replay(env: Any, act: Any, uncertainty: Any = None,
         })
         k += 1
     return total, rows
+
+
+def _replay_agent(env: Any, agent: TrainedAgent) -> tuple[float, list[dict[str, Any]]]:
+    """:func:`_replay` of a trained agent, each observation asked as a batch of one."""
+    envs = [env]
+
+    def act(obs: np.ndarray) -> int:
+        return int(agent.act(obs[None], envs)[0])
+
+    def judge(obs: np.ndarray, action: int) -> tuple[float | None, float | None]:
+        # The spread first: its dropout passes draw from torch's global generator, and
+        # this order is the one the recorded seeded runs were made with.
+        spread = agent.uncertainty(obs[None], envs)
+        prob = float(agent.action_probabilities(obs[None], envs)[0][action])
+        return prob, None if spread is None else float(spread[0])
+
+    return _replay(env, act, judge)
+
+
+def _replay_actions(env: Any, actions: Sequence[int]) -> tuple[float, list[dict[str, Any]]]:
+    """:func:`_replay` of a fixed sequence of actions (a baseline's plan)."""
+    planned = iter(list(actions))
+    return _replay(env, lambda obs: next(planned))
 
 
 def _outcome(name: str, total: float, rows: list[dict[str, Any]], optimum: float,
@@ -173,122 +205,74 @@ def pareto_sweep(env_config: Any) -> pd.DataFrame:
     return frame
 
 
-def _timed(train: Callable[[], Any]) -> tuple[Any, float]:
+def _timed(train: Callable[..., Any], *args: Any) -> tuple[Any, float]:
     started = time.perf_counter()
-    result = train()
+    result = train(*args)
     return result, time.perf_counter() - started
 
 
-def recommend(env_config: Any, config: OptimizerConfig, *, time_budget_s: float,
-              quiet: bool = True,
+def _in_order(jobs: list[Callable[[], Any]]) -> list[Any]:
+    return [job() for job in jobs]
+
+
+def recommend(env_config: Any, config: OptimizerConfig, *, time_budget_s: float | None,
+              episodes: int | None = None, quiet: bool = True,
               map_fn: Callable[[list[Callable[[], Any]]], list[Any]] | None = None
               ) -> Recommendation:
-    """Train both agents on ``env_config`` (noisy) and pick the plan (see module docstring).
+    """Train every registered agent on ``env_config`` (noisy) and pick the plan (see module
+    docstring).
 
-    ``map_fn`` runs the agents' trainings (argument-free callables) and returns their results
-    in order: default one after the other; an executor's ``map`` trains them side by side
+    Each agent trains for ``time_budget_s`` of wall time or ``episodes`` (default: its recipe's),
+    whichever ends first; with ``time_budget_s=None`` and a number of episodes, a seeded run
+    gives the same recommendation every time. ``map_fn`` runs the agents' trainings
+    (argument-free callables) and returns their results in order: default one after the
+    other; an executor's ``map`` trains them side by side
     (:meth:`optimizer.trials.executors.ray_executor.RayExecutor.map`), each for the same budget."""
-    from agents.train import (
-        cloud_action_factors,
-        evaluate,
-        heldout_seeds,
-        morl_act,
-        morl_train_kwargs,
-        recommended_config,
-        reinforce_act,
-        reinforce_train_kwargs,
-        train_morl,
-        train_reinforce,
-    )
+    from agents.train import cloud_action_factors, evaluate, heldout_seeds
     from envs import CloudEnvironment
     from envs.oracle import best_static, optimal_policy
 
     clean = env_config.replace(noise=0.0)
     noisy = env_config.replace(noise=env_config.noise or 0.05)
     optimum = optimal_policy(clean)
-    static = best_static(clean)
     resolved = CloudEnvironment(clean).resolved
     sla, startup = resolved.sla, resolved.restart_s  # the job's start-up, counted once
 
     def env_fn() -> Any:
         return CloudEnvironment(noisy)
 
-    factors = cloud_action_factors(env_fn())
-    outcomes: list[PolicyOutcome] = []
+    def graded(name: str, total: float, rows: list[dict[str, Any]]) -> PolicyOutcome:
+        return _outcome(name, total, rows, optimum.total_return, sla, startup)
+
+    # Every agent gets the same setup and budget; its own recipe (agents.recipes,
+    # benchmarks/agents_quality.py measures it) goes on top of [rl] inside its train.
+    setup = TrainSetup(env_config.preference, config.rl, config.multi_objective,
+                       cloud_action_factors(env_fn()), quiet)
+    budget = Budget(time_budget_s, episodes)
+    specs = registered()
+    jobs = [functools.partial(_timed, spec.train, env_fn, setup, budget) for spec in specs]
+    trained = (map_fn or _in_order)(jobs)
+    agents: list[PolicyOutcome] = []
     curves: dict[str, pd.DataFrame] = {}
     plans: dict[str, list[dict[str, Any]]] = {}
     seeds = heldout_seeds(16)
-    # The agents' own recipe (benchmarks/agents_quality.py measures it) on top of [rl]: the
-    # learning rates, widths and annealing it sets are what trains them within a minute.
-    seed = config.rl.seed
-    trainers = {
-        "reinforce": lambda: train_reinforce(
-            env_fn, recommended_config("reinforce", seed, config.rl), quiet=quiet,
-            time_budget_s=time_budget_s, action_factors=factors, **reinforce_train_kwargs()),
-        "morl": lambda: train_morl(
-            env_fn, env_config.preference, recommended_config("morl", seed, config.rl),
-            config.multi_objective, time_budget_s=time_budget_s, quiet=quiet,
-            action_factors=factors, **morl_train_kwargs()),
-    }
-    jobs = [lambda train=trainers[name]: _timed(train) for name in AGENTS]
-    trained = (map_fn or (lambda fns: [f() for f in fns]))(jobs)
-    for name, (result, seconds) in zip(AGENTS, trained, strict=True):
-        agent = result.agent
-        replay_env = CloudEnvironment(clean)
-        if name == "reinforce":
-            act_fn = reinforce_act(agent)
-            greedy = lambda o, a=agent, e=replay_env: a.select_action(  # noqa: E731
-                o, evaluate=True, mask=e.action_masks())
-            spread = None
-            prob = lambda o, u, a=agent, e=replay_env: a.action_probabilities(  # noqa: E731
-                o, e.action_masks())[0][u]
-        else:
-            policy = agent.policy_index(env_config.preference)
-            act_fn = morl_act(agent, policy)
-            greedy = lambda o, a=agent, p=policy, e=replay_env: a.select_action(  # noqa: E731
-                o, p, evaluate=True, uncertainty=False, mask=e.action_masks()).action
-
-            def spread(o, u, a=agent, p=policy, e=replay_env):
-                return a.select_action(
-                    o, p, evaluate=True, uncertainty=True, mask=e.action_masks()).uncertainty
-
-            def prob(o, u, a=agent, p=policy, e=replay_env):
-                return a.select_action(
-                    o, p, evaluate=True, uncertainty=False, mask=e.action_masks()).probs[u]
-        total, rows = _replay(replay_env, greedy, spread, prob)
-        out = _outcome(name, total, rows, optimum.total_return, sla, startup)
+    for spec, (result, seconds) in zip(specs, trained, strict=True):
+        total, rows = _replay_agent(CloudEnvironment(clean), result.agent)
+        out = graded(spec.name, total, rows)
         out.train_seconds, out.episodes = seconds, result.episodes
-        out.heldout_return = evaluate(act_fn, env_fn, seeds).mean_return
-        outcomes.append(out)
-        curves[name] = result.curve
+        out.heldout_return = evaluate(result.agent.act, env_fn, seeds).mean_return
+        agents.append(out)
+        curves[spec.name] = result.curve
+        plans[spec.name] = rows
+    baselines: dict[str, PolicyOutcome] = {}
+    for name, res in ((BEST_STATIC, best_static(clean)), (OPTIMAL, optimum)):
+        total, rows = _replay_actions(CloudEnvironment(clean), res.actions)
+        baselines[name] = graded(name, total, rows)
         plans[name] = rows
-    for name, res in (("best-static", static), ("optimal", optimum)):
-        planned = iter(list(res.actions))
-        total, rows = _replay(CloudEnvironment(clean), lambda o, it=planned: next(it))
-        outcomes.append(_outcome(name, total, rows, optimum.total_return, sla, startup))
-        plans[name] = rows
-    best_agent = max((o for o in outcomes if o.name in AGENTS), key=lambda o: o.total_return)
-    notes = []
-    chosen = best_agent
-    static_out = outcomes[-2]
+    outcomes = [*agents, *baselines.values()]
     gpus = any(a.gpus for o in outcomes for a in o.allocations)
-    static_words = (f"{describe_allocation(held_allocation(static_out.allocations), gpus=gpus)}, "
-                    f"forecast at {job_words(static_out.total_cost, static_out.total_time_s)}"
-                    if static_out.allocations else "")
-    if best_agent.total_return < static_out.total_return - 1e-9:
-        chosen = static_out
-        notes.append(f"no agent beat the best static allocation (best agent {best_agent.name} "
-                     f"reached {share_text(best_agent.share_of_optimum)} of the optimum); the "
-                     "best static allocation is the plan" + (f": {static_words}" if static_words
-                                                             else ""))
-    elif best_agent.total_return <= static_out.total_return + 1e-9:
-        # A tie is the static allocation's: the agent learned nothing a fixed choice lacks.
-        chosen = static_out
-        notes.append(f"{best_agent.name} tied with the best static allocation "
-                     f"({share_text(best_agent.share_of_optimum)} of the optimum), so the plan "
-                     "is the best static allocation" + (f": {static_words}" if static_words
-                                                        else ""))
-    best = outcomes[-1]  # the optimum, start-up included
+    chosen, notes = _choose(agents, baselines[BEST_STATIC], gpus)
+    best = baselines[OPTIMAL]  # start-up included
     feasible = best.total_time_s <= sla.time_max and best.total_cost <= sla.cost_max \
         and not optimum.oom
     if not feasible:
@@ -304,3 +288,24 @@ def recommend(env_config: Any, config: OptimizerConfig, *, time_budget_s: float,
                    "optimal_time_s": best.total_time_s, "optimal_cost": best.total_cost},
         plans=plans,
     )
+
+
+def _choose(agents: list[PolicyOutcome], static: PolicyOutcome,
+            gpus: bool) -> tuple[PolicyOutcome, list[str]]:
+    """The best agent's outcome, or the best static allocation's where no agent beats it; and
+    the notes that say so."""
+    best_agent = max(agents, key=lambda o: o.total_return)
+    static_words = (f"{describe_allocation(held_allocation(static.allocations), gpus=gpus)}, "
+                    f"forecast at {job_words(static.total_cost, static.total_time_s)}"
+                    if static.allocations else "")
+    which = f": {static_words}" if static_words else ""
+    share = share_text(best_agent.share_of_optimum)
+    if best_agent.total_return < static.total_return - 1e-9:
+        return static, [f"no agent beat the best static allocation (best agent "
+                        f"{best_agent.name} reached {share} of the optimum); the best static "
+                        f"allocation is the plan{which}"]
+    if best_agent.total_return <= static.total_return + 1e-9:
+        # A tie is the static allocation's: the agent learned nothing a fixed choice lacks.
+        return static, [f"{best_agent.name} tied with the best static allocation ({share} of "
+                        f"the optimum), so the plan is the best static allocation{which}"]
+    return best_agent, []
