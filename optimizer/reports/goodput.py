@@ -101,6 +101,8 @@ def goodput_section(r: Report, goodput: dict[str, Any] | None, figure: Path | No
         })
     if rows:
         r.table(rows)
+    if (goodput.get("heldout") or {}).get("note"):
+        r.paragraph(goodput["heldout"]["note"])
     if goodput.get("learning_rate"):
         r.paragraph(goodput["learning_rate"].capitalize() + ".")
     if figure is not None:

@@ -22,6 +22,7 @@ import pandas as pd
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import OptimizerConfig
 from optimizer.foundation.memory import right_size_memory
+from optimizer.search.goodput.heldout import heldout_words, trains_worse
 from optimizer.search.memory_need import MemoryNeed, memory_need, same_setting
 from optimizer.trials.cost import ResourceCostCalculator
 from optimizer.trials.records import TrialSummary, job_time
@@ -71,6 +72,8 @@ def objective_table(trials: Sequence[TrialSummary], config: OptimizerConfig,
     """
     rows = []
     evidence = list(trials if evidence is None else evidence)
+    worse = trains_worse(evidence, getattr(efficiency, "ref_batch", None)) \
+        if getattr(efficiency, "on", False) else {}
     for t in trials:
         seconds = job_time(t) if t.ok else None
         if seconds is None or not np.isfinite(seconds) or seconds <= 0:
@@ -82,6 +85,8 @@ def objective_table(trials: Sequence[TrialSummary], config: OptimizerConfig,
         if getattr(efficiency, "untried_batches", False) and \
                 a.batch_size not in (None, efficiency.ref_batch):
             continue  # the job trains, but nothing measured how this batch does: maybe worse
+        if a.batch_size is not None and int(a.batch_size) in worse:
+            continue  # its whole runs ended at a worse held-out loss than the script's own
         if job is not None and getattr(efficiency, "on", False):
             seconds, epochs = job.job_seconds(raw, (t.startup_s or 0.0) + (t.exit_s or 0.0),
                                               eff, a.batch_size == efficiency.ref_batch)
@@ -321,4 +326,9 @@ def goodput_comparison(trials: Sequence[TrialSummary], config: OptimizerConfig,
                      "time_to_same_progress_s": float(r["job_time_s"]),
                      "cost_to_same_progress": float(r["job_cost"])})
     out["comparison"] = rows
+    worse = trains_worse(trials, ref)
+    if worse:
+        out["heldout"] = {"set_aside": {str(b): {"loss": v, "own": own}
+                                        for b, (v, own) in worse.items()},
+                          "note": heldout_words(worse)}
     return out

@@ -30,6 +30,11 @@ _S_PER_IT = re.compile(_NUM + r"\s*s/it\b")
 _KEY_VALUE = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)=([^\s,;]+)")
 BATCH_SIZE_PATTERN = re.compile(r"batch[_ ]size\s*[=:]\s*(\d+)", re.IGNORECASE)
 """``batch_size=N`` / ``batch size: N`` in a script's output: its batch size when not set."""
+HELDOUT_LOSS_PATTERN = re.compile(
+    r"\b(?:val(?:idation)?|valid|test|eval|dev)[ _/-]?loss['\"]?\s*[=:]?\s*['\"]?"
+    r"([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)", re.IGNORECASE)
+"""A held-out loss as scripts print it: ``val_loss=0.55``, ``test loss  3.88``,
+``'eval_loss': 0.46``, ``Validation loss: 0.104``."""
 INFO_KEYS = ("model_name", "model_family", "params", "layers", "dataset")
 """Facts about its model and data a script may report (metrics columns or ``key=value``)."""
 
@@ -152,3 +157,13 @@ def reported_model_info(source: dict[str, Any], metrics: Any, stdout_text: str
             reported[k] = to_number(reported[k])
     info.update({k: v for k, v in reported.items() if v is not None})
     return info
+
+
+def final_heldout_loss(stdout_text: str) -> float | None:
+    """The last held-out loss a script printed (:data:`HELDOUT_LOSS_PATTERN`): at the end of a
+    whole run, the loss its job ends at, as its user reads it. None when it printed none."""
+    found = HELDOUT_LOSS_PATTERN.findall(stdout_text or "")
+    try:
+        return float(found[-1]) if found else None
+    except ValueError:
+        return None

@@ -56,6 +56,7 @@ from optimizer.trials.monitor import CSVMonitor
 from optimizer.trials.output import (
     BATCH_SIZE_PATTERN,
     RateTracker,
+    final_heldout_loss,
     parse_key_values,
     parse_rate,
     reported_model_info,
@@ -481,6 +482,8 @@ class TrainingModuleManager:
         model_info = self.get_model_info(work / "metrics.csv", stdout_text)
         if run.batch_size is not None:  # the allocation's, else what the script printed
             model_info["batch_size"] = run.batch_size
+        if status == "completed":  # the held-out loss the whole job ends at, where printed
+            model_info["heldout_loss"] = final_heldout_loss(stdout_text)
         return TrialSummary(
             trial_id=trial_id, status=status, allocation=allocation, reason=reason,
             exit_code=code, wall_time_s=round(wall, 3), samples=samples, throughput=thr,

@@ -1,0 +1,53 @@
+"""Whole runs judged by the held-out loss the script printed at their end.
+
+Statistical efficiency is read from the training loss (the tensor ``backward`` is called on),
+and a batch that trains faster on it can still end at a worse held-out loss: on a hand-written
+SGD loop, batch 32 read 1.6x as efficient as the script's 64 from its training curve, yet its
+whole run ended at test loss 0.341 against 0.312. Where whole runs of both printed a
+held-out loss (``val_loss=``, ``test loss``, ``'eval_loss':``, parsed by
+:func:`optimizer.trials.output.final_heldout_loss`), that is what the user reads at the end of
+the job, and it decides: a batch whose whole runs end more than :data:`TOLERANCE` worse than
+the script's own is not recommended, at any job length (a shorter job ends worse still).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from statistics import median
+from typing import Any
+
+TOLERANCE = 0.01
+"""How much worse (relative) a held-out loss may end and still count as training as well."""
+
+
+def heldout_by_batch(trials: Iterable[Any]) -> dict[int, float]:
+    """The median held-out loss the completed runs of each batch size printed at their end."""
+    found: dict[int, list[float]] = {}
+    for t in trials:
+        value = (t.model_info or {}).get("heldout_loss")
+        if t.status == "completed" and t.allocation.batch_size is not None and \
+                isinstance(value, (int, float)):
+            found.setdefault(int(t.allocation.batch_size), []).append(float(value))
+    return {b: median(v) for b, v in found.items()}
+
+
+def trains_worse(trials: Iterable[Any], ref_batch: int | None) -> dict[int, tuple[float, float]]:
+    """Batch sizes whose whole runs ended at a held-out loss more than :data:`TOLERANCE` above
+    the script's own batch's: ``{batch: (its loss, the own batch's)}``; empty when the own
+    batch has no such run."""
+    losses = heldout_by_batch(trials)
+    own = losses.get(int(ref_batch)) if ref_batch else None
+    if own is None:
+        return {}
+    return {b: (v, own) for b, v in losses.items()
+            if b != ref_batch and v - own > TOLERANCE * abs(own)}
+
+
+def heldout_words(worse: dict[int, tuple[float, float]]) -> str:
+    """One sentence for the report, empty when nothing was set aside."""
+    if not worse:
+        return ""
+    shown = ", ".join(f"batch {b} ({v:.4g} against {own:.4g})"
+                      for b, (v, own) in sorted(worse.items()))
+    return ("Set aside by the held-out loss their whole runs printed at the end, worse than "
+            f"the script's own batch's by more than {TOLERANCE:.0%}: {shown}.")

@@ -1,0 +1,60 @@
+"""Whole runs judged by the held-out loss the script printed at their end: a batch whose
+training curve reads more efficient but whose whole run ends at a worse held-out loss is not
+recommended (sgd_no_loader's batch 32: 1.6x by its curve, test loss 0.341 against 0.312)."""
+
+from __future__ import annotations
+
+from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.config import load_config
+from optimizer.search.choice import best_measured, goodput_comparison, objective_table
+from optimizer.search.goodput.efficiency import Measured, NoiseScaleEstimate, TrialEfficiency
+from optimizer.search.goodput.heldout import heldout_by_batch, trains_worse
+from optimizer.trials.output import final_heldout_loss
+from optimizer.trials.records import TrialSummary
+
+
+def _run(tid: str, batch: int, seconds: float, loss: float | None,
+         status: str = "completed") -> TrialSummary:
+    return TrialSummary(tid, status, Allocation(0, 1, 4.0, batch), wall_time_s=seconds,
+                        samples=1e5, throughput=1e5 / seconds, hourly_cost=0.05,
+                        cost=0.05 * seconds / 3600, total_samples=1e5,
+                        predicted_total_time_s=seconds, mem_gb_peak=1.0,
+                        model_info={} if loss is None else {"heldout_loss": loss})
+
+
+# batch 32 trains faster on its training curve (1.6x) but ends at a worse held-out loss
+RUNS = [_run("own-a", 64, 7.2, 0.3122), _run("own-b", 64, 7.0, 0.3130),
+        _run("small", 32, 8.5, 0.3411), _run("big", 128, 6.6, 0.3120)]
+EFF = TrialEfficiency(64, NoiseScaleEstimate(why="none"),
+                      measured={32: Measured(1.6, 1.5, 1.7), 128: Measured(1.0, 1.0, 1.0)},
+                      efficiency={32: 1.6, 64: 1.0, 128: 1.0}, decided_by="measured progress")
+
+
+def test_the_printed_held_out_loss_is_read_as_users_print_it():
+    assert final_heldout_loss("epoch 1 val_loss=0.61\nfinal val_loss=0.5546") == 0.5546
+    assert final_heldout_loss("| End of training | test loss  3.88 | test ppl 48") == 3.88
+    assert final_heldout_loss("{'eval_loss': 0.4652, 'epoch': 2.0}") == 0.4652
+    assert final_heldout_loss("Validation loss: 0.1043") == 0.1043
+    assert final_heldout_loss("train_loss 0.5, 100 samples/s") is None
+
+
+def test_a_batch_whose_whole_runs_end_worse_is_set_aside():
+    assert heldout_by_batch(RUNS)[64] == (0.3122 + 0.3130) / 2
+    worse = trains_worse(RUNS, 64)
+    assert set(worse) == {32} and worse[32][0] == 0.3411
+    # probes say nothing of where a job ends; without the own batch's whole run, nothing
+    probes = [_run("own", 64, 7.2, 0.31, status="probe"), RUNS[2]]
+    assert trains_worse(probes, 64) == {}
+
+
+def test_the_choice_never_takes_a_batch_that_ends_worse():
+    cfg = load_config(None)
+    table = objective_table(RUNS, cfg, "cost", EFF)
+    assert "small" not in set(table["trial_id"])  # 8.5 s / 1.5 would have won at 5.7 s
+    best, _ = best_measured(RUNS, cfg, "cost", efficiency=EFF)
+    assert best.trial_id == "big"  # ends as well (0.3120), and is faster
+    note = goodput_comparison(RUNS, cfg, "cost", best, EFF)["heldout"]["note"]
+    assert "batch 32 (0.3411 against 0.3126)" in note
+    # without printed losses the curve decides, as before
+    bare = [_run(t.trial_id, t.allocation.batch_size, t.wall_time_s, None) for t in RUNS]
+    assert best_measured(bare, cfg, "cost", efficiency=EFF)[0].trial_id == "small"
