@@ -58,3 +58,18 @@ def test_the_choice_never_takes_a_batch_that_ends_worse():
     # without printed losses the curve decides, as before
     bare = [_run(t.trial_id, t.allocation.batch_size, t.wall_time_s, None) for t in RUNS]
     assert best_measured(bare, cfg, "cost", efficiency=EFF)[0].trial_id == "small"
+
+
+def test_a_probe_near_its_jobs_end_runs_to_it():
+    """Stopped at 90% of its job, a probe showed nothing of where the job ends; the rest costs
+    at most a third more and gives the whole run's printed loss."""
+    from types import SimpleNamespace
+
+    from optimizer.trials.runner import NEAR_END, near_end
+
+    job = 300_160.0
+    assert near_end(SimpleNamespace(job_samples=job, probe_last=(7.5, 0.9 * job)))
+    assert not near_end(SimpleNamespace(job_samples=job, probe_last=(3.0, 0.5 * job)))
+    assert not near_end(SimpleNamespace(job_samples=None, probe_last=(7.5, 0.9 * job)))
+    assert not near_end(SimpleNamespace(job_samples=job, probe_last=None))
+    assert near_end(SimpleNamespace(job_samples=job, probe_last=(1.0, (1 - NEAR_END) * job)))

@@ -408,7 +408,7 @@ class TrainingModuleManager:
         })
         run = start_trial(cmd, env, cpus, work, trial_id, allocation, monitor_interval,
                           metrics_part)
-        run.probe_path, run.probe_batch = probe_events, probe_batch
+        run.probe_path, run.probe_batch, run.job_samples = probe_events, probe_batch, total_samples
         if loss_target is not None and probe_events is not None and probe_seconds is not None:
             run.loss_watch = LossWatch(loss_target)
         self.training_process = run.proc
