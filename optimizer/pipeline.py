@@ -38,9 +38,10 @@ from optimizer.search import baseline as probes
 from optimizer.search.baseline import memory_for, plan_baseline, run_baseline
 from optimizer.search.budget import RunBudget, auto_budget, make_budget, within_budget
 from optimizer.search.choice import same_setting
-from optimizer.search.goodput.job_length import job_length
+from optimizer.search.goodput.job_length import JobLength, job_length
 from optimizer.search.goodput.probe_target import target_for_batch
 from optimizer.search.job_options import JobOptions
+from optimizer.search.loop.state import SearchJob
 from optimizer.search.runoff import PREFIX as RUNOFF_PREFIX
 from optimizer.trials import oom_retry
 from optimizer.trials.batch import label_batch
@@ -68,6 +69,12 @@ class OptimizationResult:
 class CloudResourceOptimizer:
     """Optimizes the resources of training scripts (see the module docstring for the stages).
 
+    The search reaches it through :class:`optimizer.search.loop.port.SearchPort` only: the
+    settings (``config``, ``user_preference``, ``budget``, ``quiet``, ``job_length``,
+    ``log_path``) and :meth:`say`, :meth:`measure`, :meth:`label_batch`,
+    :meth:`trial_executor`; what the search works out comes back from
+    :func:`optimizer.search.refine.refine`.
+
     Parameters
     ----------
     config : OptimizerConfig, optional
@@ -84,6 +91,8 @@ class CloudResourceOptimizer:
         self.training_manager: TrainingModuleManager | None = None
         self.oom_chain: list[TrialSummary] = []
         self.budget, self.efficiency = RunBudget(None, Path(".")), None  # set per run
+        self.job_length: JobLength | None = None  # the script's length knob, read per run
+        self.log_path: Path | None = None  # the run's main.log
         self.cloud_env: Any = None
         self.agent: Any = None
         self.user_preference: str | tuple[float, float, float] = "balanced"
@@ -149,14 +158,14 @@ class CloudResourceOptimizer:
     def _say_replaced(self, manager: TrainingModuleManager) -> None:
         """Recorded trials found stale (another script version or command line), once each."""
         for line in manager.replaced:
-            self._say(line, always=True)
+            self.say(line, always=True)
         manager.replaced.clear()
 
-    def _say(self, text: str, always: bool = False) -> None:
+    def say(self, text: str, always: bool = False) -> None:
         """A stage message: printed unless quiet (or ``always``), and appended to ``main.log``."""
         if always or not self.quiet:
             print(text, flush=True)
-        log = getattr(self, "_log_path", None)
+        log = self.log_path
         if log is not None:
             with open(log, "a", encoding="utf-8") as fh:
                 fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
@@ -172,9 +181,9 @@ class CloudResourceOptimizer:
     def _optimize(self, train_file: str | os.PathLike, run_dir: Path,
                   opts: JobOptions) -> OptimizationResult:
         run_dir.mkdir(parents=True, exist_ok=True)
-        self._log_path = run_dir / "main.log"
+        self.log_path = run_dir / "main.log"
         for line in clean_stale_work(run_dir / "trials") + clean_stale_work(run_dir / "live"):
-            self._say(line)
+            self.say(line)
         recorded = {d.name for d in (run_dir / "trials").glob("*") if (d / "summary.json").exists()}
         manager = TrainingModuleManager(train_file, opts.train_args, opts.batch_size_arg,
                                         opts.batch_size_env, opts.workers_arg)
@@ -199,10 +208,10 @@ class CloudResourceOptimizer:
         total = opts.total_samples or job_size(usable)
 
         if not total:  # learned from one whole run, never assumed
-            whole = self._measure(manager, reference.allocation, "whole", run_dir,
-                                  dataclasses.replace(opts, probe_seconds=0), None)
-            whole = self._label_batch(whole, run_dir / "trials" / whole.trial_id,
-                                      manager.batch_control() is not None)
+            whole = self.measure(manager, reference.allocation, "whole", run_dir,
+                                 dataclasses.replace(opts, probe_seconds=0), None)
+            whole = self.label_batch(whole, run_dir / "trials" / whole.trial_id,
+                                     manager.batch_control() is not None)
             if self.oom_chain:
                 raise oom_retry.OutgrewMemory(oom_retry.outgrew_message(
                     str(train_file), self.oom_chain, self.config.resources.memory_max, run_dir))
@@ -222,7 +231,7 @@ class CloudResourceOptimizer:
                           if total and reference.throughput else None)
             auto_budget(self.budget, usable, whole_cost, self.config.run.budget_share,
                         floor=len(baseline) + 1)
-            self._say(self.budget.note, always=True)
+            self.say(self.budget.note, always=True)
         sla_source = self._set_sla(usable, opts)
         self.config.save(run_dir / "config.json")  # as applied: the SLA the run was held to
         earlier = self._earlier_trials(manager, run_dir, usable)
@@ -231,15 +240,18 @@ class CloudResourceOptimizer:
 
         more = [a for a in self._planned_probes(manager, analysis, opts, extra=8)
                 if not any(same_setting(t.allocation, a) for t in baseline)]
-        rec, optimized, _ = refine(self, manager, usable, reference, total, profile, run_dir,
-                                   opts, more, manager.batch_control() is not None, earlier)
+        job = SearchJob(manager, run_dir, opts, total, reference, profile,
+                        manager.batch_control() is not None, more, earlier)
+        outcome = refine(self, job, usable)
+        self.efficiency = outcome.efficiency  # what the search measured last, kept for callers
+        rec, optimized = outcome.recommendation.to_dict(), outcome.final
         rec["sla_source"] = sla_source
         if recorded:
             names = sorted(d.name for d in (run_dir / "trials").glob("*")
                            if (d / "summary.json").exists())
             new = [n for n in names if n not in recorded]
-            self._say(f"trials reused from the run folder: {', '.join(sorted(recorded))}; "
-                      f"measured now: {', '.join(new) or 'none'}", always=True)
+            self.say(f"trials reused from the run folder: {', '.join(sorted(recorded))}; "
+                     f"measured now: {', '.join(new) or 'none'}", always=True)
         if phase_note:
             rec.setdefault("notes", []).append(phase_note)
         result = self._finish(run_dir, baseline, reference, optimized, rec, profile,
@@ -255,26 +267,26 @@ class CloudResourceOptimizer:
         allocations = within_budget(self.budget, allocations, done)
         if manager.batch_control() is None:
             hint = manager.batch_knob_hint()
-            self._say("batch size: the script neither takes --batch-size-arg nor reads "
-                      "OPTIMIZER_BATCH_SIZE, so it is not varied and the model keeps it fixed"
-                      + (f"; its source names a batch size: {hint} would let cloudopt vary it"
-                         if hint else ""), always=hint is not None)
+            self.say("batch size: the script neither takes --batch-size-arg nor reads "
+                     "OPTIMIZER_BATCH_SIZE, so it is not varied and the model keeps it fixed"
+                     + (f"; its source names a batch size: {hint} would let cloudopt vary it"
+                        if hint else ""), always=hint is not None)
         elif self._default_batch is None:
-            self._say("batch size: the script's default is not known from its source; trials at "
-                      "the default take the batch_size=N it prints, if any")
+            self.say("batch size: the script's default is not known from its source; trials at "
+                     "the default take the batch_size=N it prints, if any")
         else:
-            self._say(f"batch size: the script's default is {self._default_batch} (read from "
-                      "its source)")
+            self.say(f"batch size: the script's default is {self._default_batch} (read from "
+                     "its source)")
         probe = None if opts.probe_seconds == 0 else (opts.probe_seconds or cfg.run.probe_seconds)
-        self._say(f"{manager.module_path}: {len(allocations)} baseline trial(s), "
-                  f"{'probes of ' + format(probe, 'g') + ' s' if probe else 'full runs'}")
+        self.say(f"{manager.module_path}: {len(allocations)} baseline trial(s), "
+                 f"{'probes of ' + format(probe, 'g') + ' s' if probe else 'full runs'}")
         trials = run_baseline(manager, allocations, run_dir, cfg, probe_seconds=probe,
                               total_samples=opts.total_samples, quiet=self.quiet,
                               executor=self.trial_executor(), ref_batch=self._default_batch)
         self._say_replaced(manager)
         settable = manager.batch_control() is not None
-        return [self._label_batch(t, run_dir / "trials" / probes.trial_folder(run_dir, t),
-                                  settable) for t in trials]
+        return [self.label_batch(t, run_dir / "trials" / probes.trial_folder(run_dir, t),
+                                 settable) for t in trials]
 
     def _earlier_trials(self, manager: TrainingModuleManager, run_dir: Path,
                         have: list[TrialSummary]) -> list[TrialSummary]:
@@ -289,11 +301,11 @@ class CloudResourceOptimizer:
                 continue
             t = manager.recorded_trial(d)
             if t is not None and t.ok and t.throughput:
-                out.append(self._label_batch(t, d, manager.batch_control() is not None))
+                out.append(self.label_batch(t, d, manager.batch_control() is not None))
         self._say_replaced(manager)
         if out:
-            self._say("measured earlier in this run folder, in the running for the final "
-                      "choice: " + ", ".join(t.trial_id for t in out), always=True)
+            self.say("measured earlier in this run folder, in the running for the final "
+                     "choice: " + ", ".join(t.trial_id for t in out), always=True)
         return out
 
     def _planned_probes(self, manager: TrainingModuleManager, analysis: dict[str, Any],
@@ -305,7 +317,8 @@ class CloudResourceOptimizer:
                                 reference_batch=self._default_batch,
                                 vary_batch=manager.batch_control() is not None)
 
-    def _label_batch(self, t: TrialSummary, trial_dir: Path, settable: bool) -> TrialSummary:
+    def label_batch(self, t: TrialSummary, trial_dir: Path, settable: bool) -> TrialSummary:
+        """``t`` labelled with the batch size it ran with (the script's own where unset)."""
         return label_batch(t, trial_dir, self._default_batch, settable)
 
     def plan_trials(self, analysis: dict[str, Any], offline_logs: str | None = None, *,
@@ -325,7 +338,7 @@ class CloudResourceOptimizer:
                                              resources=cfg.resources)
             allocations = [start, *[a for a in allocations if a != start]]
             allocations = allocations[: cfg.run.baseline_samples + extra]
-            self._say(f"offline logs suggest starting from {start.key()}")
+            self.say(f"offline logs suggest starting from {start.key()}")
         return allocations
 
     def _set_sla(self, trials: list[TrialSummary], opts: JobOptions) -> str:
@@ -354,28 +367,19 @@ class CloudResourceOptimizer:
             if opts.phase_model:  # a model the user named must work
                 raise
             return None, f"phases not used: {exc}"
-        self._say("phases of the baseline trace: " + ", ".join(
+        self.say("phases of the baseline trace: " + ", ".join(
             f"{p} ({f:.0%})" for p, f in profile.sequence))
         agreement = stage_agreement(pd.read_csv(trace_path), profile.labels,
                                     trace_path.with_name("stages.csv"))
         if agreement is not None:  # the probe's stage marks are this trace's ground truth
             profile.stage_agreement = agreement
-            self._say(f"phases against the stages the probe marked ({', '.join(agreement['stages'])}):"
-                      f" adjusted Rand index {agreement['adjusted_rand']:.2f} over "
-                      f"{agreement['samples']} samples")
+            self.say(f"phases against the stages the probe marked ({', '.join(agreement['stages'])}):"
+                     f" adjusted Rand index {agreement['adjusted_rand']:.2f} over "
+                     f"{agreement['samples']} samples")
         return profile, None
 
-    def _recommend(self, usable: list[TrialSummary], reference: TrialSummary,
-                   total: float | None, profile: Any, run_dir: Path,
-                   opts: JobOptions, round_k: int = 0) -> tuple[dict[str, Any], Any]:
-        """Stage 4 for one round (:func:`optimizer.search.planning.plan_round`)."""
-        from optimizer.search.planning import plan_round
-
-        budget = opts.agent_seconds or self.config.run.agent_seconds
-        return plan_round(self, usable, reference, total, profile, run_dir, budget, round_k)
-
-    def _measure(self, manager: TrainingModuleManager, alloc: Allocation, prefix: str,
-                 run_dir: Path, opts: JobOptions, total: float | None) -> TrialSummary:
+    def measure(self, manager: TrainingModuleManager, alloc: Allocation, prefix: str,
+                run_dir: Path, opts: JobOptions, total: float | None) -> TrialSummary:
         """Run ``alloc`` as trial ``trials/<prefix>-<key>`` (reloaded when recorded): to its end
         when the time box would cut it short of little, else as a probe. It runs under the
         baseline's memory limit (the request is sized later, from what it used); killed there,
@@ -392,8 +396,8 @@ class CloudResourceOptimizer:
                                          self.config.resources.memory_max)
             if more is None:
                 break
-            self._say(f"{chain[-1].trial_id} was killed at its {alloc.memory_gb:g} GB limit "
-                      f"(peak {chain[-1].mem_gb_peak:.2f} GB): again with {more:g} GB")
+            self.say(f"{chain[-1].trial_id} was killed at its {alloc.memory_gb:g} GB limit "
+                     f"(peak {chain[-1].mem_gb_peak:.2f} GB): again with {more:g} GB")
             alloc = dataclasses.replace(alloc, memory_gb=more)
             chain.append(self._measure_once(manager, alloc, prefix, run_dir, opts, total))
         self.oom_chain = chain if oom_retry.killed_for_memory(chain[-1]) else []
@@ -410,7 +414,7 @@ class CloudResourceOptimizer:
         probe = None if opts.probe_seconds == 0 else (opts.probe_seconds or run.probe_seconds)
         if probe and probe >= 0.5 * run.trial_timeout_s:
             probe = None
-        self._say(f"measuring {alloc.key()} ({'probe' if probe else 'whole job'})")
+        self.say(f"measuring {alloc.key()} ({'probe' if probe else 'whole job'})")
         target = (target_for_batch(alloc.batch_size, run_dir, self._default_batch,
                                    again=prefix.startswith(RUNOFF_PREFIX))  # a 2nd curve
                   if probe and run.goodput and alloc.batch_size is not None else None)

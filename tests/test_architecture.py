@@ -25,6 +25,13 @@ the rest of ``phases`` never imports.
   interpreter, not from a reader.
 - No module over 500 lines, no folder with more than 15 modules, and ``optimizer/``'s top level
   holds only the doors and its rooms.
+
+Inside ``optimizer/search``, the pipeline is a typed port
+(``optimizer.search.loop.port.SearchPort``):
+
+- no ``x._private`` of an object other than ``self``, ``cls`` or the module itself;
+- no parameter named ``opt``, ``port`` or ``pipeline`` annotated ``Any``;
+- no function over 60 lines, from its ``def`` to its last line.
 """
 
 from __future__ import annotations
@@ -310,3 +317,106 @@ def test_checker_finds_cycles_through_lazy_and_relative_imports(tmp_path):
         },
     )
     assert import_cycles(import_edges(root)) == [["optimizer.a", "optimizer.b"]]
+
+
+# Inside the search: the pipeline is reached through its typed port, by public names only.
+SEARCH = ("optimizer", "search")
+MAX_FUNCTION_LINES = 60
+PORT_NAMES = frozenset({"opt", "port", "pipeline"})
+"""Parameters that stand for the pipeline: never annotated ``Any`` (their type is the port)."""
+
+
+def _search_modules(root: Path) -> list[Path]:
+    return sorted(root.joinpath(*SEARCH).rglob("*.py"))
+
+
+def _is_any(annotation: ast.expr | None) -> bool:
+    if annotation is None:
+        return False
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        return annotation.value in ("Any", "typing.Any")
+    return (isinstance(annotation, ast.Name) and annotation.id == "Any") or (
+        isinstance(annotation, ast.Attribute) and annotation.attr == "Any")
+
+
+def private_reaches(root: Path) -> list[str]:
+    """``module:line: text`` for every ``x._name`` in the search whose ``x`` is not ``self``,
+    ``cls`` or the module itself: a private name of another object is no interface."""
+    out = []
+    for path in _search_modules(root):
+        own = path.stem
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if not (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                    and not node.attr.startswith("__")):
+                continue
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls", own):
+                continue
+            out.append((str(path.relative_to(root)), node.lineno, ast.unparse(node)))
+    return [f"{rel}:{line}: {text}" for rel, line, text in sorted(out)]
+
+
+def untyped_ports(root: Path) -> list[str]:
+    """``module:line: function(parameter)`` for every parameter named like the pipeline
+    (:data:`PORT_NAMES`) and annotated ``Any`` in the search."""
+    out = []
+    for path in _search_modules(root):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            a = node.args
+            for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs]:
+                if arg.arg in PORT_NAMES and _is_any(arg.annotation):
+                    name = getattr(node, "name", "lambda")
+                    out.append((str(path.relative_to(root)), node.lineno, f"{name}({arg.arg})"))
+    return [f"{rel}:{line}: {text}" for rel, line, text in out]
+
+
+def long_functions(root: Path, most: int = MAX_FUNCTION_LINES) -> dict[str, int]:
+    """``module:line function`` → lines, from ``def`` to the function's last line, for every
+    function in the search longer than ``most``."""
+    out = {}
+    for path in _search_modules(root):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > most:
+                    out[f"{path.relative_to(root)}:{node.lineno} {node.name}"] = n
+    return out
+
+
+def test_the_search_reaches_no_private_name_of_another_object():
+    bad = private_reaches(ROOT)
+    assert not bad, ("the search reaches private names of other objects (add what it needs to "
+                     "optimizer/search/loop/port.py's SearchPort, by a public name):\n  "
+                     + "\n  ".join(bad))
+
+
+def test_the_search_takes_the_pipeline_as_its_typed_port():
+    bad = untyped_ports(ROOT)
+    assert not bad, ("parameters standing for the pipeline typed Any (type them SearchPort, or "
+                     "pass the values they need):\n  " + "\n  ".join(bad))
+
+
+def test_functions_of_the_search_are_short():
+    long = long_functions(ROOT)
+    assert not long, (f"functions of the search over {MAX_FUNCTION_LINES} lines (split them: "
+                      f"one step each): {long}")
+
+
+def test_search_checkers_find_what_they_look_for(tmp_path):
+    bad = ("from typing import Any\n\n\n"
+           "def refine(opt: Any, pipeline: 'Any', port: SearchPort, x: Any):\n"
+           "    opt._say('hi')\n"
+           "    port._measure\n"
+           "    self._fine, cls._fine, mod._fine = 1, 2, 3\n"
+           "    return port.__class__\n")
+    root = _tree(tmp_path, {"optimizer/search/mod.py": bad,
+                            "optimizer/trials/other.py": "def f(opt: Any):\n    opt._x()\n"})
+    assert private_reaches(root) == ["optimizer/search/mod.py:5: opt._say",
+                                     "optimizer/search/mod.py:6: port._measure"]
+    assert untyped_ports(root) == ["optimizer/search/mod.py:4: refine(opt)",
+                                   "optimizer/search/mod.py:4: refine(pipeline)"]
+    body = "".join(f"    x = {i}\n" for i in range(MAX_FUNCTION_LINES - 1))
+    _tree(tmp_path, {"optimizer/search/long.py": f"def fits():\n{body}\n\n"
+                                                 f"def over():\n{body}    x = 0\n"})
+    assert long_functions(root) == {"optimizer/search/long.py:63 over": MAX_FUNCTION_LINES + 1}

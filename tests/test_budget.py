@@ -17,6 +17,9 @@ from optimizer.foundation.config import load_config
 from optimizer.foundation.errors import ConfigError
 from optimizer.search import refine as refine_module
 from optimizer.search.budget import RunBudget, auto_budget, make_budget, search_cost
+from optimizer.search.loop import finish as finish_module
+from optimizer.search.loop.state import SearchJob
+from optimizer.search.planning import RoundPlan
 from optimizer.trials.records import TrialSummary
 
 
@@ -70,25 +73,25 @@ def test_the_search_cost_and_its_break_even():
     assert never["break_even_jobs"] is None and "never pays back" in never["note"]
 
 
-class _Opt:
+class _Port:
     def __init__(self, config, budget):
         self.config, self.user_preference, self.budget = config, "cost", budget
         self.measured, self.said = [], []
 
-    def _recommend(self, usable, reference, total, profile, run_dir, opts, k):
-        return {"agent": "reinforce", "allocation": Allocation(0, 2, 4.0, 64 * (k + 2)),
-                "fit": {"max_rel_error": 0.0}}, None
+    def plan(self, port, job, usable, k):
+        return RoundPlan({"agent": "reinforce", "allocation": Allocation(0, 2, 4.0, 64 * (k + 2)),
+                          "fit": {"max_rel_error": 0.0}}, None, None)
 
-    def _measure(self, manager, alloc, prefix, run_dir, opts, total):
+    def measure(self, manager, alloc, prefix, run_dir, opts, total):
         self.measured.append(alloc)
         tid = f"{prefix}-{alloc.key()}"
         _record(run_dir / "trials", tid)
         return _trial(tid, cpus=alloc.cpus)
 
-    def _label_batch(self, trial, trial_dir, settable):
+    def label_batch(self, trial, trial_dir, settable):
         return trial
 
-    def _say(self, text, always=False):
+    def say(self, text, always=False):
         self.said.append(text)
 
 
@@ -96,14 +99,16 @@ def test_the_closed_loop_stops_when_the_budget_leaves_only_the_run_off(tmp_path,
     cfg = load_config(None, {"run": {"refine_rounds": 8, "runoff_rounds": 2, "runoff_size": 2}})
     for tid in ("00", "01", "02"):  # the baseline's three runs
         _record(tmp_path / "trials", tid)
-    opt = _Opt(cfg, RunBudget(8, tmp_path / "trials"))
-    monkeypatch.setattr(refine_module, "runoff", lambda *a, **k: [])
+    port = _Port(cfg, RunBudget(8, tmp_path / "trials"))
+    monkeypatch.setattr(finish_module, "runoff", lambda *a, **k: [])
     trials = [_trial(t) for t in ("00", "01", "02")]
     more = [Allocation(0, 2, 4.0, 64 * k) for k in range(2, 12)]
     manager = SimpleNamespace(workers_arg=None, default_batch_size=lambda: 64)
-    rec, _, _ = refine_module.refine(opt, manager, trials, trials[0], 1e4, None, tmp_path,
-                                     SimpleNamespace(), more, True)
-    assert len(opt.measured) == 3  # 8 runs - 3 made - 2 kept for one run-off round
+    job = SearchJob(manager, tmp_path, SimpleNamespace(), 1e4, trials[0], more_probes=more)
+    outcome = refine_module.refine(port, job, trials, planner=port.plan)
+    rec = outcome.recommendation.to_dict()
+    assert len(port.measured) == 3  # 8 runs - 3 made - 2 kept for one run-off round
+    assert outcome.stop.rule == "budget"
     stop = rec["rounds"][-1]
     assert stop["action"] == "stop" and stop["proposed_by"] == "budget"
     assert "budget of 8 real runs" in stop["why"] and "2 kept" in stop["why"]
@@ -131,36 +136,32 @@ def test_a_run_that_costs_more_than_it_can_save_is_not_made():
     """The closed loop's stopping rule: the largest expected improvement, saved over
     [run].job_runs runs of the job, against one run's cost (a 20 s probe, or the whole job when
     shorter)."""
-    from types import SimpleNamespace
-
     from optimizer.foundation.allocation import Allocation
     from optimizer.foundation.config import OptimizerConfig
     from optimizer.search.acquisition import ProbeChoice
-    from optimizer.search.refine import not_worth_a_run
+    from optimizer.search.loop.expected import not_worth_a_run
     from optimizer.trials.records import TrialSummary
 
-    def opt(job_runs, preference="cost"):
+    def worth(job_runs, job_s, pick, preference="cost"):
         cfg = OptimizerConfig()
         cfg.run.job_runs = job_runs
-        return SimpleNamespace(config=cfg, user_preference=preference, efficiency=None)
-
-    def trials(job_s):
-        return [TrialSummary(trial_id="00", status="completed", allocation=Allocation(0, 2, 4.0),
-                             wall_time_s=job_s, samples=1000.0 * job_s, throughput=1000.0,
-                             total_samples=1000.0 * job_s, mem_gb_peak=1.0)]
+        trials = [TrialSummary(trial_id="00", status="completed",
+                               allocation=Allocation(0, 2, 4.0), wall_time_s=job_s,
+                               samples=1000.0 * job_s, throughput=1000.0,
+                               total_samples=1000.0 * job_s, mem_gb_peak=1.0)]
+        return not_worth_a_run(cfg, preference, None, trials, pick, None)
 
     choice = ProbeChoice(Allocation(0, 1, 4.0), expected_improvement=0.05, spread=0.1)
-    opts = SimpleNamespace(probe_seconds=None)
     # A 10 s job: 5% of it saved 100 times is 50 s of job; one run is the whole 10 s job.
-    assert not_worth_a_run(opt(100), trials(10.0), choice, opts) is None
-    why = not_worth_a_run(opt(10), trials(10.0), choice, opts)
+    assert worth(100, 10.0, choice) is None
+    why = worth(10, 10.0, choice)
     assert why and "over 10 runs of the job" in why and "5.0%" in why
     # An hour-long job: a 20 s probe is worth it even for a single run of the job.
-    assert not_worth_a_run(opt(1), trials(3600.0), choice, opts) is None
-    assert not_worth_a_run(opt(1, "time"), trials(3600.0), choice, opts) is None
-    assert "s a job" in not_worth_a_run(opt(1, "time"), trials(10.0), choice, opts)
-    assert not_worth_a_run(opt(0), trials(10.0), choice, opts) is None  # 0: never
-    assert not_worth_a_run(opt(10), trials(10.0), None, opts) is None
+    assert worth(1, 3600.0, choice) is None
+    assert worth(1, 3600.0, choice, "time") is None
+    assert "s a job" in worth(1, 10.0, choice, "time")
+    assert worth(0, 10.0, choice) is None  # 0: never
+    assert worth(10, 10.0, None) is None
 
 
 def test_a_small_budget_is_split_between_probes_the_loop_and_the_run_off():

@@ -12,6 +12,7 @@ from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import load_config
 from optimizer.foundation.errors import CloudoptError, ConfigError
 from optimizer.search.choice import best_measured, objective_table, separated
+from optimizer.search.loop.state import SearchJob, SearchState
 from optimizer.search.runoff import (
     contenders,
     cpu_neighbour,
@@ -149,14 +150,16 @@ def test_a_runoff_contender_leaves_once_separated_from_the_leader():
 
 
 class _DriftingMachine:
-    """A fake optimizer whose machine slows down by 10% an hour; ``speed`` holds each
+    """A fake search port whose machine slows down by 10% an hour; ``speed`` holds each
     setting's throughput on the machine at full speed. Runs are recorded by name."""
+
+    budget = None  # no limit unless a test sets one
 
     def __init__(self, speed, start_hour=0):
         self.config, self.user_preference = load_config(), "time"
         self.speed, self.hour, self.recorded = speed, start_hour, {}
 
-    def _measure(self, manager, alloc, prefix, run_dir, opts, total):
+    def measure(self, manager, alloc, prefix, run_dir, opts, total):
         name = f"{prefix}-{alloc.key()}"
         if name not in self.recorded:
             self.hour += 1
@@ -168,8 +171,15 @@ class _DriftingMachine:
             self.recorded[name] = t
         return self.recorded[name]
 
-    def _label_batch(self, trial, path, settable):
+    def label_batch(self, trial, path, settable):
         return trial
+
+
+def _runoff(machine, trials, run_dir, rounds):
+    """The run-off on ``machine`` (a fake port), adding to ``trials`` and ``rounds``."""
+    state = SearchState(machine, SearchJob(None, run_dir), trials, rounds,
+                        efficiency=getattr(machine, "efficiency", None))
+    return runoff(state)
 
 
 def test_the_runoff_measures_the_contenders_back_to_back_and_decides_alone(tmp_path):
@@ -179,7 +189,7 @@ def test_the_runoff_measures_the_contenders_back_to_back_and_decides_alone(tmp_p
     earlier = [_trial("b64", 1, 64, 92, 0, 1), _trial("b128", 1, 128, 100, 0, 1)]
     machine = _DriftingMachine({64: 108, 128: 100})
     trials, rounds = list(earlier), []
-    block = runoff(machine, None, trials, None, tmp_path, None, True, rounds)
+    block = _runoff(machine, trials, tmp_path, rounds)
     assert len(block) >= 4 and all(r["proposed_by"] == "run-off" for r in rounds)
     ran = [t.allocation.batch_size for t in trials[2:]]
     assert ran[:4] == [128, 64, 64, 128]  # every round runs both, the order rotating
@@ -191,12 +201,11 @@ def test_the_runoff_measures_the_contenders_back_to_back_and_decides_alone(tmp_p
     # Resumed: the same contenders, every run reloaded as recorded, nothing measured again.
     hour = machine.hour
     again = list(earlier)
-    assert runoff(machine, None, again, None, tmp_path, None, True, []) == block
+    assert _runoff(machine, again, tmp_path, []) == block
     assert machine.hour == hour
     # One setting far ahead: no run-off, the choice is made over all trials.
     lone = [_trial("b64", 1, 64, 150, 0, 1), _trial("b128", 1, 128, 100, 0, 1)]
-    assert runoff(_DriftingMachine({64: 150, 128: 100}), None, lone, None, tmp_path, None, True,
-                  []) == []
+    assert _runoff(_DriftingMachine({64: 150, 128: 100}), lone, tmp_path, []) == []
 
 
 def test_the_leader_at_half_its_cpus_joins_the_runoff_where_no_trial_ran_it(tmp_path):
@@ -213,7 +222,7 @@ def test_the_leader_at_half_its_cpus_joins_the_runoff_where_no_trial_ran_it(tmp_
     assert cpu_neighbour(leader, ran) is None  # measured, and far behind: no second chance
     machine = _DriftingMachine({(2, 16): 100, (1, 16): 112, 32: 70})
     trials, rounds = list(probes), []
-    block = runoff(machine, None, trials, None, tmp_path, None, True, rounds)
+    block = _runoff(machine, trials, tmp_path, rounds)
     assert {(t.allocation.cpus, t.allocation.batch_size) for t in trials[3:]} == {(2, 16), (1, 16)}
     assert "the leader at half its CPUs, which no trial ran" in rounds[0]["why"]
     best = best_measured(trials, machine.config, "time", runoff=block)[0]
@@ -224,7 +233,7 @@ def test_the_leader_at_half_its_cpus_joins_the_runoff_where_no_trial_ran_it(tmp_
         t.allocation = Allocation(0, 2, 4.0, 16, w)
     machine = _DriftingMachine({16: 100})
     trials = list(close)
-    runoff(machine, None, trials, None, tmp_path / "full", None, True, [])
+    _runoff(machine, trials, tmp_path / "full", [])
     assert [(t.allocation.cpus, t.allocation.workers) for t in trials[3:6]] == \
         [(2, 0), (1, 0), (2, 1)]
 
@@ -248,7 +257,7 @@ def test_runoff_rounds_and_size_are_the_users(tmp_path):
     machine = _DriftingMachine({64: 100, 128: 98, 256: 97})
     machine.config = load_config(overrides={"run": {"runoff_rounds": 2, "runoff_size": 2}})
     trials = list(close)
-    block = runoff(machine, None, trials, None, tmp_path, None, True, [])
+    block = _runoff(machine, trials, tmp_path, [])
     assert len(block) == 4
     assert {t.allocation.batch_size for t in trials[3:]} == {64, 128}
     # Two runs each, 2% apart: the runs' noise cannot separate them, and the choice says so.
@@ -260,7 +269,7 @@ def test_runoff_rounds_and_size_are_the_users(tmp_path):
     machine = _DriftingMachine({64: 100, 128: 98, 256: 97})
     machine.config = load_config(overrides={"run": {"runoff_rounds": 0}})
     trials = list(close)
-    assert runoff(machine, None, trials, None, tmp_path / "none", None, True, []) == []
+    assert _runoff(machine, trials, tmp_path / "none", []) == []
     assert len(trials) == 3 and machine.hour == 0
     with pytest.raises(ConfigError, match=r"\[run\].runoff_size"):
         load_config(overrides={"run": {"runoff_size": 1}})
@@ -286,7 +295,7 @@ def test_a_budget_short_of_a_whole_round_runs_off_the_best_settings_it_can_affor
     machine = _DriftingMachine({64: 100, 128: 98, 256: 97})
     machine.budget = TwoLeft()
     trials = list(close)
-    block = runoff(machine, None, trials, None, tmp_path, None, True, [])
+    block = _runoff(machine, trials, tmp_path, [])
     assert len(block) == 2 and {t.allocation.batch_size for t in trials[3:]} == {64, 128}
 
 

@@ -127,8 +127,6 @@ def test_efficiency_is_off_and_says_so_when_no_probe_saw_gradients(tmp_path):
 
 
 def test_the_model_the_agents_plan_on_uses_goodput_when_measured():
-    from types import SimpleNamespace
-
     from optimizer.search.planning import fit_env_config
 
     cfg = load_config(None, {"resources": {"cpu_count_max": 2, "gpu_count_max": 0}})
@@ -137,9 +135,8 @@ def test_the_model_the_agents_plan_on_uses_goodput_when_measured():
     trials += [TrialSummary("c2", "completed", Allocation(0, 2, 8.0, 128), wall_time_s=600.0,
                             samples=TOTAL, throughput=1700.0, hourly_cost=0.1, cost=0.02,
                             total_samples=TOTAL, predicted_total_time_s=600.0, mem_gb_peak=1.0)]
-    opt = SimpleNamespace(config=cfg, user_preference="time")
-    off = fit_env_config(opt, trials, trials[1], TOTAL, None)
-    on = fit_env_config(opt, trials, trials[1], TOTAL, None, _efficiency(300.0))
+    off = fit_env_config(cfg, "time", trials, trials[1], TOTAL, None)
+    on = fit_env_config(cfg, "time", trials, trials[1], TOTAL, None, _efficiency(300.0))
     assert off.workload.efficiency(512) == 1.0
     assert on.workload.params.ref_batch == 128
     assert on.workload.efficiency(512) == pytest.approx(428 / 812)

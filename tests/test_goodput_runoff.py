@@ -28,6 +28,7 @@ from optimizer.search.goodput.efficiency import (
     loss_points,
 )
 from optimizer.search.goodput.probe_target import target_for_batch, trained_records
+from optimizer.search.loop.state import SearchJob, SearchState
 from optimizer.search.runoff import contenders, runoff, uncertain, with_workers
 from optimizer.trials.probe import EVENTS_FILE, ProbeRecord
 from optimizer.trials.records import TrialSummary
@@ -159,13 +160,15 @@ def test_contenders_at_the_scripts_workers_race_at_the_count_the_sweep_chose():
 
 
 class _Machine:
-    """A fake optimizer measuring each setting at a fixed samples/s (by batch and workers)."""
+    """A fake search port measuring each setting at a fixed samples/s (by batch and workers)."""
+
+    budget = None
 
     def __init__(self, speed, efficiency):
         self.config, self.user_preference = load_config(), "time"
         self.speed, self.efficiency, self.recorded = speed, efficiency, {}
 
-    def _measure(self, manager, alloc, prefix, run_dir, opts, total):
+    def measure(self, manager, alloc, prefix, run_dir, opts, total):
         name = f"{prefix}-{alloc.key()}"
         if name not in self.recorded:
             self.recorded[name] = _probe(name, alloc.batch_size,
@@ -173,14 +176,21 @@ class _Machine:
                                          alloc.workers)
         return self.recorded[name]
 
-    def _label_batch(self, trial, path, settable):
+    def label_batch(self, trial, path, settable):
         return trial
+
+
+def _runoff(machine, trials, run_dir, rounds):
+    """The run-off on ``machine`` (a fake port), adding to ``trials`` and ``rounds``."""
+    state = SearchState(machine, SearchJob(None, run_dir), trials, rounds,
+                        efficiency=getattr(machine, "efficiency", None))
+    return runoff(state)
 
 
 def test_the_runoff_takes_the_uncertain_batch_at_the_sweeps_workers(tmp_path):
     machine = _Machine({(64, 0): 100.0, (16, 0): 95.0, (32, 0): 90.0}, _efficiency(1.46))
     trials, rounds = list(TAB), []
-    block = runoff(machine, None, trials, None, tmp_path, None, True, rounds)
+    block = _runoff(machine, trials, tmp_path, rounds)
     ran = {(t.allocation.batch_size, t.allocation.workers) for t in trials[len(TAB):]}
     # The default at 64 became the leader's setting, which left room for batch 32 as well.
     assert ran == {(64, 0), (32, 0), (16, 0)} and block

@@ -68,11 +68,11 @@ def test_the_scripts_rate_from_its_arguments_or_its_source():
     assert twin.train_args == ["--steps", "9", "--lr", "0.6"]
 
 
-class _Opt:
+class _Port:
     def __init__(self, tmp_path):
         self.tmp_path, self.measured = tmp_path, []
 
-    def _measure(self, manager, alloc, prefix, run_dir, opts, total):
+    def measure(self, manager, alloc, prefix, run_dir, opts, total):
         self.measured.append((prefix, list(manager.train_args)))
         return manager.run_training(alloc, run_dir / "trials" / f"{prefix}-{alloc.key()}",
                                     resource_config=ResourceConfig(cpu_count_max=1,
@@ -80,7 +80,7 @@ class _Opt:
                                                                    gpu_count_max=0),
                                     probe_seconds=None, timeout_s=60, quiet=True)
 
-    def _label_batch(self, trial, trial_dir, settable):
+    def label_batch(self, trial, trial_dir, settable):
         return trial
 
 
@@ -91,9 +91,9 @@ def test_both_rules_are_measured_at_the_recommended_setting(tmp_path):
     # square-root rule's has not (at 1000 both sit on the noise floor: a coin flip).
     manager = TrainingModuleManager(script, ["--steps", "300"])
     manager.load_module()
-    opt = _opt = _Opt(tmp_path)
-    final = _opt._measure(manager, Allocation(0, 1, 2.0, 64), "final", tmp_path / "run", None,
-                          None)
+    opt = _Port(tmp_path)
+    final = opt.measure(manager, Allocation(0, 1, 2.0, 64), "final", tmp_path / "run", None,
+                        None)
     assert final.ok
     out = tune_learning_rate(opt, manager, final, 16, "--lr", tmp_path / "run", None, None, True)
     assert out["script_lr"] == 0.002

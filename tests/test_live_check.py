@@ -74,7 +74,7 @@ def test_live_round_writes_the_plan_and_says_why_it_was_not_measured(run_dir):
     said = []
     opt = SimpleNamespace(config=config, quiet=True, budget=SimpleNamespace(
         total=2, allows=lambda n=1, reserve=0: False),
-        _say=lambda text, always=False: said.append(text))
+        say=lambda text, always=False: said.append(text))
     opts = SimpleNamespace(agent_seconds=1.0, probe_seconds=None)
     out = live_round(opt, None, env_config, Allocation(0, 2, 2.0, 128), run_dir, opts)
     assert out["measured"] is None and not out["recommended"]
@@ -147,7 +147,7 @@ def test_a_static_request_below_a_stages_peak_still_gets_a_plan(run_dir, memory_
     base = EnvConfig(workload="mlp-cpu", preference="time")
     env_config = base.replace(workload=CloudEnvironment(base).resolved.workload)
     opt = SimpleNamespace(config=config, quiet=True, budget=SimpleNamespace(
-        total=2, allows=lambda n=1, reserve=0: False), _say=lambda text, always=False: None)
+        total=2, allows=lambda n=1, reserve=0: False), say=lambda text, always=False: None)
     opts = SimpleNamespace(agent_seconds=1.0, probe_seconds=None)
     out = live_round(opt, None, env_config, Allocation(0, 2, memory_gb, 128), run_dir, opts)
     assert "plan" in out and not out["why"].startswith("no live plan"), out["why"]
@@ -163,8 +163,8 @@ def test_a_failure_while_planning_per_stage_leaves_the_static_recommendation(run
     monkeypatch.setattr(live_check, "build_live_plan", broken)
     said = []
     log = run_dir / "main.log"
-    opt = SimpleNamespace(config=OptimizerConfig(), quiet=True, _log_path=log,
-                          _say=lambda text, always=False: said.append(text))
+    opt = SimpleNamespace(config=OptimizerConfig(), quiet=True, log_path=log,
+                          say=lambda text, always=False: said.append(text))
     out = live_round(opt, None, None, Allocation(0, 2, 1.0, 128), run_dir,
                      SimpleNamespace(agent_seconds=1.0, probe_seconds=None))
     assert out == {"why": "no live plan: planning per stage failed (ValueError: a cannot be "
@@ -190,7 +190,7 @@ def _planned(monkeypatch, live_check, phases):
     config.run.trial_timeout_s = 600
     opt = SimpleNamespace(config=config, quiet=True, budget=SimpleNamespace(
         total=20, allows=lambda n=1, reserve=0: True),
-        _say=lambda text, always=False: said.append(text))
+        say=lambda text, always=False: said.append(text))
     return opt, SimpleNamespace(agent_seconds=1.0, probe_seconds=None, phase_model=None), said
 
 

@@ -16,8 +16,8 @@ from optimizer.foundation.allocation import (
 from optimizer.foundation.config import load_config
 from optimizer.reports.run_report import _answer
 from optimizer.search.choice import best_measured
+from optimizer.search.loop.finish import choice_words
 from optimizer.search.planning import _fallback
-from optimizer.search.refine import choice_words
 from optimizer.search.runoff import standings, tie_note
 from optimizer.trials.records import TrialSummary
 
@@ -126,7 +126,7 @@ def test_the_fallback_note_and_the_answer_name_no_trial():
     trials = [_trial("00-g0-c2-m4-b128", 2, 128, 400, 1),
               _trial("01-g0-c1-m4-b128", 1, 128, 300, 2)]
     opt = SimpleNamespace(config=load_config(), user_preference="cost",
-                          _say=lambda *a, **k: None)
+                          say=lambda *a, **k: None)
     note = _fallback(opt, trials, "one batch size")["notes"][0]
     _readable(note)
     assert "the best measured baseline setting (1 CPU, 4 GB, batch 128: $" in note

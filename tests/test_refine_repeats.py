@@ -5,9 +5,14 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
+
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import load_config
 from optimizer.search import refine as refine_module
+from optimizer.search.loop.expected import Acquisition
+from optimizer.search.loop.state import SearchJob
+from optimizer.search.planning import RoundPlan
 from optimizer.trials.records import TrialSummary
 
 
@@ -22,26 +27,28 @@ FAKE_MODEL = SimpleNamespace(workload=SimpleNamespace(
     meta={}, predict_trial=lambda alloc: {"throughput": 100.0}))
 
 
-class FakeOptimizer:
+class FakePort:
     """Plans the same setting every round, with a fit too poor to trust, and an acquisition
     that can only propose that setting again."""
+
+    budget = None
 
     def __init__(self, config, setting):
         self.config, self.user_preference, self.setting = config, "cost", setting
         self.measured, self.said = [], []
 
-    def _recommend(self, usable, reference, total, profile, run_dir, opts, k):
-        return {"agent": "reinforce", "allocation": self.setting,
-                "fit": {"max_rel_error": 0.9}}, FAKE_MODEL
+    def plan(self, port, job, usable, k):
+        return RoundPlan({"agent": "reinforce", "allocation": self.setting,
+                          "fit": {"max_rel_error": 0.9}}, FAKE_MODEL, None)
 
-    def _measure(self, manager, alloc, prefix, run_dir, opts, total):
+    def measure(self, manager, alloc, prefix, run_dir, opts, total):
         self.measured.append(alloc)
         return _trial(100 + len(self.measured), alloc)
 
-    def _label_batch(self, trial, trial_dir, settable):
+    def label_batch(self, trial, trial_dir, settable):
         return trial
 
-    def _say(self, text, always=False):
+    def say(self, text, always=False):
         self.said.append(text)
 
 
@@ -50,17 +57,16 @@ def test_the_loop_stops_instead_of_a_fifth_run_of_one_setting(tmp_path, monkeypa
     config.run.refine_rounds = 8
     config.run.runoff_rounds = 0
     setting = Allocation(0, 1, 4.0, 64)
-    opt = FakeOptimizer(config, setting)
+    port = FakePort(config, setting)
     pick = SimpleNamespace(allocation=setting, expected_improvement=0.05)
-    monkeypatch.setattr(refine_module, "_probe_by_improvement",
-                        lambda *a, **k: (pick, None, [setting], (0, 0)))
-    monkeypatch.setattr(refine_module, "_spread_of", lambda *a: None)
+    monkeypatch.setattr(refine_module, "probe_by_improvement",
+                        lambda *a, **k: Acquisition(pick, np.zeros((1, 1)), [setting], (0, 0)))
     trials = [_trial(0, setting), _trial(1, Allocation(0, 2, 4.0, 64))]
     manager = SimpleNamespace(workers_arg=None, default_batch_size=lambda: 64)
-    rec, final, everything = refine_module.refine(
-        opt, manager, trials, trials[0], 1000.0, None, tmp_path, SimpleNamespace(),
-        [], True)
-    assert len(opt.measured) == 3  # 1 baseline run + 3 = 4 runs of the setting, never 5
-    stop = rec["rounds"][-1]
+    job = SearchJob(manager, tmp_path, SimpleNamespace(), 1000.0, trials[0])
+    outcome = refine_module.refine(port, job, trials, planner=port.plan)
+    assert len(port.measured) == 3  # 1 baseline run + 3 = 4 runs of the setting, never 5
+    stop = outcome.recommendation.rounds[-1]
     assert stop["action"] == "stop" and "measured 4 times already" in stop["why"]
-    assert any("closed loop stops" in s for s in opt.said)
+    assert outcome.stop.rule == "repeat-limit" and outcome.stop.why == stop["why"]
+    assert any("closed loop stops" in s for s in port.said)

@@ -109,12 +109,17 @@ def plan_baseline(resources: ResourceConfig, n: int, *, uses_gpu: bool = False,
         if c not in out:
             out.append(c)
     if favour_time:
-        bigger = next((c for c in out[1:] if (c.gpus, c.cpus) == (base.gpus, base.cpus)
-                       and c.batch_size is not None and c.batch_size > ref), None)
-        if bigger is not None:
-            out.remove(bigger)
-            out.insert(1, bigger)
+        _bigger_batch_second(out, base, ref)
     return out[:n]
+
+
+def _bigger_batch_second(out: list[Allocation], base: Allocation, ref: int) -> None:
+    """Move the first larger batch on the default's resources to second place in ``out``."""
+    bigger = next((c for c in out[1:] if (c.gpus, c.cpus) == (base.gpus, base.cpus)
+                   and c.batch_size is not None and c.batch_size > ref), None)
+    if bigger is not None:
+        out.remove(bigger)
+        out.insert(1, bigger)
 
 
 def favours_time(config: OptimizerConfig, preference: Any, budget_total: int | None) -> bool:

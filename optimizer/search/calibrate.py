@@ -154,7 +154,8 @@ def _toml(v) -> str:
     return repr(v)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m optimizer.search.calibrate``."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("train_file")
     ap.add_argument("--name", default="mlp-cpu")
@@ -189,25 +190,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="fit trials already recorded in this run folder (fastest per allocation) "
         "instead of running new ones",
     )
-    args = ap.parse_args(argv)
+    return ap
+
+
+def _trials(args: argparse.Namespace, cpus: list[int],
+            batches: list[int]) -> list[TrialSummary]:
+    """The trials to fit: recorded ones with ``--from-run``, else the grid measured now."""
+    if args.from_run:
+        return fastest_per_allocation(iter_trials(args.from_run))
+    allocs = [Allocation(0, c, args.memory_gb, b) for c in cpus for b in batches]
+    return measure(
+        args.train_file,
+        allocs,
+        args.run_dir,
+        train_args=shlex.split(args.args),
+        repeats=args.repeats,
+        probe_seconds=args.probe_seconds,
+        quiet=args.quiet,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     cpus = [int(x) for x in args.cpus.split(",")]
     batches = [int(x) for x in args.batch.split(",")]
-    allocs = [Allocation(0, c, args.memory_gb, b) for c in cpus for b in batches]
-    if args.from_run:
-        trials = fastest_per_allocation(iter_trials(args.from_run))
-        if not trials:
-            print(f"error: no trials recorded in {args.from_run}/trials")
-            return 2
-    else:
-        trials = measure(
-            args.train_file,
-            allocs,
-            args.run_dir,
-            train_args=shlex.split(args.args),
-            repeats=args.repeats,
-            probe_seconds=args.probe_seconds,
-            quiet=args.quiet,
-        )
+    trials = _trials(args, cpus, batches)
+    if args.from_run and not trials:
+        print(f"error: no trials recorded in {args.from_run}/trials")
+        return 2
     try:
         fixed = {}
         for item in args.fix:

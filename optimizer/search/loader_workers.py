@@ -21,12 +21,12 @@ trials all run at the script's default (:func:`optimizer.search.workload_fit.mea
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any
 
 from optimizer.foundation.allocation import describe_allocation, workers_words
 from optimizer.search.budget import runoff_reserve
 from optimizer.search.choice import objective_table
+from optimizer.search.loop.state import Proposal, SearchState, drive
 from optimizer.trials.records import TrialSummary
 
 PREFIX = "workers"
@@ -48,43 +48,57 @@ def worker_levels(cpus: int, current: int | None, more_first: bool = False) -> l
     return [n for n in levels if n != current]
 
 
-def sweep_workers(opt: Any, manager: Any, trials: list[TrialSummary], total: float | None,
-                  run_dir: Path, opts: Any, batch_settable: bool,
-                  rounds: list[dict[str, Any]]) -> list[TrialSummary]:
-    """Measure the best measured setting so far at :func:`worker_levels`; the new trials are
-    appended to ``trials`` and described in ``rounds``, and returned. Nothing is measured
-    without the manager's ``workers_arg``."""
+class WorkersSweep:
+    """The best measured setting so far at :func:`worker_levels`, one level per proposal; the
+    levels are fixed when the sweep starts (a budget that affords only some keeps the first),
+    none without the manager's ``workers_arg``."""
+
+    name = PROPOSER
+
+    def __init__(self, state: SearchState) -> None:
+        self.queue = _proposals(state)
+
+    def propose(self, state: SearchState) -> Proposal | None:
+        return self.queue.pop(0) if self.queue else None
+
+
+def _proposals(state: SearchState) -> list[Proposal]:
+    port, manager = state.port, state.job.manager
     if not getattr(manager, "workers_arg", None):
         return []
-    table = objective_table([t for t in trials if t.ok], opt.config, opt.user_preference,
-                            getattr(opt, "efficiency", None))
+    table = objective_table([t for t in state.trials if t.ok], port.config,
+                            port.user_preference, state.efficiency)
     if table.empty:
         return []
     top = table.iloc[int(table["objective"].to_numpy().argmin())]
-    best = next(t.allocation for t in trials if t.trial_id == top["trial_id"])
+    best = next(t.allocation for t in state.trials if t.trial_id == top["trial_id"])
     current = best.workers if best.workers is not None else manager.default_workers()
     said = ("the script's own data-loader workers, a number not known" if current is None
             else workers_words(current))
     setting = describe_allocation(dataclasses.replace(best, workers=None))
-    new: list[TrialSummary] = []
-    cost_w, time_w, share_w = opt.config.multi_objective.vector(opt.user_preference)
+    cost_w, time_w, share_w = port.config.multi_objective.vector(port.user_preference)
     levels = worker_levels(best.cpus, current, more_first=bool(time_w > max(cost_w, share_w)))
-    budget = getattr(opt, "budget", None)
+    budget = port.budget
     if budget is not None:  # the run-off's runs stay in reserve (optimizer.search.refine)
-        levels = levels[: budget.limit(len(levels), runoff_reserve(opt.config.run,
-                                                                    budget.total))]
-    for n in levels:
-        alloc = dataclasses.replace(best, workers=n)
-        trial = opt._measure(manager, alloc, PREFIX, run_dir, opts, total)
-        trial = opt._label_batch(trial, run_dir / "trials" / trial.trial_id, batch_settable)
-        trials.append(trial)
-        new.append(trial)
-        rounds.append({"round": len(rounds), "proposed_by": PROPOSER, "planned": alloc,
-                       "measured_allocation": alloc, "trial": trial.trial_id,
-                       "status": trial.status, "measured_throughput": trial.throughput,
-                       "why": f"the best setting so far ({setting}, {said}) with "
-                              f"{workers_words(n)} ({manager.workers_arg} {n})"})
-    return new
+        levels = levels[: budget.limit(len(levels), runoff_reserve(port.config.run,
+                                                                     budget.total))]
+    return [Proposal(dataclasses.replace(best, workers=n), PROPOSER,
+                     f"the best setting so far ({setting}, {said}) with {workers_words(n)} "
+                     f"({manager.workers_arg} {n})", prefix=PREFIX) for n in levels]
 
 
-__all__ = ["PREFIX", "PROPOSER", "sweep_workers", "worker_levels"]
+def _row(proposal: Proposal, trial: TrialSummary, index: int) -> dict[str, Any]:
+    return {"round": index, "proposed_by": PROPOSER, "planned": proposal.allocation,
+            "measured_allocation": proposal.allocation, "trial": trial.trial_id,
+            "status": trial.status, "measured_throughput": trial.throughput,
+            "why": proposal.reason}
+
+
+def sweep_workers(state: SearchState) -> list[TrialSummary]:
+    """Measure the best measured setting so far at :func:`worker_levels`; the new trials are
+    added to ``state.trials`` and described in ``state.rounds``, and returned. Nothing is
+    measured without the manager's ``workers_arg``."""
+    return drive(state, WorkersSweep(state), _row)
+
+
+__all__ = ["PREFIX", "PROPOSER", "WorkersSweep", "sweep_workers", "worker_levels"]

@@ -8,6 +8,7 @@ so ``--resume`` reuses it while those inputs hold.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pandas as pd
 
 from optimizer.foundation.allocation import Allocation, describe_allocation, job_words
 from optimizer.foundation.atomic_files import atomic_write_json, read_json
+from optimizer.foundation.config import OptimizerConfig
 from optimizer.foundation.errors import CloudoptError
 from optimizer.search.baseline import rank_trials
 from optimizer.search.goodput.efficiency import (
@@ -24,6 +26,7 @@ from optimizer.search.goodput.efficiency import (
     efficiency_from_trials,
 )
 from optimizer.search.goodput.probe_target import depth_note, trained_records, training_depth
+from optimizer.search.loop.port import SearchPort
 from optimizer.search.plan_cache import plan_inputs, reusable_plan
 from optimizer.trials.records import TrialSummary
 
@@ -31,49 +34,60 @@ ENV_STEPS = 10
 """Adjustment intervals of the simulated job (one tenth of its work each)."""
 
 
-def plan_round(opt: Any, usable: list[TrialSummary], reference: TrialSummary,
+@dataclass(frozen=True)
+class RoundPlan:
+    """One round's planning: the plan as recorded (``rl/[round-K/]recommendation.json``), the
+    environment config of the fitted model (None when the model could not be fitted and the
+    best measured trial stands in for the plan) and the efficiency measured for it."""
+
+    plan: dict[str, Any]
+    env_config: Any
+    efficiency: TrialEfficiency
+
+
+def plan_round(port: SearchPort, usable: list[TrialSummary], reference: TrialSummary,
                total: float | None, profile: Any, run_dir: Path, agent_seconds: float,
-               round_k: int = 0) -> tuple[dict[str, Any], Any]:
-    """Stage 4 for one round: the model fitted to ``usable`` and the agents' plan on it
-    (the agents get half the budget after the first round). Returns the plan (cached in
-    ``rl/`` for resume) and the environment config, None when the model cannot be
-    fitted and the best measured trial stands in for the plan."""
+               round_k: int = 0) -> RoundPlan:
+    """Stage 4 for one round: the efficiency measured on ``usable``, the model fitted to them
+    and the agents' plan on it (the agents get half the budget after the first round; the plan
+    is cached in ``rl/`` for resume)."""
     from optimizer.search.recommend import AGENTS, recommend, share_text
 
     out = run_dir / "rl" / (f"round-{round_k}" if round_k else "")
     cache = out / "recommendation.json"
-    opt.efficiency = measure_efficiency(usable, reference, run_dir, opt.config.run.goodput,
-                                        getattr(opt, "job_length", None))
+    efficiency = measure_efficiency(usable, reference, run_dir, port.config.run.goodput,
+                                    port.job_length)
     try:
-        env_cfg = fit_env_config(opt, usable, reference, total, profile, opt.efficiency)
+        env_cfg = fit_env_config(port.config, port.user_preference, usable, reference, total,
+                                 profile, efficiency)
     except CloudoptError as exc:
         env_cfg, reason = None, str(exc)
     budget = agent_seconds if round_k == 0 else agent_seconds / 2
-    inputs = plan_inputs(opt.user_preference, [t.trial_id for t in usable], budget,
-                         opt.config)
+    inputs = plan_inputs(port.user_preference, [t.trial_id for t in usable], budget,
+                         port.config)
     recorded, why = reusable_plan(cache, inputs)
     if recorded is not None:
-        opt._say(f"agents (round {round_k}): reusing the recorded plan")
-        return recorded, env_cfg
+        port.say(f"agents (round {round_k}): reusing the recorded plan")
+        return RoundPlan(recorded, env_cfg, efficiency)
     if why:
-        opt._say(f"agents (round {round_k}): planning again, {why}", always=True)
+        port.say(f"agents (round {round_k}): planning again, {why}", always=True)
     if env_cfg is None:
-        rec = _fallback(opt, usable, reason)
+        rec = _fallback(port, usable, reason)
     else:
-        executor = opt.trial_executor()
+        executor = port.trial_executor()
         together = "side by side, " if executor.name != "local" else ""
-        opt._say(f"round {round_k}: training agents ({together}{budget:g} s each) on the "
+        port.say(f"round {round_k}: training agents ({together}{budget:g} s each) on the "
                  f"workload model fitted to {len(usable)} trials")
-        r = recommend(env_cfg, opt.config, time_budget_s=budget, quiet=opt.quiet,
+        r = recommend(env_cfg, port.config, time_budget_s=budget, quiet=port.quiet,
                       map_fn=executor.map)
-        opt._say("agents trained: " + ", ".join(
+        port.say("agents trained: " + ", ".join(
             f"{o.name} {share_text(o.share_of_optimum)} of the model's optimum"
             for o in r.outcomes if o.name in AGENTS)
             + f"; plan of {r.agent}: {describe_allocation(r.allocation)}")
         rec = _rec_dict(r, env_cfg.workload)
         _save_rl(out, r)
     atomic_write_json(cache, {**rec, "inputs": inputs})
-    return read_json(cache), env_cfg
+    return RoundPlan(read_json(cache), env_cfg, efficiency)
 
 
 def measure_efficiency(usable: list[TrialSummary], reference: TrialSummary,
@@ -115,8 +129,8 @@ def _measure_efficiency(usable: list[TrialSummary], reference: TrialSummary,
         decided_by="measured progress" if capped else eff.decided_by)
 
 
-def fit_env_config(opt: Any, usable: list[TrialSummary], reference: TrialSummary,
-                   total: float | None, profile: Any,
+def fit_env_config(config: OptimizerConfig, preference: Any, usable: list[TrialSummary],
+                   reference: TrialSummary, total: float | None, profile: Any,
                    efficiency: TrialEfficiency | None = None) -> Any:
     """A CloudEnvironment over the workload model fitted to the trials (raises
     CloudoptError when they cannot identify it), started from the reference allocation.
@@ -134,13 +148,13 @@ def fit_env_config(opt: Any, usable: list[TrialSummary], reference: TrialSummary
                       max_phases=max(4, len(profile.scales)))
     goodput = ({"noise_scale": efficiency.phi(), "ref_batch": efficiency.ref_batch}
                if efficiency is not None and efficiency.on else {})
-    config = env_config_from_trials(
-        trials, **goodput, resources=opt.config.resources, sla=opt.config.sla,
-        preference=opt.user_preference, n_steps=ENV_STEPS,
-        preferences=opt.config.multi_objective, noise=0.05, total_samples=total, **phases)
+    env = env_config_from_trials(
+        trials, **goodput, resources=config.resources, sla=config.sla,
+        preference=preference, n_steps=ENV_STEPS,
+        preferences=config.multi_objective, noise=0.05, total_samples=total, **phases)
     if total:
-        config = config.replace(total_samples=float(total))
-    return config.replace(initial=initial_allocation(config, reference))
+        env = env.replace(total_samples=float(total))
+    return env.replace(initial=initial_allocation(env, reference))
 
 
 def initial_allocation(config: Any, reference: TrialSummary) -> Allocation:
@@ -176,18 +190,18 @@ def _right_sized(config: Any, alloc: Allocation) -> Allocation:
                       alloc.workers)
 
 
-def _fallback(opt: Any, usable: list[TrialSummary], reason: str) -> dict[str, Any]:
-    ranked = rank_trials(usable, opt.config, opt.user_preference)
+def _fallback(port: SearchPort, usable: list[TrialSummary], reason: str) -> dict[str, Any]:
+    ranked = rank_trials(usable, port.config, port.user_preference)
     best = ranked.iloc[0]
     alloc = Allocation(int(best["gpus"]), int(best["cpus"]), float(best["memory_gb"]),
                        None if pd.isna(best["batch_size"]) else int(best["batch_size"]))
-    opt._say(f"workload model not fitted ({reason}); recommending the best measured trial")
+    port.say(f"workload model not fitted ({reason}); recommending the best measured trial")
     return {"agent": "best-measured-trial", "allocation": alloc, "initial": alloc,
             "outcomes": [], "predicted": {}, "sla_feasible": None,
             "notes": [f"the workload model could not be fitted: {reason}; the best measured "
                       f"baseline setting ({describe_allocation(alloc)}: "
                       f"{job_words(best['job_cost'], best['job_time_s'])}) is recommended "
-                      "and no agent was trained" + _all_measured(opt.config.resources, usable)],
+                      "and no agent was trained" + _all_measured(port.config.resources, usable)],
             "fit": None}
 
 
@@ -227,4 +241,4 @@ def _save_rl(out: Path, r: Any) -> None:
         atomic_write_csv(out / f"curve_{name}.csv", curve)
 
 
-__all__ = ["fit_env_config", "initial_allocation", "plan_round"]
+__all__ = ["RoundPlan", "fit_env_config", "initial_allocation", "plan_round"]

@@ -228,7 +228,7 @@ def recommend(env_config: Any, config: OptimizerConfig, *, time_budget_s: float 
     (argument-free callables) and returns their results in order: default one after the
     other; an executor's ``map`` trains them side by side
     (:meth:`optimizer.trials.executors.ray_executor.RayExecutor.map`), each for the same budget."""
-    from agents.train import cloud_action_factors, evaluate, heldout_seeds
+    from agents.train import cloud_action_factors
     from envs import CloudEnvironment
     from envs.oracle import best_static, optimal_policy
 
@@ -252,6 +252,37 @@ def recommend(env_config: Any, config: OptimizerConfig, *, time_budget_s: float 
     specs = registered()
     jobs = [functools.partial(_timed, spec.train, env_fn, setup, budget) for spec in specs]
     trained = (map_fn or _in_order)(jobs)
+    agents, curves, plans = _graded_agents(specs, trained, clean, env_fn, graded)
+    baselines: dict[str, PolicyOutcome] = {}
+    for name, res in ((BEST_STATIC, best_static(clean)), (OPTIMAL, optimum)):
+        total, rows = _replay_actions(CloudEnvironment(clean), res.actions)
+        baselines[name] = graded(name, total, rows)
+        plans[name] = rows
+    outcomes = [*agents, *baselines.values()]
+    gpus = any(a.gpus for o in outcomes for a in o.allocations)
+    chosen, notes = _choose(agents, baselines[BEST_STATIC], gpus)
+    best = baselines[OPTIMAL]  # start-up included
+    feasible = _sla_feasible(best, optimum.oom, sla, notes)
+    return Recommendation(
+        agent=chosen.name, allocation=held_allocation(chosen.allocations),
+        initial=CloudEnvironment(clean).current_allocation,
+        decisions=pd.DataFrame(plans[chosen.name]), outcomes=outcomes,
+        pareto=pareto_sweep(clean), curves=curves, sla_feasible=feasible, notes=notes,
+        predicted={"time_s": chosen.total_time_s, "cost": chosen.total_cost,
+                   "optimal_time_s": best.total_time_s, "optimal_cost": best.total_cost},
+        plans=plans,
+    )
+
+
+def _graded_agents(specs: Sequence[Any], trained: list[Any], clean: Any,
+                   env_fn: Callable[[], Any], graded: Callable[..., PolicyOutcome]
+                   ) -> tuple[list[PolicyOutcome], dict[str, pd.DataFrame],
+                              dict[str, list[dict[str, Any]]]]:
+    """Each trained agent replayed on the noise-free model and graded, its training time and
+    episodes, its return on held-out noisy seeds; the outcomes, learning curves and plans."""
+    from agents.train import evaluate, heldout_seeds
+    from envs import CloudEnvironment
+
     agents: list[PolicyOutcome] = []
     curves: dict[str, pd.DataFrame] = {}
     plans: dict[str, list[dict[str, Any]]] = {}
@@ -264,30 +295,19 @@ def recommend(env_config: Any, config: OptimizerConfig, *, time_budget_s: float 
         agents.append(out)
         curves[spec.name] = result.curve
         plans[spec.name] = rows
-    baselines: dict[str, PolicyOutcome] = {}
-    for name, res in ((BEST_STATIC, best_static(clean)), (OPTIMAL, optimum)):
-        total, rows = _replay_actions(CloudEnvironment(clean), res.actions)
-        baselines[name] = graded(name, total, rows)
-        plans[name] = rows
-    outcomes = [*agents, *baselines.values()]
-    gpus = any(a.gpus for o in outcomes for a in o.allocations)
-    chosen, notes = _choose(agents, baselines[BEST_STATIC], gpus)
-    best = baselines[OPTIMAL]  # start-up included
+    return agents, curves, plans
+
+
+def _sla_feasible(best: PolicyOutcome, oom: bool, sla: Any, notes: list[str]) -> bool:
+    """Whether the model's optimum meets the SLA; where not, a note says the agents plan the
+    allocation closest to it."""
     feasible = best.total_time_s <= sla.time_max and best.total_cost <= sla.cost_max \
-        and not optimum.oom
+        and not oom
     if not feasible:
         notes.append(f"the workload model predicts that no allocation meets the SLA (time ≤ "
                      f"{sla.time_max:.4g} s, cost ≤ ${sla.cost_max:.4g}); the agents plan the "
                      "allocation closest to it under the preference")
-    held = held_allocation(chosen.allocations)
-    return Recommendation(
-        agent=chosen.name, allocation=held, initial=CloudEnvironment(clean).current_allocation,
-        decisions=pd.DataFrame(plans[chosen.name]), outcomes=outcomes,
-        pareto=pareto_sweep(clean), curves=curves, sla_feasible=feasible, notes=notes,
-        predicted={"time_s": chosen.total_time_s, "cost": chosen.total_cost,
-                   "optimal_time_s": best.total_time_s, "optimal_cost": best.total_cost},
-        plans=plans,
-    )
+    return feasible
 
 
 def _choose(agents: list[PolicyOutcome], static: PolicyOutcome,

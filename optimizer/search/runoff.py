@@ -33,8 +33,8 @@ the other trials only, so a resumed run-off has the same contenders.
 
 from __future__ import annotations
 
-from dataclasses import replace
-from pathlib import Path
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -44,6 +44,7 @@ from optimizer.foundation.allocation import Allocation, describe_allocation, job
 from optimizer.search.choice import efficiency_source, objective_table, same_setting, separated
 from optimizer.search.loader_workers import PREFIX as WORKERS_PREFIX
 from optimizer.search.loader_workers import PROPOSER as WORKERS_PROPOSER
+from optimizer.search.loop.state import Proposal, SearchState, drive
 from optimizer.trials.records import TrialSummary
 
 CONFIRM_BAND = 0.15
@@ -144,20 +145,34 @@ def _tag(preference: Any) -> str:
     return preference if isinstance(preference, str) and preference.isidentifier() else "custom"
 
 
-def runoff(opt: Any, manager: Any, trials: list[TrialSummary], total: float | None,
-           run_dir: Path, opts: Any, batch_settable: bool,
-           rounds: list[dict[str, Any]]) -> list[str]:
-    """Run the run-off (module doc); the new trials are appended to ``trials`` and described in
-    ``rounds``. Returns the ids of the run-off's trials (empty when there was none: the final
-    choice is then made over all trials)."""
-    config, preference = opt.config, opt.user_preference
-    n_rounds = config.run.runoff_rounds
-    before = [t for t in trials if not t.trial_id.startswith(PREFIX)]
-    eff = getattr(opt, "efficiency", None)
-    table = objective_table(before, config, preference, eff, evidence=trials)
+@dataclass
+class Field:
+    """The run-off's field: the contenders' allocations, leader first; the trials it was chosen
+    from (``before``: none of an earlier run-off) and their ``contenders`` rows; the setting the
+    top of its efficiency's interval brought in (``hope``), the leader at half its CPUs
+    (``half``), and who put each setting no trial ran into it (``added``, by key)."""
+
+    allocs: list[Allocation]
+    before: list[TrialSummary]
+    contenders: pd.DataFrame
+    hope: Allocation | None
+    half: Allocation | None
+    added: dict[str, str]
+
+    @property
+    def gpus(self) -> bool:
+        return any(t.allocation.gpus for t in self.before)
+
+
+def _field(state: SearchState) -> Field | None:
+    """The run-off's contenders (module doc, step 1), or None when there is no run-off."""
+    config, preference = state.port.config, state.port.user_preference
+    before = [t for t in state.trials if not t.trial_id.startswith(PREFIX)]
+    eff = state.efficiency
+    table = objective_table(before, config, preference, eff, evidence=state.trials)
     field = contenders(table, config.run.runoff_size)
-    if field.empty or n_rounds == 0:
-        return []
+    if field.empty or config.run.runoff_rounds == 0:
+        return None
 
     def setting(tid: str) -> Allocation:
         return next(t.allocation for t in before if t.trial_id == tid)
@@ -177,66 +192,129 @@ def runoff(opt: Any, manager: Any, trials: list[TrialSummary], total: float | No
     if half is not None:
         allocs = [allocs[0], half, *allocs[1:config.run.runoff_size - 1]]
         added[half.key()] = NEIGHBOUR
+    return Field(allocs, before, field, hope, half, added)
 
-    def measure(alloc: Any, name: str, why: str) -> TrialSummary:
-        trial = opt._measure(manager, alloc, name, run_dir, opts, total)
-        trial = opt._label_batch(trial, run_dir / "trials" / trial.trial_id, batch_settable)
-        trials.append(trial)
-        rounds.append({"round": len(rounds), "proposed_by": "run-off", "planned": alloc,
-                       "added_by": added.get(alloc.key()),
-                       "measured_allocation": alloc, "trial": trial.trial_id,
-                       "status": trial.status, "measured_throughput": trial.throughput,
-                       "why": why})
-        return trial
 
-    gpus = any(t.allocation.gpus for t in before)
-    if len(allocs) == 1:
-        budget = getattr(opt, "budget", None)
-        if not bool(field["alone"].iloc[0]) and (budget is None or budget.allows(1)):
-            measure(allocs[0], f"{PREFIX}alone-{_tag(preference)}",
-                    f"{describe_allocation(allocs[0], gpus=gpus)} ran beside other trials: "
-                    "measured again alone")
-        return []
-    budget = getattr(opt, "budget", None)
-    room = budget.left() if budget is not None else None
-    if room is not None and 2 <= room < len(allocs):
-        allocs = allocs[:room]  # a smaller budget's run-off: the best ones still back to back
-    if budget is not None:  # whole rounds only: a round compares every contender back to back
-        n_rounds = budget.limit(n_rounds * len(allocs)) // len(allocs)
-        if n_rounds == 0:
-            rounds.append({"round": len(rounds), "action": "stop", "proposed_by": "budget",
-                           "why": f"no run-off: the budget of {budget.total} real runs is "
-                                  "spent; the choice is made over the trials as measured"})
-            return []
-    names = "; ".join(describe_allocation(a, gpus=gpus) for a in allocs)
+def _reason(field: Field, allocs: list[Allocation]) -> str:
+    """Why these settings run back to back, as the decisions say it."""
+    gpus = field.gpus
     reason = f"within {CONFIRM_BAND:.0%} of each other"
-    if half is not None:
-        reason = (f"{describe_allocation(half, gpus=gpus)}: the leader at half its CPUs, "
+    if field.half is not None:
+        reason = (f"{describe_allocation(field.half, gpus=gpus)}: the leader at half its CPUs, "
                   "which no trial ran")
         if len(allocs) > 2:
             reason += f"; the others within {CONFIRM_BAND:.0%} of the leader"
-    if hope is not None and any(same_setting(hope, a) for a in allocs[1:]):
-        reason += (f"; {describe_allocation(hope, gpus=gpus)} within it at the top of its "
+    if field.hope is not None and any(same_setting(field.hope, a) for a in allocs[1:]):
+        reason += (f"; {describe_allocation(field.hope, gpus=gpus)} within it at the top of its "
                    "efficiency's interval, trained on to the loss again")
-    done: list[TrialSummary] = []
-    left = list(allocs)
-    for r in range(n_rounds):
-        order = left[r % len(left):] + left[:r % len(left)]
-        for alloc in order:
-            done.append(measure(alloc, f"{PREFIX}{r}-{_tag(preference)}",
-                                f"run-off round {r + 1}: {names} measured back to back "
-                                f"({reason})"))
-        if r == 0:
-            continue
-        block = objective_table(done, config, preference, eff, evidence=trials)
-        if block.empty:
-            break
-        kept = still_in(block)
-        left = [a for a in left if any(
-            same_setting(a, next(t.allocation for t in done if t.trial_id == tid))
-            for tid in kept["trial_id"])]
-        if len(left) <= 1:
-            break
+    return reason
+
+
+class RunoffContenders:
+    """The run-off's runs (module doc, steps 2 and 3): every contender once per round, back to
+    back, the order rotating; from the second round on, contenders separated from the leader
+    leave, and the run-off ends with one left or after ``n_rounds``."""
+
+    name = "run-off"
+
+    def __init__(self, state: SearchState, field: Field, allocs: list[Allocation],
+                 n_rounds: int) -> None:
+        self.field, self.allocs, self.n_rounds = field, allocs, n_rounds
+        self.start = len(state.trials)  # the run-off's trials are the ones added after this
+        names = "; ".join(describe_allocation(a, gpus=field.gpus) for a in allocs)
+        self.why = f"{names} measured back to back ({_reason(field, allocs)})"
+        self.runs = self._runs(state)
+
+    def propose(self, state: SearchState) -> Proposal | None:
+        return next(self.runs, None)
+
+    def _runs(self, state: SearchState) -> Iterator[Proposal]:
+        config, preference = state.port.config, state.port.user_preference
+        left = list(self.allocs)
+        for r in range(self.n_rounds):
+            order = left[r % len(left):] + left[:r % len(left)]
+            for alloc in order:
+                yield Proposal(alloc, self.name, f"run-off round {r + 1}: {self.why}",
+                               prefix=f"{PREFIX}{r}-{_tag(preference)}",
+                               added_by=self.field.added.get(alloc.key()))
+            if r == 0:
+                continue
+            done = state.trials[self.start:]
+            block = objective_table(done, config, preference, state.efficiency,
+                                    evidence=state.trials)
+            if block.empty:
+                break
+            kept = still_in(block)
+            left = [a for a in left if any(
+                same_setting(a, next(t.allocation for t in done if t.trial_id == tid))
+                for tid in kept["trial_id"])]
+            if len(left) <= 1:
+                break
+
+
+def _row(proposal: Proposal, trial: TrialSummary, index: int) -> dict[str, Any]:
+    return {"round": index, "proposed_by": "run-off", "planned": proposal.allocation,
+            "added_by": proposal.added_by,
+            "measured_allocation": proposal.allocation, "trial": trial.trial_id,
+            "status": trial.status, "measured_throughput": trial.throughput,
+            "why": proposal.reason}
+
+
+def _alone(state: SearchState, field: Field) -> None:
+    """A single contender measured only beside other trials: measured once alone."""
+    budget = state.port.budget
+    if bool(field.contenders["alone"].iloc[0]) or not (budget is None or budget.allows(1)):
+        return
+    alloc = field.allocs[0]
+    once = Proposal(alloc, "run-off", f"{describe_allocation(alloc, gpus=field.gpus)} ran "
+                    "beside other trials: measured again alone",
+                    prefix=f"{PREFIX}alone-{_tag(state.port.user_preference)}",
+                    added_by=field.added.get(alloc.key()))
+    drive(state, _Once(once), _row)
+
+
+class _Once:
+    """One proposal, then none."""
+
+    def __init__(self, proposal: Proposal) -> None:
+        self.proposal: Proposal | None = proposal
+
+    def propose(self, state: SearchState) -> Proposal | None:
+        out, self.proposal = self.proposal, None
+        return out
+
+
+def _affordable(state: SearchState, allocs: list[Allocation]) -> tuple[list[Allocation], int]:
+    """The contenders and whole rounds the budget affords (a round compares every contender
+    back to back; a smaller budget runs off the best ones)."""
+    n_rounds, budget = state.port.config.run.runoff_rounds, state.port.budget
+    room = budget.left() if budget is not None else None
+    if room is not None and 2 <= room < len(allocs):
+        allocs = allocs[:room]
+    if budget is not None:
+        n_rounds = budget.limit(n_rounds * len(allocs)) // len(allocs)
+    return allocs, n_rounds
+
+
+def runoff(state: SearchState) -> list[str]:
+    """Run the run-off (module doc); the new trials are added to ``state.trials`` and described
+    in ``state.rounds``. Returns the ids of the run-off's trials (empty when there was none:
+    the final choice is then made over all trials)."""
+    field = _field(state)
+    if field is None:
+        return []
+    if len(field.allocs) == 1:
+        _alone(state, field)
+        return []
+    allocs, n_rounds = _affordable(state, field.allocs)
+    if n_rounds == 0:
+        budget = state.port.budget
+        state.rounds.append({"round": len(state.rounds), "action": "stop",
+                             "proposed_by": "budget",
+                             "why": f"no run-off: the budget of {budget.total} real runs is "
+                                    "spent; the choice is made over the trials as measured"})
+        return []
+    done = drive(state, RunoffContenders(state, field, allocs, n_rounds), _row)
     return [t.trial_id for t in done]
 
 
@@ -291,5 +369,6 @@ def _figures(row: dict[str, Any]) -> str:
     return job_words(row["job_cost"], row["job_time_s"], whole=False)
 
 
-__all__ = ["CONFIRM_BAND", "NEIGHBOUR", "SHARED_SLOWDOWN", "contenders", "cpu_neighbour",
-           "runoff", "standings", "still_in", "tie_note", "uncertain", "with_workers"]
+__all__ = ["CONFIRM_BAND", "NEIGHBOUR", "SHARED_SLOWDOWN", "Field", "RunoffContenders",
+           "contenders", "cpu_neighbour", "runoff", "standings", "still_in", "tie_note",
+           "uncertain", "with_workers"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -278,14 +279,19 @@ def fit_workload_model(
         ref_batch=ref_batch, gpu_mem_gb=gpu_mem_gb, fixed=fixed,
     )
     model = WorkloadModel(params=params, name=name, fit_report_=report)
-    # Where each resource was measured: a plan outside these ranges is an extrapolation,
-    # measured before it is believed (optimizer.search.refine).
+    _record_ranges(model, d)
+    return model
+
+
+def _record_ranges(model: WorkloadModel, d: Any) -> None:
+    """Where each resource was measured: a plan outside these ranges is an extrapolation,
+    measured before it is believed (optimizer.search.refine); and the GPU counts a GPU fit
+    covers where it could not identify the GPU scaling."""
     model.meta["measured_range"] = {
         name: [float(v.min()), float(v.max())] for name, v in
         (("gpus", d.g), ("cpus", d.c), ("batch_size", d.b))}
-    if params.device == "gpu" and "alpha_r" in report.fixed:
+    if model.params.device == "gpu" and "alpha_r" in model.fit_report_.fixed:
         model.meta["fitted_gpu_range"] = [int(d.g.min()), int(d.g.max())]
-    return model
 
 
 def _fit(table, proto, *, noise_scale, ref_batch, gpu_mem_gb, fixed):

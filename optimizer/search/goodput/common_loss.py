@@ -177,11 +177,16 @@ def samples_ratio(ref: tuple[Sequence[float], Sequence[float]],
     boot = boot[np.isfinite(boot) & (boot > 0)]
     if not len(boot):
         return value, value, value, ""
-    # The basic bootstrap interval (the resamples' spread reflected about the estimate): the
-    # lowest loss of noisy curves is biased low, and the resamples carry that bias twice.
+    low, high = _basic_interval(value, boot)
+    return value, low, high, ""
+
+
+def _basic_interval(value: float, boot: np.ndarray) -> tuple[float, float]:
+    """The basic bootstrap interval (the resamples' spread reflected about the estimate): the
+    lowest loss of noisy curves is biased low, and the resamples carry that bias twice."""
     q = np.quantile(np.log(boot), [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
     low, high = value * math.exp(math.log(value) - q[1]), value * math.exp(math.log(value) - q[0])
-    return value, float(min(low, value)), float(max(high, value)), ""
+    return float(min(low, value)), float(max(high, value))
 
 
 Z90 = 1.6449  # the normal quantile of a two-sided 90% interval

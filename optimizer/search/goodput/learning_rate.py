@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.search.goodput.efficiency import loss_points
+from optimizer.search.loop.port import SearchPort
 from optimizer.trials.probe import EVENTS_FILE, read_probe
 from optimizer.trials.records import TrialSummary
 from optimizer.trials.runner import with_flag
@@ -92,9 +93,9 @@ def _end_losses(curves: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def tune_learning_rate(opt: Any, manager: Any, final: TrialSummary, ref_batch: int | None,
-                       flag: str, run_dir: Path, opts: Any, total: float | None,
-                       batch_settable: bool) -> dict[str, Any]:
+def tune_learning_rate(port: SearchPort, manager: Any, final: TrialSummary,
+                       ref_batch: int | None, flag: str, run_dir: Path, opts: Any,
+                       total: float | None, batch_settable: bool) -> dict[str, Any]:
     """Measure the two rules at the recommended setting (module doc); the decision, its
     figures and a sentence for the report (``note``)."""
     batch = final.allocation.batch_size
@@ -114,8 +115,8 @@ def tune_learning_rate(opt: Any, manager: Any, final: TrialSummary, ref_batch: i
         new_lr = lr * scale(ratio)
         twin = _with_lr(manager, flag, new_lr)
         prefix = "lr-" + rule.replace(" ", "")
-        trial = opt._measure(twin, final.allocation, prefix, run_dir, opts, total)
-        trial = opt._label_batch(trial, run_dir / "trials" / trial.trial_id, batch_settable)
+        trial = port.measure(twin, final.allocation, prefix, run_dir, opts, total)
+        trial = port.label_batch(trial, run_dir / "trials" / trial.trial_id, batch_settable)
         runs[rule] = {"lr": new_lr, "trial": trial.trial_id}
         curves[rule] = _curve(trial, run_dir, int(batch))
     for name, loss in _end_losses(curves).items():

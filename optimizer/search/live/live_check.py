@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.foundation.allocation import Allocation
-from optimizer.search.live.live_plan import TIME_SLACK, build_live_plan
+from optimizer.search.live.live_plan import TIME_SLACK, PlanResult, build_live_plan
+from optimizer.search.loop.port import SearchPort
 from optimizer.trials.executors.base import TrialRequest
 from optimizer.trials.live.controller import PlanDecider
 from optimizer.trials.live.plan import LivePlan
@@ -46,28 +47,13 @@ def _recorded(run_dir: Path) -> list[tuple[TrialSummary, Path]]:
     return out
 
 
-def live_round(opt: Any, manager: Any, env_config: Any, static: Allocation, run_dir: Path,
-               opts: Any, measure: bool = True) -> dict[str, Any]:
+def live_round(port: SearchPort, manager: Any, env_config: Any, static: Allocation,
+               run_dir: Path, opts: Any, measure: bool = True) -> dict[str, Any]:
     """Plan, write and (budget and job length allowing) measure the live plan; the dict that
     goes into ``recommendation.json`` as ``live``."""
-    agent_s = (opts.agent_seconds or opt.config.run.agent_seconds) / 2
-    from optimizer.trials.phase_profile import load_detector
-
-    try:
-        result = build_live_plan(_recorded(run_dir), env_config, opt.config, static,
-                                 time_budget_s=agent_s, quiet=opt.quiet,
-                                 detector=lambda: load_detector(getattr(opts, "phase_model",
-                                                                        None)))
-    except Exception as exc:  # noqa: BLE001 - the static recommendation is made; keep it
-        import traceback
-
-        why = f"no live plan: planning per stage failed ({type(exc).__name__}: {exc})"
-        log = getattr(opt, "_log_path", None)
-        if log is not None:  # the traceback for a bug report, never on the console
-            with open(log, "a", encoding="utf-8") as fh:
-                fh.write(traceback.format_exc())
-        opt._say(f"live plan: {why}; the static recommendation stands", always=True)
-        return {"why": why, "recommended": False, "measured": None}
+    result = _plan(port, env_config, static, run_dir, opts)
+    if isinstance(result, str):
+        return {"why": result, "recommended": False, "measured": None}
     out: dict[str, Any] = {"why": result.why, "recommended": False, "measured": None}
     if result.plan is None:
         return out
@@ -75,35 +61,75 @@ def live_round(opt: Any, manager: Any, env_config: Any, static: Allocation, run_
     out["plan"] = plan.to_dict()
     out["plan_file"] = str(plan.save(run_dir))
     out["model"] = result.outcomes
-    opt._say(f"live plan: {result.why}; written to {out['plan_file']}", always=True)
-    if plan.is_static:
-        out["not_measured"] = "the plan holds the static allocation in every stage"
+    port.say(f"live plan: {result.why}; written to {out['plan_file']}", always=True)
+    why_not, say = _not_measured(port, plan, run_dir, opts, measure)
+    if why_not:
+        out["not_measured"] = why_not
+        if say:
+            port.say(f"live plan: {why_not}", always=True)
         return out
+    out.update(_measure_pair(port, manager, plan, static, run_dir, opts))
+    port.say(f"live plan: {out['verdict']}", always=True)
+    return out
+
+
+def _plan(port: SearchPort, env_config: Any, static: Allocation, run_dir: Path,
+          opts: Any) -> PlanResult | str:
+    """The agents' per-stage plan, or why there is none when planning failed (said, with the
+    traceback in the run's log)."""
+    agent_s = (opts.agent_seconds or port.config.run.agent_seconds) / 2
+    from optimizer.trials.phase_profile import load_detector
+
+    try:
+        return build_live_plan(_recorded(run_dir), env_config, port.config, static,
+                               time_budget_s=agent_s, quiet=port.quiet,
+                               detector=lambda: load_detector(getattr(opts, "phase_model",
+                                                                      None)))
+    except Exception as exc:  # noqa: BLE001 - the static recommendation is made; keep it
+        import traceback
+
+        why = f"no live plan: planning per stage failed ({type(exc).__name__}: {exc})"
+        if port.log_path is not None:  # the traceback for a bug report, never on the console
+            with open(port.log_path, "a", encoding="utf-8") as fh:
+                fh.write(traceback.format_exc())
+        port.say(f"live plan: {why}; the static recommendation stands", always=True)
+        return why
+
+
+def _not_measured(port: SearchPort, plan: LivePlan, run_dir: Path, opts: Any,
+                  measure: bool) -> tuple[str | None, bool]:
+    """Why the written plan is not run beside the static allocation (None: it is), and whether
+    the console hears it."""
+    if plan.is_static:
+        return "the plan holds the static allocation in every stage", False
     if all(e.allocation.cpus == plan.fallback.cpus for e in plan.phases.values()):
         # Only the memory limit moves: the job runs as it does under the static allocation,
         # and the bill differs by a few MB-hours, less than two runs can tell apart.
-        out["not_measured"] = (f"the plan holds the static allocation's {plan.fallback.cpus} "
-                               "core(s) in every stage and changes only the memory limit, "
-                               "which the job does not run faster or slower for: not measured, "
-                               "the static allocation stays the recommendation")
-        opt._say(f"live plan: {out['not_measured']}", always=True)
-        return out
+        return (f"the plan holds the static allocation's {plan.fallback.cpus} "
+                "core(s) in every stage and changes only the memory limit, "
+                "which the job does not run faster or slower for: not measured, "
+                "the static allocation stays the recommendation"), True
     if not measure:
-        out["not_measured"] = "--live-plan write: written, not measured"
-        return out
-    budget = getattr(opt, "budget", None)
+        return "--live-plan write: written, not measured", False
+    budget = port.budget
     if budget is not None and not budget.allows(LIVE_RUNS):
-        out["not_measured"] = (f"the budget of {budget.total} real runs is spent; raise "
-                               "--budget to measure it, or run it with `python -m optimizer "
-                               f"run --plan {run_dir} -- …`")
-        return out
-    run = opt.config.run
+        return (f"the budget of {budget.total} real runs is spent; raise "
+                "--budget to measure it, or run it with `python -m optimizer "
+                f"run --plan {run_dir} -- …`"), False
+    run = port.config.run
     longest = max((t.predicted_total_time_s or t.wall_time_s) for t, _ in _recorded(run_dir))
     box = opts.probe_seconds if opts.probe_seconds is not None else run.probe_seconds
     if box and longest > 2 * max(box, 1.0) and longest > 0.5 * run.trial_timeout_s:
-        out["not_measured"] = (f"the job takes about {longest:.0f} s, too long to run whole "
-                               "twice here; run it with `python -m optimizer run --plan`")
-        return out
+        return (f"the job takes about {longest:.0f} s, too long to run whole "
+                "twice here; run it with `python -m optimizer run --plan`"), False
+    return None, False
+
+
+def _measure_pair(port: SearchPort, manager: Any, plan: LivePlan, static: Allocation,
+                  run_dir: Path, opts: Any) -> dict[str, Any]:
+    """The static allocation and the live plan run back to back, and the verdict."""
+    from optimizer.trials.phase_profile import load_detector
+
     most = max(e.allocation.cpus for e in plan.phases.values())
     live_alloc = Allocation(static.gpus, max(most, static.cpus),
                             float(plan.memory_max_gb or static.memory_gb),
@@ -113,40 +139,39 @@ def live_round(opt: Any, manager: Any, env_config: Any, static: Allocation, run_
                       if plan.phase_source == "detector" else None)
     # Not in trials/: a live run is no measurement of one allocation, and the search's
     # choices (and a resumed run's) must not take it for one.
-    static_t = _run(opt, manager, static, run_dir / "live" / f"static-{static.key()}", None)
-    live_t = _run(opt, manager, live_alloc, run_dir / "live" / f"plan-{static.key()}", setup)
-    out["measured"] = {name: {"trial": t.trial_id, "status": t.status,
-                              "time_s": t.wall_time_s, "cost": t.cost,
-                              "changes": t.live.get("changes", 0),
-                              "phases_seen": t.live.get("phases_seen", {}),
-                              "timeline": t.live.get("timeline", [])}
-                       for name, t in (("static", static_t), ("live", live_t))}
-    if static_t.status == "completed" and live_t.status == "completed":
-        dt = live_t.wall_time_s / static_t.wall_time_s - 1
-        dc = live_t.cost / static_t.cost - 1
-        out["time_change"], out["cost_change"] = dt, dc
-        out["recommended"] = dc <= -MIN_SAVING and dt <= TIME_SLACK
-        out["verdict"] = (f"measured {-dc:.0%} cheaper at {dt:+.0%} time: recommended"
-                          if out["recommended"] else
-                          f"measured {dc:+.0%} cost at {dt:+.0%} time (recommended from "
-                          f"{MIN_SAVING:.0%} cheaper at no more than {TIME_SLACK:.0%} more "
-                          "time): the static allocation stays the recommendation")
-    else:
+    static_t = _run(port, manager, static, run_dir / "live" / f"static-{static.key()}", None)
+    live_t = _run(port, manager, live_alloc, run_dir / "live" / f"plan-{static.key()}", setup)
+    out: dict[str, Any] = {"measured": {
+        name: {"trial": t.trial_id, "status": t.status, "time_s": t.wall_time_s,
+               "cost": t.cost, "changes": t.live.get("changes", 0),
+               "phases_seen": t.live.get("phases_seen", {}),
+               "timeline": t.live.get("timeline", [])}
+        for name, t in (("static", static_t), ("live", live_t))}}
+    if static_t.status != "completed" or live_t.status != "completed":
         out["verdict"] = "a measuring run did not complete: the static allocation stays"
-    opt._say(f"live plan: {out['verdict']}", always=True)
+        return out
+    dt = live_t.wall_time_s / static_t.wall_time_s - 1
+    dc = live_t.cost / static_t.cost - 1
+    out["time_change"], out["cost_change"] = dt, dc
+    out["recommended"] = dc <= -MIN_SAVING and dt <= TIME_SLACK
+    out["verdict"] = (f"measured {-dc:.0%} cheaper at {dt:+.0%} time: recommended"
+                      if out["recommended"] else
+                      f"measured {dc:+.0%} cost at {dt:+.0%} time (recommended from "
+                      f"{MIN_SAVING:.0%} cheaper at no more than {TIME_SLACK:.0%} more "
+                      "time): the static allocation stays the recommendation")
     return out
 
 
-def _run(opt: Any, manager: Any, alloc: Allocation, trial_dir: Path,
+def _run(port: SearchPort, manager: Any, alloc: Allocation, trial_dir: Path,
          live: LiveSetup | None) -> TrialSummary:
     recorded = manager.recorded_trial(trial_dir)
     if recorded is not None:
         return recorded
-    run = opt.config.run
+    run = port.config.run
     request = TrialRequest(alloc, trial_dir, probe_seconds=None, timeout_s=run.trial_timeout_s,
                            monitor_interval=run.monitor_interval, live=live)
-    return [s for _, s in opt.trial_executor().run(manager, [request],
-                                                   opt.config.resources)][0]
+    return [s for _, s in port.trial_executor().run(manager, [request],
+                                                    port.config.resources)][0]
 
 
 __all__ = ["LIVE_RUNS", "live_round"]

@@ -138,15 +138,7 @@ def build_live_plan(trials: list[tuple[TrialSummary, Path]], env_config: Any,
     why) when the trials show no stages or one only. The probe's stages come first; where
     they show one stage or none and ``detector`` is given (or a callable returning one), the
     phase detector's phases of the monitor's traces stand in (``phase-N``)."""
-    rows = [r for s, d in trials for r in trial_stage_rows(d, s)]
-    model = build_stage_model(rows, reference_cpus=static.cpus)
-    source = "probe"
-    if (model is None or not model.has_phases) and detector is not None:
-        det = detector() if callable(detector) and not hasattr(detector, "predict") else detector
-        rows = [r for s, d in trials for r in trial_stage_rows(d, s, detector=det)]
-        by_detector = build_stage_model(rows, reference_cpus=static.cpus)
-        if by_detector is not None and by_detector.has_phases:
-            model, source = by_detector, "detector"
+    model, source = _stage_model(trials, static, detector)
     if model is None:
         return PlanResult(None, "no completed trial with the probe's stages: nothing to plan "
                           "phases on")
@@ -174,40 +166,67 @@ def build_live_plan(trials: list[tuple[TrialSummary, Path]], env_config: Any,
         pick = _job_choice(rec, outcomes, cfg, static, weights)
         if pick is None and any(n in AGENTS and not o["within_limits"]
                                 for n, o in outcomes.items()):
-            sla = cfg.sla
-            return PlanResult(None, f"{_source_words(first[0])}'s per-stage plan breaks the "
-                              f"live plan's limits on the stage model ({first[1]['time_s']:.1f} "
-                              f"s and ${first[1]['cost']:.4g} forecast, against at most "
-                              f"{sla.time_max:.1f} s, {TIME_SLACK:.0%} over the static "
-                              f"allocation, and its ${sla.cost_max:.4g}), also with the limits "
-                              f"weighed {LIMIT_WEIGHT:g}x: the static allocation is the plan",
-                              model, outcomes, cfg)
+            return PlanResult(None, _broken_words(first, cfg.sla), model, outcomes, cfg)
         escalated = (f"; trained again with the limits weighed {LIMIT_WEIGHT:g}x, since the "
                      f"first plan ({first[0]}) broke them ({first[1]['time_s']:.1f} s forecast "
                      f"against at most {cfg.sla.time_max:.1f} s)")
+    plan, why = _chosen_plan(pick, rec, outcomes, model, static, cfg, interval_s)
+    plan.phase_source = source
+    return PlanResult(plan, why + escalated, model, outcomes, cfg)
+
+
+def _stage_model(trials: list[tuple[TrialSummary, Path]], static: Allocation,
+                 detector: Any) -> tuple[StageModel | None, str]:
+    """The stage model from the probe's stages, else (where they show one stage or none and a
+    ``detector`` is given) from the detector's phases of the monitor's traces; and which."""
+    rows = [r for s, d in trials for r in trial_stage_rows(d, s)]
+    model = build_stage_model(rows, reference_cpus=static.cpus)
+    source = "probe"
+    if (model is None or not model.has_phases) and detector is not None:
+        det = detector() if callable(detector) and not hasattr(detector, "predict") else detector
+        rows = [r for s, d in trials for r in trial_stage_rows(d, s, detector=det)]
+        by_detector = build_stage_model(rows, reference_cpus=static.cpus)
+        if by_detector is not None and by_detector.has_phases:
+            model, source = by_detector, "detector"
+    return model, source
+
+
+def _broken_words(first: tuple[str, dict[str, Any]], sla: Any) -> str:
+    """Why there is no plan: the agents' plans break the limits even weighed up."""
+    return (f"{_source_words(first[0])}'s per-stage plan breaks the "
+            f"live plan's limits on the stage model ({first[1]['time_s']:.1f} "
+            f"s and ${first[1]['cost']:.4g} forecast, against at most "
+            f"{sla.time_max:.1f} s, {TIME_SLACK:.0%} over the static "
+            f"allocation, and its ${sla.cost_max:.4g}), also with the limits "
+            f"weighed {LIMIT_WEIGHT:g}x: the static allocation is the plan")
+
+
+def _chosen_plan(pick: tuple[str, float] | None, rec: Any, outcomes: dict[str, dict[str, Any]],
+                 model: StageModel, static: Allocation, cfg: Any,
+                 interval_s: float) -> tuple[LivePlan, str]:
+    """The plan of the agent the whole job's forecast picked (else the static allocation held
+    through the stages), and why in words."""
     if pick is None:
         plan = plan_from_decisions(_held(rec, static), model, static, "best-static", interval_s)
         best = max((o["job_score"] for n, o in outcomes.items() if n in AGENTS
                     and o["within_limits"]), default=None)
-        why = (f"{plan.source}" + (f"; the best agent's plan scores {best:.3f} of the static "
-                                   "allocation over the whole job" if best is not None
-                                   else "; no agent's plan keeps the limits") + escalated)
-    else:
-        name, score = pick
-        o = outcomes[name]
-        plan = plan_from_decisions(rec.plans[name], model, static, name, interval_s)
-        ref_t, ref_c = _static_reference(cfg.sla)
-        why = (f"{plan.source}; over the whole job it is forecast {1 - o['cost'] / ref_c:.0%} "
-               f"cheaper at {o['time_s'] / ref_t - 1:+.1%} time than the static allocation "
-               f"(the preference's score {score:.3f} of static's), and on the stage model its "
-               f"reward reaches {share_text(o['share_of_optimum'])} of the optimum")
-        if rec.agent != name:
-            why += (f"; the reward preferred {rec.agent}: it checks the time limit per interval,"
-                    " so a stage slower than its share counts as a breach though the whole job "
-                    "keeps the limit")
-        why += escalated
-    plan.phase_source = source
-    return PlanResult(plan, why, model, outcomes, cfg)
+        return plan, (f"{plan.source}" + (f"; the best agent's plan scores {best:.3f} of the "
+                                          "static allocation over the whole job"
+                                          if best is not None
+                                          else "; no agent's plan keeps the limits"))
+    name, score = pick
+    o = outcomes[name]
+    plan = plan_from_decisions(rec.plans[name], model, static, name, interval_s)
+    ref_t, ref_c = _static_reference(cfg.sla)
+    why = (f"{plan.source}; over the whole job it is forecast {1 - o['cost'] / ref_c:.0%} "
+           f"cheaper at {o['time_s'] / ref_t - 1:+.1%} time than the static allocation "
+           f"(the preference's score {score:.3f} of static's), and on the stage model its "
+           f"reward reaches {share_text(o['share_of_optimum'])} of the optimum")
+    if rec.agent != name:
+        why += (f"; the reward preferred {rec.agent}: it checks the time limit per interval,"
+                " so a stage slower than its share counts as a breach though the whole job "
+                "keeps the limit")
+    return plan, why
 
 
 def _held(rec: Any, static: Allocation) -> list[dict[str, Any]]:

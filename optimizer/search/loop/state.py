@@ -1,0 +1,151 @@
+"""What every part of the search reads and writes: the job, the state, a proposal, a stop.
+
+:class:`SearchJob` is what one search works on (fixed for its length); :class:`SearchState`
+what it has found so far (the trials, the decisions' rows, who proposed each trial, the
+efficiency) and, during a round of the closed loop, that round's plan (:class:`RoundView`) and
+proposal. A :class:`Proposer` suggests the next trial as a :class:`Proposal`, or nothing; a
+:class:`StopRule` ends the loop with a :class:`StopReason`; :func:`drive` measures what one
+proposer proposes until it proposes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from optimizer.foundation.allocation import Allocation
+from optimizer.search.loop.port import SearchPort
+from optimizer.trials.records import TrialSummary
+
+if TYPE_CHECKING:  # types only
+    from optimizer.search.goodput.efficiency import TrialEfficiency
+    from optimizer.search.job_options import JobOptions
+    from optimizer.search.loop.expected import Acquisition
+    from optimizer.trials.training import TrainingModuleManager
+
+
+@dataclass(frozen=True)
+class SearchJob:
+    """What one search works on: the script (through its manager), the run folder and the
+    command line's options, the job's size, the reference trial and the phase profile; the
+    allocations to probe when no model can be fitted (``more_probes``), and the trials an
+    earlier run of the folder measured (``earlier``, in the running for the final choice)."""
+
+    manager: TrainingModuleManager | None
+    run_dir: Path
+    opts: JobOptions | None = None
+    total: float | None = None
+    reference: TrialSummary | None = None
+    profile: Any = None
+    batch_settable: bool = True
+    more_probes: Sequence[Allocation] = ()
+    earlier: Sequence[TrialSummary] = ()
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A trial to run and why: ``proposer`` is who the decisions credit with it, ``reason``
+    the sentence they give, ``prefix`` the trial folder's (``trials/<prefix>-<key>``);
+    ``added_by``: who put a setting no trial ran into the run-off."""
+
+    allocation: Allocation
+    proposer: str
+    reason: str
+    prefix: str = ""
+    added_by: str | None = None
+
+
+@dataclass(frozen=True)
+class StopReason:
+    """Why the closed loop ends: the rule's name, its sentence, the row the decisions record
+    (None: the loop ends without one) and whether the console hears it."""
+
+    rule: str
+    why: str
+    row: dict[str, Any] | None = None
+    said: bool = False
+
+
+@dataclass
+class RoundView:
+    """One round of the closed loop as the proposers and the stop rules see it: the agents'
+    plan on the model fitted to the usable trials, how well the fit holds, what the model
+    expects of unmeasured settings (``acquisition``), whether the plan's setting was measured
+    already and a measured trial that beats the plan's prediction (``dominated``)."""
+
+    k: int
+    plan: dict[str, Any]
+    env_config: Any
+    planned: Allocation
+    usable: list[TrialSummary]
+    poor: bool
+    acquisition: Acquisition | None = None
+    spread: float | None = None
+    measured_before: bool = False
+    dominated: TrialSummary | None = None
+
+    @property
+    def agent(self) -> str:
+        return self.plan["agent"]
+
+
+@dataclass
+class SearchState:
+    """What the search has found so far: every trial, the decisions' rows, who proposed each
+    trial, the efficiency measured last; during the loop, its round and that round's proposal.
+    ``default_batch``: the script's own batch (a trial at "default" ran it); ``reserve``: runs
+    the loop leaves to the stages after it."""
+
+    port: SearchPort
+    job: SearchJob
+    trials: list[TrialSummary]
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    proposer: dict[str, str] = field(default_factory=dict)
+    efficiency: TrialEfficiency | None = None
+    default_batch: int | None = None
+    reserve: int = 0
+    k: int = 0
+    round: RoundView | None = None
+    proposal: Proposal | None = None
+
+
+class Proposer(Protocol):
+    """A way of choosing the next trial."""
+
+    def propose(self, state: SearchState) -> Proposal | None:
+        """The next trial to run, or None: nothing to propose."""
+
+
+class StopRule(Protocol):
+    """A rule that ends the closed loop."""
+
+    def check(self, state: SearchState) -> StopReason | None:
+        """Why the loop ends now, or None: it goes on."""
+
+
+def measure(state: SearchState, alloc: Allocation, prefix: str) -> TrialSummary:
+    """Run ``alloc`` as trial ``trials/<prefix>-<key>`` through the port, labelled with the
+    batch it ran with (not yet added to the state)."""
+    port, job = state.port, state.job
+    trial = port.measure(job.manager, alloc, prefix, job.run_dir, job.opts, job.total)
+    return port.label_batch(trial, job.run_dir / "trials" / trial.trial_id, job.batch_settable)
+
+
+def drive(state: SearchState, proposer: Proposer,
+          row: Callable[[Proposal, TrialSummary, int], dict[str, Any]]) -> list[TrialSummary]:
+    """Measure what ``proposer`` proposes until it proposes nothing; each new trial is added to
+    ``state.trials`` and described in ``state.rounds`` by ``row(proposal, trial, index)``
+    (``index``: the row's place in the decisions). Returns the new trials."""
+    new: list[TrialSummary] = []
+    while (proposal := proposer.propose(state)) is not None:
+        trial = measure(state, proposal.allocation, proposal.prefix)
+        state.trials.append(trial)
+        new.append(trial)
+        state.rounds.append(row(proposal, trial, len(state.rounds)))
+    return new
+
+
+__all__ = ["Proposal", "Proposer", "RoundView", "SearchJob", "SearchState", "StopReason",
+           "StopRule", "drive", "measure"]
