@@ -13,6 +13,8 @@ setup(
     package_dir={"optimizer.configs": "configs"},
     package_data={"optimizer.configs": ["*.toml", "workloads/*.toml"],
                   "phases": ["models/*/*"],
+                  # the vendored CRD schema the TrainJob is checked against
+                  "optimizer.reports": ["schemas/*.json"],
                   # the probe's site directory is loaded by path, not imported as a package
                   "optimizer.trials.probe": ["site/*.py"]},
 )

@@ -28,6 +28,10 @@ for Goodput-Optimized Deep Learning"), extended with CPU threads and host memory
   the threads and waits for them): ``T = (alpha_c + beta_c * B) * cpu_scale * ((1 - p) + p / c)
   + sync_c * (c - 1)``. With ``sync_c > 0`` a small batch can run slower on more threads, as
   small CNN steps did on a 2-core machine (batch 16: 13.4 s per job on 1 CPU, 15.7 s on 2).
+  ``r`` data-parallel CPU workers (torchrun's ranks) each run that on ``c / r`` threads and a
+  local batch ``B / r``, then synchronise as GPUs do: ``T = (T_c**gamma + T_s(r)**gamma) **
+  (1 / gamma)``, with ``T_s`` fitted from the measured multi-worker trials
+  (:func:`optimizer.search.goodput.scaling.fit_sync`).
 
 Throughput is ``B / T`` samples per second. A batch-size change also changes statistical
 efficiency (progress per sample). We use the gradient-noise-scale form that Pollux builds on
@@ -311,6 +315,7 @@ class WorkloadModel:
         cpu_scale: Any = 1.0,
         mem_scale: Any = 1.0,
         parallel: Any = None,
+        replicas: Any = 1,
     ) -> dict[str, np.ndarray]:
         """Predictions for allocations, broadcast over array arguments.
 
@@ -318,6 +323,10 @@ class WorkloadModel:
         (samples/s), ``efficiency`` (statistical, relative to ``ref_batch``), ``goodput``
         (reference samples/s), ``mem_gb``, ``gpu_mem_gb`` (per GPU), ``gpu_util``, ``cpu_util``,
         ``mem_util`` (fractions in [0, 1]) and ``oom`` (bool).
+
+        ``replicas`` data-parallel CPU workers split the cores and the batch (``batch_size`` is
+        the global one): each computes its share on its cores, then they synchronise
+        (``alpha_r + beta_r * max(r - 2, 0)``, combined through ``gamma`` as for GPUs).
         """
         p = self.params
         g, c, m, b_total = (np.asarray(x, dtype=float) for x in (gpus, cpus, memory_gb, batch_size))
@@ -326,9 +335,13 @@ class WorkloadModel:
         par = p.parallel_fraction if parallel is None else np.asarray(parallel, dtype=float)
         amdahl = (1.0 - par) + par / c
         if p.device == "cpu":
-            work = (p.alpha_c + p.beta_c * b_total) * cpu_scale
-            step = work * amdahl + p.sync_c * np.maximum(c - 1.0, 0.0)
-            t_compute = step
+            r = np.maximum(np.asarray(replicas, dtype=float), 1.0)
+            cw = np.maximum(c / r, 1.0)  # each worker's cores
+            work = (p.alpha_c + p.beta_c * b_total / r) * cpu_scale
+            t_compute = work * ((1.0 - par) + par / cw) + p.sync_c * np.maximum(cw - 1.0, 0.0)
+            t_sync = np.where(r > 1, p.alpha_r + p.beta_r * np.maximum(r - 2.0, 0.0), 0.0)
+            step = (t_compute**p.gamma + t_sync**p.gamma) ** (1.0 / p.gamma)
+            work = work * r
             gpu_util = np.zeros_like(step)
             cpu_util = np.minimum(1.0, work / (c * step))
             local = b_total
@@ -350,7 +363,7 @@ class WorkloadModel:
         oom = mem > m
         if p.device == "gpu" and p.gpu_mem_gb > 0:
             oom = oom | (gpu_mem > p.gpu_mem_gb)
-        shape = np.broadcast(g, c, m, b_total, cpu_scale, mem_scale).shape
+        shape = np.broadcast(g, c, m, b_total, cpu_scale, mem_scale, replicas).shape
         out = {
             "step_time": step,
             "throughput": throughput,

@@ -49,6 +49,7 @@ from optimizer.trials.cost import ResourceCostCalculator, cost_time_flags, trial
 from optimizer.trials.executors import TrialExecutor, TrialRequest, make_executor
 from optimizer.trials.failures import cause_of, no_usable_baseline
 from optimizer.trials.guard import clean_stale_work
+from optimizer.trials.launchers.torchrun import looks_distributed
 from optimizer.trials.records import TrialSummary, job_cost, job_size, job_time, with_job_size
 from optimizer.trials.training import TrainingModuleManager
 
@@ -188,6 +189,8 @@ class CloudResourceOptimizer:
         manager = TrainingModuleManager(train_file, opts.train_args, opts.batch_size_arg,
                                         opts.batch_size_env, opts.workers_arg)
         manager.in_process_probe = self.config.run.in_process_probe
+        manager.launcher = opts.launcher or (
+            "torchrun" if looks_distributed(manager.load_module().source) else "python")
         self.budget = make_budget(self.config.run.budget, run_dir / "trials",
                                   manager.script_digest())
         self.training_manager = manager
@@ -388,7 +391,8 @@ class CloudResourceOptimizer:
         settable = manager.batch_control() is not None
         alloc = Allocation(alloc.gpus, alloc.cpus, memory_for(alloc.cpus, self.config.resources),
                            alloc.batch_size if settable else None,
-                           alloc.workers if manager.workers_arg else None)
+                           alloc.workers if manager.workers_arg else None,
+                           alloc.replicas if manager.launcher == "torchrun" else 1)
         chain = [self._measure_once(manager, alloc, prefix, run_dir, opts, total)]
         # Killed at its limit: again only with more memory (optimizer.trials.oom_retry).
         while oom_retry.killed_for_memory(chain[-1]):

@@ -33,6 +33,7 @@ from optimizer.foundation.preferences import parse_preference
 from optimizer.pipeline import CloudResourceOptimizer, JobOptions
 from optimizer.search.baseline import best_trial, format_trials_table, rank_trials
 from optimizer.trials.executors import check_available
+from optimizer.trials.launchers.torchrun import looks_distributed
 from optimizer.trials.training import TrainingModuleManager
 
 
@@ -81,6 +82,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                    help="flag that sets the script's data-loader workers (e.g. --workers or "
                    "--num-workers={}): the chosen setting is then measured at other worker "
                    "counts too")
+    p.add_argument("--launcher", choices=("auto", "python", "torchrun"), default="auto",
+                   help="how a trial starts the script: torchrun (one process per data-parallel "
+                   "worker, gloo on CPU, NCCL on GPU), python, or auto: torchrun for a script "
+                   "that calls init_process_group or reads LOCAL_RANK")
+    p.add_argument("--workers-max", type=int, default=None, metavar="N",
+                   help="with torchrun: the most data-parallel workers a trial runs (default: "
+                   "the GPUs, else 2); the number is chosen by goodput")
     p.add_argument("--probe-seconds", type=float, default=None, metavar="S",
                    help="time box of each trial (0: run every trial to its end)")
     p.add_argument("--total-samples", type=float, default=None, metavar="N",
@@ -202,6 +210,27 @@ def _budget(value: str | None) -> int | str | None:
                             "or auto") from None
 
 
+def choose_launcher(asked: str | None, source: str) -> str:
+    """``torchrun`` or ``python``: as asked, else torchrun for a script that joins a process
+    group (:func:`optimizer.trials.launchers.torchrun.looks_distributed`)."""
+    if asked in ("python", "torchrun"):
+        return asked
+    return "torchrun" if looks_distributed(source) else "python"
+
+
+def workers_max(args: argparse.Namespace, manager: TrainingModuleManager, config: Any) -> int:
+    """The most data-parallel workers a trial runs: ``--workers-max``, else the GPUs (on a GPU
+    machine) or 2; 1 for a script not launched by torchrun."""
+    if manager.launcher != "torchrun":
+        return 1
+    given = getattr(args, "workers_max", None)
+    if given is not None:
+        if given < 1:
+            raise CloudoptError(f"--workers-max {given}: give 1 or more workers")
+        return int(given)
+    return max(int(config.resources.gpu_count_max or 0), 2)
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "run"
 
@@ -232,7 +261,8 @@ def optimize_file(optimizer: CloudResourceOptimizer, manager: TrainingModuleMana
         probe_seconds=args.probe_seconds, total_samples=args.total_samples,
         dataset_path=args.dataset_path, offline_logs=args.offline_logs,
         phase_model=args.phase_model, sla_given=_sla_given(args),
-        agent_seconds=args.agent_seconds, image=args.image, live_plan=args.live_plan)
+        agent_seconds=args.agent_seconds, image=args.image, live_plan=args.live_plan,
+        launcher=manager.launcher, workers_max=workers_max(args, manager, config))
     result = optimizer.optimize_training(manager.module_path, run_dir, options)
     ranked = rank_trials(result.baseline, config, args.preference)
     print(format_trials_table(ranked))
@@ -317,6 +347,7 @@ def run(args: argparse.Namespace) -> int:
                 for f in args.train_file]
     for m in managers:  # every script is checked before any trial runs
         m.load_module()
+        m.launcher = choose_launcher(getattr(args, "launcher", "auto"), m.module.source)
     for m in managers:
         optimizer = CloudResourceOptimizer(copy.deepcopy(config), quiet=args.quiet)
         optimizer.set_user_preference(args.preference)

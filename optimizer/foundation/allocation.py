@@ -33,11 +33,22 @@ class Allocation:
     workers: int | None = None
     """Data-loader workers; None: the script's own default (the only value the workload model
     and the agents know: only the closed loop's last sweep sets it)."""
+    replicas: int = 1
+    """Data-parallel worker processes (torchrun's ranks). ``gpus``, ``cpus`` and ``memory_gb``
+    are the whole job's, split evenly between them; ``batch_size`` is each worker's, so the
+    global batch is ``batch_size * replicas``."""
+
+    @property
+    def global_batch(self) -> int | None:
+        """The samples of one step of the whole job (each worker's batch times the workers):
+        the batch whose statistical efficiency counts."""
+        return None if self.batch_size is None else int(self.batch_size) * int(self.replicas)
 
     def key(self) -> str:
         bs = "default" if self.batch_size is None else str(self.batch_size)
         w = "" if self.workers is None else f"-w{self.workers}"
-        return f"g{self.gpus}-c{self.cpus}-m{self.memory_gb:g}-b{bs}{w}"
+        r = "" if self.replicas == 1 else f"-r{self.replicas}"
+        return f"g{self.gpus}-c{self.cpus}-m{self.memory_gb:g}-b{bs}{w}{r}"
 
 
 def _plural(n: float, one: str, many: str | None = None) -> str:
@@ -54,8 +65,12 @@ def describe_allocation(allocation: Allocation | Mapping[str, Any], *, gpus: boo
         names = {f.name for f in fields(Allocation)}
         a = Allocation(**{k: v for k, v in allocation.items() if k in names})
     parts = [_plural(a.gpus, "GPU")] if a.gpus or gpus else []
-    parts += [_plural(a.cpus, "CPU"), memory_words(a.memory_gb),
-              "the script's own batch" if a.batch_size is None else f"batch {int(a.batch_size)}"]
+    batch = "the script's own batch" if a.batch_size is None else f"batch {int(a.batch_size)}"
+    if a.replicas > 1:
+        batch += " per worker"
+    parts += [_plural(a.cpus, "CPU"), memory_words(a.memory_gb), batch]
+    if a.replicas > 1:
+        parts.insert(0, _plural(a.replicas, "DDP worker"))
     if a.workers is not None:
         parts.append(workers_words(a.workers))
     return ", ".join(parts)

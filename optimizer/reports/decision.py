@@ -58,6 +58,9 @@ def answer(result: Any, reference: TrialSummary, rec: dict[str, Any],
                     else "; no workload model could be fitted") + ".")
     lines.append("Deploy: k8s-job.yaml (a Job with these requests and a VerticalPodAutoscaler "
                  "bounded by the measured peaks).")
+    if getattr(alloc, "replicas", 1) > 1:
+        lines.append(f"Distributed: trainjob.yaml (a Kubeflow TrainJob of {alloc.replicas} "
+                     "nodes, one torchrun worker each, on the torch-distributed runtime).")
     return "\n".join(lines)
 
 

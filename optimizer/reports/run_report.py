@@ -20,6 +20,7 @@ from optimizer.reports.decision import answer as _answer
 from optimizer.reports.decision import rounds_section
 from optimizer.reports.goodput import goodput_section, plot_efficiency
 from optimizer.reports.k8s import k8s_job_yaml, k8s_resources_yaml
+from optimizer.reports.k8s_trainjob import k8s_trainjob_yaml
 from optimizer.reports.live import live_section, plot_live, write_live_k8s
 from optimizer.reports.plots import (
     plot_allocation,
@@ -29,6 +30,7 @@ from optimizer.reports.plots import (
     plot_phases,
 )
 from optimizer.reports.render import Report, dollars, fmt, format_value
+from optimizer.reports.scaling import plot_scaling, scaling_section
 from optimizer.reports.sources import sources_section
 from optimizer.trials.phase_profile import phase_needs
 from optimizer.trials.records import TrialSummary, iter_trials, job_cost, job_time
@@ -161,6 +163,12 @@ def write_outputs(opt: Any, result: Any, reference: TrialSummary, profile: Any,
                                       profile)
     script = Path(mgr.module_path).name if mgr is not None else "train.py"
     job_args = args if args is not None else (list(mgr.train_args) if mgr is not None else [])
+    if getattr(alloc, "replicas", 1) > 1:  # DDP workers: a Kubeflow TrainJob beside the Job
+        paths["trainjob"] = run_dir / "trainjob.yaml"
+        atomic_write_text(paths["trainjob"], k8s_trainjob_yaml(
+            alloc, per_worker_env(env, alloc), name=Path(result.run_dir).name, image=getattr(opts, "image", None),
+            command=["torchrun", script], args=job_args or None,
+            sla_time_s=opt.config.sla.time_max, predicted_time_s=_predicted_job_s(rec)))
     paths.update(write_live_k8s(run_dir, rec.get("live"), env, name=Path(result.run_dir).name,
                                 command=["python", script, *job_args],
                                 image=getattr(opts, "image", None),
@@ -246,6 +254,7 @@ def _write_recommendation(run_dir: Path, result: Any, reference: TrialSummary,
         "goodput": rec.get("goodput"), "learning_rate": rec.get("learning_rate"),
         "job_length": rec.get("job_length"), "measured": rec.get("measured"),
         "live": rec.get("live"),
+        "scaling": rec.get("scaling"),
         "planned_allocation": rec.get("planned_allocation"),
         "rounds": rec.get("rounds", []),
         "notes": rec.get("notes", []),
@@ -253,6 +262,16 @@ def _write_recommendation(run_dir: Path, result: Any, reference: TrialSummary,
     path = run_dir / "recommendation.json"
     atomic_write_json(path, body)
     return path
+
+
+def per_worker_env(env: dict[str, str], alloc: Any) -> dict[str, str]:
+    """``env`` with each data-parallel worker's threads: its share of the job's cores."""
+    out = dict(env)
+    threads = str(max(int(alloc.cpus) // max(int(getattr(alloc, "replicas", 1)), 1), 1))
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        if var in out:
+            out[var] = threads
+    return out
 
 
 def _figures(plots: Path, result: Any, reference: TrialSummary, profile: Any,
@@ -263,7 +282,8 @@ def _figures(plots: Path, result: Any, reference: TrialSummary, profile: Any,
         figs["comparison"] = plots / "baseline_vs_optimized.png"
         plot_comparison(figs["comparison"], reference, result.optimized, rec.get("predicted", {}))
     for name, plot, data in (("efficiency", plot_efficiency, rec.get("goodput") or {}),
-                             ("live", plot_live, rec.get("live"))):
+                             ("live", plot_live, rec.get("live")),
+                             ("scaling", plot_scaling, rec.get("scaling"))):
         if plot(plots / f"{name}.png", data):
             figs[name] = plots / f"{name}.png"
     figs["pareto"] = plots / "pareto.png"
@@ -322,6 +342,7 @@ def _build_report(opt: Any, result: Any, reference: TrialSummary, rec: dict[str,
     sources_section(r, reference)
     rounds_section(r, rec)
     goodput_section(r, rec.get("goodput"), figs.get("efficiency"))
+    scaling_section(r, rec.get("scaling"), figs.get("scaling"))
     live_section(r, rec.get("live"), figs.get("live"))
     r.heading("SLA")
     sla = opt.config.sla

@@ -79,17 +79,18 @@ def objective_table(trials: Sequence[TrialSummary], config: OptimizerConfig,
         if seconds is None or not np.isfinite(seconds) or seconds <= 0:
             continue
         a = t.allocation
-        eff, measured = assured_efficiency(efficiency, a.batch_size)
+        gb = a.global_batch  # statistical efficiency is the whole step's: per worker x workers
+        eff, measured = assured_efficiency(efficiency, gb)
         raw, seconds, epochs = seconds, seconds / max(eff, 1e-9), None
         job = getattr(efficiency, "job", None)
         if getattr(efficiency, "untried_batches", False) and \
-                a.batch_size not in (None, efficiency.ref_batch):
+                gb not in (None, efficiency.ref_batch):
             continue  # the job trains, but nothing measured how this batch does: maybe worse
-        if a.batch_size is not None and int(a.batch_size) in worse:
+        if gb is not None and int(gb) in worse:
             continue  # its whole runs ended at a worse held-out loss than the script's own
         if job is not None and getattr(efficiency, "on", False):
             seconds, epochs = job.job_seconds(raw, (t.startup_s or 0.0) + (t.exit_s or 0.0),
-                                              eff, a.batch_size == efficiency.ref_batch)
+                                              eff, gb == efficiency.ref_batch)
             if not np.isfinite(seconds):
                 continue  # its whole job trains worse, and its length cannot be set
         memory = memory_request(t, evidence)[0]
@@ -99,6 +100,7 @@ def objective_table(trials: Sequence[TrialSummary], config: OptimizerConfig,
                      "alone": not t.concurrent_with,
                      "gpus": a.gpus, "cpus": a.cpus,
                      "batch_size": a.batch_size, "workers": a.workers, "status": t.status,
+                     "replicas": a.replicas, "global_batch": gb,
                      "job_time_s": seconds,
                      "memory_gb": memory, "mem_gb_peak": t.mem_gb_peak,
                      "job_cost": seconds * hourly_cost(config, a.gpus, a.cpus, memory) / 3600,
@@ -120,7 +122,7 @@ def _pool_replicates(frame: pd.DataFrame, config: OptimizerConfig) -> pd.DataFra
     a row's figures come from such runs."""
     if frame.empty:
         return frame
-    keys = ["gpus", "cpus", "batch_size", "workers"]
+    keys = ["gpus", "cpus", "batch_size", "workers", "replicas"]
     alone_somewhere = frame.groupby(keys, dropna=False)["alone"].transform("any")
     frame = frame[frame["alone"] | ~alone_somewhere]
     frame = frame.assign(_order=range(len(frame)))
@@ -223,7 +225,7 @@ def recommended_allocation(trial: TrialSummary, trials: Sequence[TrialSummary],
     (None)."""
     a = trial.allocation
     return Allocation(a.gpus, a.cpus, memory_request(trial, trials)[0],
-                      a.batch_size if batch_settable else None, a.workers)
+                      a.batch_size if batch_settable else None, a.workers, a.replicas)
 
 
 def memory_entry(trial: TrialSummary, trials: Sequence[TrialSummary]) -> dict[str, Any]:
@@ -300,7 +302,7 @@ def goodput_comparison(trials: Sequence[TrialSummary], config: OptimizerConfig,
         return out
     a = final.allocation
     mine = table[table["trial_id"] == final.trial_id]
-    own = table[table["batch_size"] == ref]
+    own = table[table["global_batch"] == ref]
     same = own[(own["gpus"] == a.gpus) & (own["cpus"] == a.cpus)
                & (own["workers"].fillna(-1) == (-1 if a.workers is None else a.workers))]
     own = same if not same.empty else own.sort_values("objective").head(1)
@@ -311,7 +313,7 @@ def goodput_comparison(trials: Sequence[TrialSummary], config: OptimizerConfig,
         r = row.iloc[0]
         trial = next(t for t in trials if t.trial_id == r["trial_id"])
         thr = float(trial.throughput or 0.0)
-        batch = None if pd.isna(r["batch_size"]) else int(r["batch_size"])
+        batch = None if pd.isna(r["global_batch"]) else int(r["global_batch"])
         progress = (out.get("progress_per_sample") or {}).get(str(batch), {})
         source, low, high = efficiency_source(efficiency, batch)
         rows.append({"role": role, "trial_id": r["trial_id"], "batch_size": batch,

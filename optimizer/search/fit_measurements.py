@@ -41,7 +41,8 @@ def measurements_from_trials(trials: Iterable[TrialSummary]) -> pd.DataFrame:
     """One row per completed or probe trial that measured a throughput (failed trials measured
     nothing the fit can use), columns :data:`MEASUREMENT_COLUMNS`. Trials that set the
     data-loader workers (:mod:`optimizer.search.loader_workers`) are left out: the model knows the
-    script's default only."""
+    script's default only; data-parallel trials of several workers fit the communication term
+    instead (:mod:`optimizer.search.goodput.scaling`)."""
     rows = [
         {
             "trial_id": t.trial_id,
@@ -55,6 +56,7 @@ def measurements_from_trials(trials: Iterable[TrialSummary]) -> pd.DataFrame:
         }
         for t in trials
         if t.ok and t.throughput and t.throughput > 0 and t.allocation.workers is None
+        and t.allocation.replicas == 1
     ]
     return pd.DataFrame(rows, columns=list(MEASUREMENT_COLUMNS))
 

@@ -33,6 +33,11 @@ class JobOptions:
     """Training budget of each agent (default: the configuration's)."""
     image: str | None = None
     """Container image of the Kubernetes Job (default: a placeholder)."""
+    launcher: str | None = None
+    """``torchrun``: a data-parallel script, one process per worker; ``python``; None: found
+    from the script (:func:`optimizer.trials.launchers.torchrun.looks_distributed`)."""
+    workers_max: int = 1
+    """The most data-parallel workers a torchrun trial runs (``--workers-max``)."""
     live_plan: str = "measure"
     """``measure``: the per-stage live plan written and run beside the static one; ``write``:
     written only; ``off``."""

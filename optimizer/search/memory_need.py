@@ -80,8 +80,10 @@ class MemoryNeed:
 
 
 def same_setting(a: Any, b: Any) -> bool:
-    """Same GPUs, CPUs, batch size and data-loader workers (memory is a limit)."""
-    return (a.gpus, a.cpus, a.batch_size, a.workers) == (b.gpus, b.cpus, b.batch_size, b.workers)
+    """Same GPUs, CPUs, batch size, data-loader workers and data-parallel workers (memory is a
+    limit)."""
+    return (a.gpus, a.cpus, a.batch_size, a.workers, getattr(a, "replicas", 1)) == \
+        (b.gpus, b.cpus, b.batch_size, b.workers, getattr(b, "replicas", 1))
 
 
 def projection(t: TrialSummary) -> float | None:
@@ -103,7 +105,8 @@ def memory_need(trial: TrialSummary, trials: Sequence[TrialSummary]) -> MemoryNe
     rules, with the run it comes from (the first of the largest: a whole run before a probe
     or a kill at the same figure, the chosen setting's own whole run before another's)."""
     a = trial.allocation
-    batch = [t for t in [*trials, trial] if t.allocation.batch_size == a.batch_size]
+    batch = [t for t in [*trials, trial] if t.allocation.batch_size == a.batch_size
+             and t.allocation.replicas == a.replicas]
     own = [t for t in batch if t.ok and same_setting(t.allocation, a)] or [trial]
     whole = sorted((t for t in batch if t.status == "completed"),
                    key=lambda t: (_peak(t), same_setting(t.allocation, a)), reverse=True)

@@ -187,7 +187,7 @@ def _right_sized(config: Any, alloc: Allocation) -> Allocation:
         return alloc
     want = max(right_size_memory(need), config.resources.memory_min)
     return Allocation(alloc.gpus, alloc.cpus, min(alloc.memory_gb, want), alloc.batch_size,
-                      alloc.workers)
+                      alloc.workers, alloc.replicas)
 
 
 def _fallback(port: SearchPort, usable: list[TrialSummary], reason: str) -> dict[str, Any]:

@@ -126,7 +126,11 @@ def _reserve(state: SearchState) -> int:
     reserve = reserved_runs(state.port.config, job.opts, getattr(budget, "total", None),
                             bool(getattr(job.manager, "workers_arg", None)))
     if budget is not None and (budget.left() or 0) - reserve < 1:
-        return 0  # too small a budget for both: the loop's rounds come first
+        # Too small a budget for both: the loop's rounds come first, but for the workers of a
+        # torchrun job, the dimension that matters most there (Pollux).
+        scale = reserved_runs(state.port.config, job.opts, 0) - runoff_reserve(
+            state.port.config.run, 0) - (2 if getattr(job.opts, "lr_arg", None) else 0)
+        return scale if (budget.left() or 0) - scale >= 1 else 0
     return reserve
 
 
@@ -178,9 +182,14 @@ def reserved_runs(cfg: Any, opts: Any, total: int | None = None,
                   workers: bool = False) -> int:
     """Runs the closed loop leaves to later stages of a search of ``total`` runs: the run-off
     (:func:`optimizer.search.budget.runoff_reserve`), one for the data-loader sweep with
-    ``workers`` (from 6 runs), and the two learning-rate probes with ``--lr-arg``."""
+    ``workers`` (from 6 runs), the two learning-rate probes with ``--lr-arg``, and two
+    data-parallel settings (the same and the kept global batch at two workers) for a torchrun
+    job with ``--workers-max`` 2 or more."""
     sweep = 1 if workers and total is not None and total >= 6 else 0
-    return runoff_reserve(cfg.run, total) + sweep + (2 if getattr(opts, "lr_arg", None) else 0)
+    scale = 2 if getattr(opts, "launcher", None) == "torchrun" and \
+        int(getattr(opts, "workers_max", 1) or 1) >= 2 else 0
+    return runoff_reserve(cfg.run, total) + sweep + scale + \
+        (2 if getattr(opts, "lr_arg", None) else 0)
 
 
 def round_row(view: RoundView, choice: Allocation, why: str, trial: TrialSummary,

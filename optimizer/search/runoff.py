@@ -84,7 +84,7 @@ def cpu_neighbour(leader: Allocation, measured: list[TrialSummary],
     1-CPU probes at other batch sizes, put 1 CPU 30% behind and never ran it. Fewer CPUs cost
     less, so the run-off measures that neighbour back to back with the leader rather than
     trusting the extrapolation."""
-    cpus = max(int(cpu_min), leader.cpus // 2)
+    cpus = max(int(cpu_min), leader.cpus // 2, leader.replicas)  # a core for each worker
     if cpus >= leader.cpus:
         return None
     half = replace(leader, cpus=cpus)
@@ -106,7 +106,7 @@ def uncertain(table: pd.DataFrame, field: pd.DataFrame, efficiency: Any) -> str 
     best = float(field["objective"].min())
     rows = []
     for _, row in table[~table["trial_id"].isin(field["trial_id"])].iterrows():
-        batch = None if pd.isna(row["batch_size"]) else int(row["batch_size"])
+        batch = None if pd.isna(row["global_batch"]) else int(row["global_batch"])
         source, _, high = efficiency_source(efficiency, batch)
         value = float(row.get("efficiency", 1.0))
         if source == "measured" and high and high > value:

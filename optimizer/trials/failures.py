@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from optimizer.foundation.errors import CloudoptError
+from optimizer.trials.launchers.torchrun import rank_stderr
 from optimizer.trials.oom_retry import OutgrewMemory, killed_for_memory, outgrew_message
 from optimizer.trials.records import TrialSummary
 
@@ -35,6 +36,9 @@ def _cause(t: TrialSummary, probe_seconds: float | None, timeout_s: float) -> tu
         last = (t.stderr_tail or "").strip().splitlines()[-1:] or ["no message"]
         return "executor-error", (f"could not start on the Ray worker ({last[0]}): check that "
                                   "cloudopt is installed on the cluster's nodes")
+    if reason.startswith("crash (rank "):  # a data-parallel rank died; torchrun ended the rest
+        last = rank_stderr(t.stderr_tail or "") or "the ranks wrote nothing there"
+        return f"crash:{reason}", f"crashed: {reason[7:-1]}; last lines of stderr: {last}"
     if reason.startswith("crash"):
         tail = [ln for ln in (t.stderr_tail or "").strip().splitlines() if ln.strip()]
         last = " | ".join(tail[-STDERR_LINES:]) or "stderr was empty"

@@ -169,6 +169,18 @@ def _check_type(value: Any, annotation: str, name: str, source: str) -> None:
         raise CloudoptError(f"{source}: field {name!r} must be {annotation}, got {value!r}")
 
 
+def set_aside(trial_dir: Path) -> Path:
+    """Move a trial folder that no longer applies to ``<run>/replaced/`` (a free name there,
+    never over an earlier one); returns where it went."""
+    keep = trial_dir.parent.parent / "replaced" / trial_dir.name
+    n = 1
+    while keep.exists():
+        keep, n = keep.with_name(f"{trial_dir.name}.{n}"), n + 1
+    keep.parent.mkdir(parents=True, exist_ok=True)
+    trial_dir.rename(keep)
+    return keep
+
+
 def iter_trials(run_dir: str | os.PathLike) -> Iterator[TrialSummary]:
     """Complete trials of a run, in trial-folder order (folders without a summary are skipped)."""
     trials = Path(run_dir) / "trials"

@@ -46,7 +46,7 @@ from optimizer.trials.records import SUMMARY_FILE, TrialSummary, write_trials_cs
 from optimizer.trials.resources import ResourceManager
 from optimizer.trials.script_scan import ScriptInfo
 
-STDERR_TAIL_CHARS = 2000
+STDERR_TAIL_CHARS = 4000  # a torchrun failure report alone is about 1,700
 TRIAL_FILES = ("trace.csv", "metrics.csv", "stdout.log", "stderr.log", "probe.jsonl",
                "stages.csv", "changes.jsonl", LOSS_TARGET_FILE)
 RECORDED_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
@@ -189,6 +189,8 @@ class TrialRun:
     """(step, cumulative samples) of the last step event: where a loss is placed."""
     probe_batch: int | None = None
     """The batch a step of a loop without a DataLoader counts (``CLOUDOPT_PROBE_BATCH``)."""
+    probe_world: int = 1
+    """Data-parallel ranks: rank 0's events are read as they come, its samples times this."""
     by_backward: bool = True
     """Steps are backward passes until the probe reports an optimizer step (as its reader
     decides, :func:`optimizer.trials.probe.events.read_probe`)."""
@@ -459,6 +461,8 @@ def finalize_trial(trial_dir: Path, work: Path, summary: TrialSummary) -> None:
         src = work / name
         if src.exists():
             os.replace(src, trial_dir / name)
+    for src in work.glob("probe.rank*.jsonl"):  # a data-parallel trial's other ranks
+        os.replace(src, trial_dir / src.name)
     shutil.rmtree(work, ignore_errors=True)
     summary.save(trial_dir)
     if trial_dir.parent.name == "trials":

@@ -38,19 +38,19 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-# describe_allocation lives with Allocation; imported here for the callers that found it here
 from optimizer.foundation.allocation import Allocation, describe_allocation
 from optimizer.foundation.atomic_files import atomic_write_json, read_json
 from optimizer.foundation.config import ResourceConfig
 from optimizer.foundation.errors import CloudoptError
 from optimizer.trials.cost import ResourceCostCalculator
+from optimizer.trials.launchers.torchrun import launch_command, launch_environment, rank_failure
 from optimizer.trials.live.session import bill_live_trial, start_controller
 from optimizer.trials.monitor import CSVMonitor
 from optimizer.trials.output import (
@@ -73,6 +73,7 @@ from optimizer.trials.records import (
     choose_job_size,
     exit_seconds,
     predict_time,
+    set_aside,
 )
 from optimizer.trials.resources import cpu_affinity_set
 from optimizer.trials.runner import (
@@ -98,9 +99,9 @@ from optimizer.trials.script_scan import (
     ENTRY_NAMES,
     ScriptInfo,
     analyze_source,
+    arg_or_default,
     batch_knobs,
     env_default,
-    flag_default,
     load_script,
 )
 
@@ -154,6 +155,8 @@ class TrainingModuleManager:
         self.batch_size_env = batch_size_env or None
         self.workers_arg = workers_arg or None
         self.in_process_probe = True
+        self.launcher = "python"
+        """``torchrun``: a trial runs ``allocation.replicas`` ranks (:mod:`~optimizer.trials.launchers.torchrun`)."""
         """Load the in-process probe into each trial (:mod:`optimizer.trials.probe`);
         ``[run].in_process_probe``."""
         self.module: ScriptInfo | None = None
@@ -236,19 +239,8 @@ class TrainingModuleManager:
         return self._flag_default(self.workers_arg, minimum=0) if self.workers_arg else None
 
     def _flag_default(self, flag: str, minimum: int) -> int | None:
-        """The integer a run without the allocation's value passes for ``flag``: its value among
-        the script's arguments, else its literal default in the source; values below
-        ``minimum`` do not count."""
-        name = flag.split("=", 1)[0]
-        for i, arg in enumerate(self.train_args):
-            value = None
-            if arg == name and i + 1 < len(self.train_args):
-                value = self.train_args[i + 1]
-            elif arg.startswith(name + "="):
-                value = arg.split("=", 1)[1]
-            if value is not None and value.strip().isdigit() and int(value) >= minimum:
-                return int(value)
-        return flag_default((self.module or self.load_module()).tree, flag, minimum=minimum)
+        return arg_or_default(self.train_args, (self.module or self.load_module()).tree, flag,
+                              minimum)
 
     def script_digest(self) -> str:
         """SHA-256 of the script's source: a trial of another version is not reused."""
@@ -287,12 +279,7 @@ class TrainingModuleManager:
             why = "the batch size's environment variable changed since it was measured"
         if why is None:
             return summary
-        keep = trial_dir.parent.parent / "replaced" / trial_dir.name
-        n = 1
-        while keep.exists():
-            keep, n = keep.with_name(f"{trial_dir.name}.{n}"), n + 1
-        keep.parent.mkdir(parents=True, exist_ok=True)
-        trial_dir.rename(keep)
+        keep = set_aside(trial_dir)
         self.replaced.append(f"trial {trial_dir.name}: {why}; measuring it again (the old "
                              f"record is in {keep})")
         return None
@@ -300,7 +287,8 @@ class TrainingModuleManager:
     def command(self, allocation: Allocation) -> list[str]:
         """The command line of a run: the script, its arguments, the batch-size flag and the
         workers' flag (where the allocation sets them)."""
-        return build_command(self.module or self.load_module(), self.run_args(allocation))
+        cmd = build_command(self.module or self.load_module(), self.run_args(allocation))
+        return launch_command(cmd, allocation.replicas) if self.launcher == "torchrun" else cmd
 
     def run_args(self, allocation: Allocation) -> list[str]:
         """The script's arguments for ``allocation``: :meth:`command` without the interpreter
@@ -332,6 +320,7 @@ class TrainingModuleManager:
         live: Any = None,
         loss_target: LossTarget | None = None,
         until_box: bool = False,
+        rank_env: Mapping[str, str] | None = None,
     ) -> TrialSummary:
         """Run the script once under ``allocation`` and record it in ``trial_dir``.
 
@@ -372,6 +361,10 @@ class TrainingModuleManager:
         loss_target, until_box : LossTarget, bool
             A probe that trains on to ``loss_target`` (:mod:`optimizer.trials.probe.loss_target`),
             or runs its whole time box (the script's own batch, whose loss the others train to).
+        rank_env : mapping, optional
+            This run is one rank of a data-parallel job whose ranks another launcher starts
+            (a Ray Train worker): torchrun's variables for it
+            (:func:`~optimizer.trials.launchers.torchrun.rank_environment`).
 
         Returns
         -------
@@ -393,6 +386,9 @@ class TrainingModuleManager:
             # a loop without a DataLoader shows the probe no batch: this one counts a step
             env["CLOUDOPT_PROBE_BATCH"] = str(int(probe_batch))
         cpus = sorted(cpu_ids) if cpu_ids is not None else cpu_affinity_set(allocation.cpus)
+        if self.launcher == "torchrun":
+            env = launch_environment(env, cpus, allocation.replicas)
+        env.update(rank_env or {})
         cmd = self.command(allocation)
         started_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
         atomic_write_json(trial_dir / "config.json", {
@@ -409,6 +405,8 @@ class TrainingModuleManager:
         run = start_trial(cmd, env, cpus, work, trial_id, allocation, monitor_interval,
                           metrics_part)
         run.probe_path, run.probe_batch, run.job_samples = probe_events, probe_batch, total_samples
+        run.probe_world = allocation.replicas if self.launcher == "torchrun" else \
+            int((rank_env or {}).get("WORLD_SIZE", 1))
         if loss_target is not None and probe_events is not None and probe_seconds is not None:
             run.loss_watch = LossWatch(loss_target)
         self.training_process = run.proc
@@ -479,6 +477,8 @@ class TrainingModuleManager:
         stats, stderr = run.monitor.stats(startup), tail(work / "stderr.log")
         if status == "probe" and thr is None:
             reason = "no throughput measured before the time box ended"
+        if reason.startswith("crash") and (rank := rank_failure(stderr, run.probe_world)):
+            reason = f"crash ({rank})"
         model_info = self.get_model_info(work / "metrics.csv", stdout_text)
         if run.batch_size is not None:  # the allocation's, else what the script printed
             model_info["batch_size"] = run.batch_size

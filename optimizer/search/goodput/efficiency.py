@@ -378,7 +378,7 @@ def probe_records(trials: Iterable[TrialSummary], run_dir: str | Path
     out: dict[int, list[ProbeRecord]] = {}
     for t in trials:
         rec = read_probe(Path(run_dir) / "trials" / t.trial_id / EVENTS_FILE) if t.ok else None
-        batch = rec and (rec.samples_per_step or t.allocation.batch_size)
+        batch = rec and (rec.global_batch or t.allocation.global_batch)
         if rec is not None and batch:
             out.setdefault(int(batch), []).append(rec)
     return out

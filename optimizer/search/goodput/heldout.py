@@ -25,9 +25,9 @@ def heldout_by_batch(trials: Iterable[Any]) -> dict[int, float]:
     found: dict[int, list[float]] = {}
     for t in trials:
         value = (t.model_info or {}).get("heldout_loss")
-        if t.status == "completed" and t.allocation.batch_size is not None and \
+        if t.status == "completed" and t.allocation.global_batch is not None and \
                 isinstance(value, (int, float)):
-            found.setdefault(int(t.allocation.batch_size), []).append(float(value))
+            found.setdefault(int(t.allocation.global_batch), []).append(float(value))
     return {b: median(v) for b, v in found.items()}
 
 

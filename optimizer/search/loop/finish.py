@@ -26,6 +26,8 @@ from optimizer.search.choice import (
 )
 from optimizer.search.goodput.job_length import figures_words, job_length_decision
 from optimizer.search.goodput.learning_rate import lr_args, tune_learning_rate
+from optimizer.search.goodput.scaling import PROPOSER as SCALING
+from optimizer.search.goodput.scaling import scaling_curve, sweep_replicas
 from optimizer.search.loader_workers import PROPOSER, sweep_workers
 from optimizer.search.loop.outcome import SearchOutcome, SearchRecommendation
 from optimizer.search.loop.state import SearchState, StopReason
@@ -39,8 +41,15 @@ def finish(state: SearchState, stop: StopReason | None) -> SearchOutcome:
     _credit_earlier(state)
     for trial in sweep_workers(state):
         state.proposer[trial.trial_id] = PROPOSER
-    block = _run_off(state)
+    scaled = sweep_replicas(state)
+    for trial in scaled:
+        state.proposer[trial.trial_id] = SCALING
     eff, job = state.efficiency, state.job
+    if scaled and eff is not None and eff.on:  # their global batches' efficiency
+        state.efficiency = measure_efficiency([t for t in state.trials if t.ok], job.reference,
+                                              job.run_dir, state.port.config.run.goodput, eff.job)
+    block = _run_off(state)
+    eff = state.efficiency
     if block and eff is not None and eff.on:  # the run-off's curves: the efficiency pooled
         state.efficiency = measure_efficiency([t for t in state.trials if t.ok], job.reference,
                                               job.run_dir, state.port.config.run.goodput, eff.job)
@@ -112,7 +121,21 @@ def recommendation(state: SearchState, final: TrialSummary, best_row: dict[str, 
         final_trial=final.trial_id, rounds=state.rounds, goodput=goodput,
         job_length=job_length, memory=memory, measured=measured, search=search, choice=choice,
         runoff=block, runoff_standings=table, learning_rate=learning_rate,
-        live=_live(state, allocation), notes=notes)
+        live=_live(state, allocation), notes=notes, scaling=_scaling(state, final))
+
+
+def _scaling(state: SearchState, final: TrialSummary) -> dict[str, Any] | None:
+    """The scaling curve (:func:`optimizer.search.goodput.scaling.scaling_curve`) of a job launched by
+    torchrun whose workers were measured, on the last round's fitted model."""
+    trials = state.trials
+    if not any(t.ok and t.allocation.replicas > 1 for t in trials) or state.round is None:
+        return None
+    model = getattr(state.round.env_config, "workload", None)
+    if model is None or isinstance(model, str):
+        return None
+    workers_max = int(getattr(state.job.opts, "workers_max", 1) or 1)
+    return scaling_curve(model, final.allocation, trials, workers_max, state.port.config,
+                         state.port.user_preference, state.efficiency)
 
 
 def _measured_figures(final: TrialSummary, best_row: dict[str, Any]) -> dict[str, Any]:

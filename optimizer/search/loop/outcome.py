@@ -45,6 +45,8 @@ class SearchRecommendation:
     learning_rate: dict[str, Any] | None = None
     live: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    scaling: dict[str, Any] | None = None
+    """A data-parallel job's scaling curve (:func:`optimizer.search.goodput.scaling.scaling_curve`)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The plan's keys, then the choice's; ``learning_rate`` and ``live`` only where they
@@ -67,6 +69,8 @@ class SearchRecommendation:
         out.setdefault("notes", self.notes)
         if self.live is not None:
             out["live"] = self.live
+        if self.scaling is not None:
+            out["scaling"] = self.scaling
         return out
 
 

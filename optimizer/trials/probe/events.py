@@ -56,10 +56,21 @@ class ProbeRecord:
     """What one step is: ``optimizer step`` where the script stepped a ``torch.optim``
     optimizer, else ``backward pass`` (an update written by hand)."""
     backward_passes: int = 0
+    world: int = 1
+    """Data-parallel ranks whose files were read: samples are summed over them."""
+    rank_samples: list[float] = field(default_factory=list)
+    """Each rank's own samples, rank 0 first (empty for a single process)."""
+
+    @property
+    def global_batch(self) -> int | None:
+        """The samples of one step of the whole job: each rank's batch times the ranks."""
+        per = self.samples_per_step
+        return per * self.world if per else None
 
     @property
     def samples_per_step(self) -> int | None:
-        """The training loader's batch size, else the one seen most often."""
+        """One process's samples per step: the training loader's batch size, else the one
+        seen most often (each worker's batch in a data-parallel job)."""
         loader = self.train_loader
         if loader is not None and loader.get("batch_size"):
             return int(loader["batch_size"])
@@ -250,9 +261,13 @@ def _close_pass(lo: dict[str, Any], step: int) -> None:
         lo["train_epochs"] += 1
 
 
-def read_probe(path: str | os.PathLike) -> ProbeRecord | None:
+def read_probe(path: str | os.PathLike, *, ranks: bool = True) -> ProbeRecord | None:
     """The record of a probe's event file; None when it is missing or has no header. A last
-    line cut short (the process was killed mid-write) is ignored."""
+    line cut short (the process was killed mid-write) is ignored.
+
+    Beside rank 0's file of a data-parallel trial, the other ranks' files (``ranks``) add their
+    samples: at each of rank 0's step events, the samples every rank had done by that step
+    (steps, the loss and stages stay rank 0's)."""
     try:
         lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
@@ -293,7 +308,28 @@ def read_probe(path: str | os.PathLike) -> ProbeRecord | None:
         rec.step_points[:, 2] = rec.step_points[:, 1] * batch
         rec.samples = float(rec.steps * batch)
         rec.batch_sizes[batch] += 0 if rec.batch_sizes else 1
+    if ranks:
+        _add_ranks(rec, path)
     return rec
+
+
+def _add_ranks(rec: ProbeRecord, path: str | os.PathLike) -> None:
+    from optimizer.trials.launchers.torchrun import rank_files
+
+    others = [r for r in (read_probe(f, ranks=False) for f in rank_files(path)) if r is not None]
+    if not others:
+        return
+    rec.world = 1 + len(others)
+    rec.rank_samples = [rec.samples] + [o.samples for o in others]
+    p = rec.step_points
+    if len(p):
+        total = p[:, 2].copy()
+        for o in others:
+            q = o.step_points
+            if len(q):  # a rank's samples by the step count rank 0 had reached
+                total += np.interp(p[:, 1], q[:, 1], q[:, 2])
+        rec.step_points = np.column_stack([p[:, 0], p[:, 1], total])
+    rec.samples = float(sum(rec.rank_samples))
 
 
 def _by_backward(events: list[dict[str, Any]]) -> bool:

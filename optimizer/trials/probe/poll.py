@@ -49,6 +49,7 @@ def poll_probe(run: Any) -> None:
             step = ev.get("bw" if run.by_backward else "step", 0) or 0
             if not samples and run.probe_batch:
                 samples = float(step) * run.probe_batch
+            samples *= getattr(run, "probe_world", 1)  # ranks step together
             run.probe_steps = (float(step), samples)
         except (ValueError, KeyError, TypeError):
             continue

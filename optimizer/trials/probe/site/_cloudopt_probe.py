@@ -422,16 +422,32 @@ def _forked_child():
         s.buf, s.buf_bytes, s.pending, s.bin = [], 0, [], None
 
 
+def _int_env(name):
+    value = os.environ.get(name, "")
+    return int(value) if value.isdigit() else None
+
+
 def start():
     """Start recording (once, and only in the process that first loaded the probe)."""
     global _STATE
     owner = os.environ.get("CLOUDOPT_PROBE_PID")
     if owner and owner != str(os.getpid()):
         return  # a child process (spawned data-loader worker, a subprocess): stay out
+    path = os.environ["CLOUDOPT_PROBE_EVENTS"]
+    if os.environ.get("CLOUDOPT_PROBE_RANKS"):
+        # A data-parallel trial: torchrun's launcher records nothing, each rank its own file
+        # (rank 0 the trial's, rank r probe.rank{r}.jsonl beside it).
+        rank = os.environ.get("RANK", "")
+        if not rank.isdigit():
+            return
+        if rank != "0":
+            base, ext = os.path.splitext(path)
+            path = f"{base}.rank{rank}{ext}"
     os.environ["CLOUDOPT_PROBE_PID"] = str(os.getpid())
-    _STATE = _State(os.environ["CLOUDOPT_PROBE_EVENTS"])
+    _STATE = _State(path)
     _STATE.emit({"e": "header", "version": VERSION, "pid": os.getpid(), "wall": time.time(),
-                 "batch": _STATE.env_batch,
+                 "batch": _STATE.env_batch, "rank": _int_env("RANK"),
+                 "world": _int_env("WORLD_SIZE"),
                  "python": sys.executable, "argv": list(sys.argv)}, flush=True)
     atexit.register(_at_exit)
     os.register_at_fork(after_in_child=_forked_child)

@@ -7,6 +7,23 @@ import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
+def _pin_rank() -> None:
+    """A data-parallel rank takes its share of the trial's cores (``CLOUDOPT_RANK_CPUS``,
+    ``0,1;2,3``: local rank 0 on cores 0 and 1) before the script's first line."""
+    groups, local = os.environ.get("CLOUDOPT_RANK_CPUS"), os.environ.get("LOCAL_RANK", "")
+    if not groups or not local.isdigit() or not hasattr(os, "sched_setaffinity"):
+        return
+    try:
+        cores = [[int(c) for c in g.split(",") if c] for g in groups.split(";")]
+        mine = cores[int(local) % len(cores)]
+        if mine:
+            os.sched_setaffinity(0, mine)
+    except (ValueError, OSError):
+        pass
+
+
+_pin_rank()
+
 if os.environ.get("CLOUDOPT_PROBE_EVENTS"):
     try:
         import _cloudopt_probe
