@@ -142,7 +142,7 @@ def test_the_vendored_schema_names_its_source():
 
 
 def test_the_generator_writes_the_schema_and_its_source(tmp_path):
-    tool = Path(__file__).resolve().parents[1] / "tools" / "vendor_trainjob_schema.py"
+    tool = Path(__file__).resolve().parents[1] / "optimizer" / "reports" / "schemas" / "vendor_trainjob_schema.py"
     spec = importlib.util.spec_from_file_location("vendor_trainjob_schema", tool)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -10,7 +10,7 @@ single-pod Job (:mod:`optimizer.reports.k8s_security`: restricted security conte
 read-only root with bounded emptyDirs) reach the runtime's ``node`` job through
 ``spec.runtimePatches``. What the CRD has no field for is listed in :data:`NOT_CARRIED` and in
 the YAML's header. :func:`validate_trainjob` checks an object against the CRD's schema as
-published (``schemas/trainjob-v1alpha1.json``, written by ``tools/vendor_trainjob_schema.py``).
+published (``schemas/trainjob-v1alpha1.json``, written by ``optimizer/reports/schemas/vendor_trainjob_schema.py``).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ The vendored file is the CRD's ``v1alpha1`` ``openAPIV3Schema`` as published, pl
 sha256), so the schema the tests check TrainJobs against can be regenerated and compared::
 
     git --git-dir=<trainer>.git show v2.2.1:manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml > crd.yaml
-    python tools/vendor_trainjob_schema.py crd.yaml --tag v2.2.1
+    python optimizer/reports/schemas/vendor_trainjob_schema.py crd.yaml --tag v2.2.1
 
 Needs PyYAML (a dev dependency); cloudopt reads only the JSON it writes.
 """
