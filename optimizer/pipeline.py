@@ -40,7 +40,7 @@ from optimizer.search.budget import RunBudget, auto_budget, make_budget, within_
 from optimizer.search.choice import same_setting
 from optimizer.search.goodput.job_length import JobLength, job_length
 from optimizer.search.goodput.probe_target import target_for_batch
-from optimizer.search.job_options import JobOptions
+from optimizer.search.job_options import JobOptions, JobSpec
 from optimizer.search.loop.state import SearchJob
 from optimizer.search.runoff import PREFIX as RUNOFF_PREFIX
 from optimizer.trials import oom_retry
@@ -90,6 +90,8 @@ class CloudResourceOptimizer:
         self.config, self.quiet = config or load_config(), quiet
         self.offline_analyzer: Any = None
         self.training_manager: TrainingModuleManager | None = None
+        self.job_spec: JobSpec | None = None
+        """The job, described once (:class:`~optimizer.search.job_options.JobSpec`)."""
         self.oom_chain: list[TrialSummary] = []
         self.budget, self.efficiency = RunBudget(None, Path(".")), None  # set per run
         self.job_length: JobLength | None = None  # the script's length knob, read per run
@@ -195,7 +197,9 @@ class CloudResourceOptimizer:
                                   manager.script_digest())
         self.training_manager = manager
         manager.load_module()
-        self.job_length = job_length(manager.module.tree, manager.train_args, opts.epochs_arg)
+        spec = self.job_spec = JobSpec.describe(manager, opts)
+        self._default_batch = spec.default_batch
+        self.job_length = job_length(manager.module.tree, manager.train_args, spec.epochs_arg)
         analysis = manager.analyze_module()
         gpu_check = self.validate_gpu_configuration()
         self.config.save(run_dir / "config.json")
@@ -208,13 +212,13 @@ class CloudResourceOptimizer:
                                      self.config.run.trial_timeout_s,
                                      self.config.resources.memory_max, run_dir)
         reference = usable[0]
-        total = opts.total_samples or job_size(usable)
+        total = spec.total_samples or job_size(usable)
 
         if not total:  # learned from one whole run, never assumed
             whole = self.measure(manager, reference.allocation, "whole", run_dir,
                                  dataclasses.replace(opts, probe_seconds=0), None)
             whole = self.label_batch(whole, run_dir / "trials" / whole.trial_id,
-                                     manager.batch_control() is not None)
+                                     spec.batch_settable)
             if self.oom_chain:
                 raise oom_retry.OutgrewMemory(oom_retry.outgrew_message(
                     str(train_file), self.oom_chain, self.config.resources.memory_max, run_dir))
@@ -244,7 +248,7 @@ class CloudResourceOptimizer:
         more = [a for a in self._planned_probes(manager, analysis, opts, extra=8)
                 if not any(same_setting(t.allocation, a) for t in baseline)]
         job = SearchJob(manager, run_dir, opts, total, reference, profile,
-                        manager.batch_control() is not None, more, earlier)
+                        spec.batch_settable, more, earlier, spec)
         outcome = refine(self, job, usable)
         self.efficiency = outcome.efficiency  # what the search measured last, kept for callers
         rec, optimized = outcome.recommendation.to_dict(), outcome.final
@@ -268,7 +272,7 @@ class CloudResourceOptimizer:
         done = [(probes.probe_folder(run_dir, i, a) / "summary.json").exists()
                 for i, a in enumerate(allocations)]
         allocations = within_budget(self.budget, allocations, done)
-        if manager.batch_control() is None:
+        if not self.job_spec.batch_settable:
             hint = manager.batch_knob_hint()
             self.say("batch size: the script neither takes --batch-size-arg nor reads "
                      "OPTIMIZER_BATCH_SIZE, so it is not varied and the model keeps it fixed"
@@ -284,10 +288,10 @@ class CloudResourceOptimizer:
         self.say(f"{manager.module_path}: {len(allocations)} baseline trial(s), "
                  f"{'probes of ' + format(probe, 'g') + ' s' if probe else 'full runs'}")
         trials = run_baseline(manager, allocations, run_dir, cfg, probe_seconds=probe,
-                              total_samples=opts.total_samples, quiet=self.quiet,
+                              total_samples=self.job_spec.total_samples, quiet=self.quiet,
                               executor=self.trial_executor(), ref_batch=self._default_batch)
         self._say_replaced(manager)
-        settable = manager.batch_control() is not None
+        settable = self.job_spec.batch_settable
         return [self.label_batch(t, run_dir / "trials" / probes.trial_folder(run_dir, t),
                                  settable) for t in trials]
 
@@ -304,7 +308,7 @@ class CloudResourceOptimizer:
                 continue
             t = manager.recorded_trial(d)
             if t is not None and t.ok and t.throughput:
-                out.append(self.label_batch(t, d, manager.batch_control() is not None))
+                out.append(self.label_batch(t, d, self.job_spec.batch_settable))
         self._say_replaced(manager)
         if out:
             self.say("measured earlier in this run folder, in the running for the final "
@@ -315,10 +319,9 @@ class CloudResourceOptimizer:
                         opts: JobOptions, extra: int = 0) -> list[Allocation]:
         """Baseline allocations (``extra`` more for when the model cannot be fitted), batch
         variations around the script's own batch size, and none it cannot be told."""
-        self._default_batch = manager.default_batch_size()
         return self.plan_trials(analysis, opts.offline_logs, extra=extra,
                                 reference_batch=self._default_batch,
-                                vary_batch=manager.batch_control() is not None)
+                                vary_batch=self.job_spec.batch_settable)
 
     def label_batch(self, t: TrialSummary, trial_dir: Path, settable: bool) -> TrialSummary:
         """``t`` labelled with the batch size it ran with (the script's own where unset)."""
@@ -388,7 +391,8 @@ class CloudResourceOptimizer:
         baseline's memory limit (the request is sized later, from what it used); killed there,
         again under more, up to ``[resources].memory_max`` (:attr:`oom_chain` then holds the
         runs of a setting killed at the largest limit)."""
-        settable = manager.batch_control() is not None
+        spec = self.job_spec
+        settable = spec.batch_settable if spec is not None else manager.batch_control() is not None
         alloc = Allocation(alloc.gpus, alloc.cpus, memory_for(alloc.cpus, self.config.resources),
                            alloc.batch_size if settable else None,
                            alloc.workers if manager.workers_arg else None,

@@ -147,8 +147,10 @@ def write_outputs(opt: Any, result: Any, reference: TrialSummary, profile: Any,
     alloc = _alloc(rec["allocation"])
     env = ResourceManager.apply_configuration(alloc, env={}, resource_config=opt.config.resources)
     env = {k: v for k, v in env.items() if not k.startswith("COST_PER")}
-    mgr, args = opt.training_manager, None
-    if mgr is not None and (mgr.batch_control() != "env" or mgr.batch_size_env):
+    mgr, args, spec = opt.training_manager, None, getattr(opt, "job_spec", None)
+    control = spec.batch_control if spec is not None else (
+        mgr.batch_control() if mgr is not None else None)
+    if mgr is not None and (control != "env" or mgr.batch_size_env):
         env.pop("OPTIMIZER_BATCH_SIZE", None)  # the script ignores it: no false promise
         env.update(mgr.batch_environment(alloc.batch_size))
     if mgr is not None:

@@ -1,11 +1,14 @@
-"""What the command line says about one optimization besides the configuration: the script's
-arguments, how its batch size, workers, learning rate and epochs are set, the probe's time box,
-the job's size where given, and the outputs' options. The stages receive it as ``opts``."""
+"""What the command line says about one optimization besides the configuration (``opts``), and
+the training job described once from it and the script (:class:`JobSpec`: the script, its
+arguments, how its batch size and workers are set, its size where given), which the stages and
+the report receive instead of asking the script's manager again."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 
 @dataclass
@@ -41,3 +44,44 @@ class JobOptions:
     live_plan: str = "measure"
     """``measure``: the per-stage live plan written and run beside the static one; ``write``:
     written only; ``off``."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """The training job, described once (by :meth:`describe`, before the first trial)."""
+
+    train_file: Path
+    train_args: tuple[str, ...]
+    batch_control: str | None
+    """How a trial's batch size reaches the script: ``flag``, ``env``, or None (it cannot be
+    set, so it is not varied)."""
+    batch_size_arg: str | None
+    batch_size_env: str | None
+    default_batch: int | None
+    """The script's own batch size, read from its source and arguments (None: not known)."""
+    workers_arg: str | None
+    launcher: str
+    """``python``, or ``torchrun``: one process per data-parallel worker."""
+    workers_max: int
+    lr_arg: str | None
+    epochs_arg: str | None
+    total_samples: float | None
+    """The job's size where given (``--total-samples``); else learned from the trials."""
+
+    @property
+    def batch_settable(self) -> bool:
+        """Whether trials can set the batch size."""
+        return self.batch_control is not None
+
+    @classmethod
+    def describe(cls, manager: Any, opts: JobOptions) -> JobSpec:
+        """The job of ``manager`` (a :class:`~optimizer.trials.training.TrainingModuleManager`
+        whose script is loaded) under the command line's ``opts``."""
+        return cls(train_file=Path(manager.module_path), train_args=tuple(manager.train_args),
+                   batch_control=manager.batch_control(),
+                   batch_size_arg=manager.batch_size_arg,
+                   batch_size_env=manager.batch_size_env,
+                   default_batch=manager.default_batch_size(), workers_arg=manager.workers_arg,
+                   launcher=manager.launcher, workers_max=int(opts.workers_max or 1),
+                   lr_arg=opts.lr_arg, epochs_arg=opts.epochs_arg,
+                   total_samples=opts.total_samples)

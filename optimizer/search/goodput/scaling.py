@@ -82,10 +82,10 @@ class ScalingSweep:
 
 
 def _proposals(state: SearchState) -> list[Proposal]:
-    port, manager, opts = state.port, state.job.manager, state.job.opts
-    workers_max = int(getattr(opts, "workers_max", 1) or 1)
-    if getattr(manager, "launcher", "python") != "torchrun" or workers_max < 2:
+    port, spec = state.port, state.job.spec
+    if spec is None or spec.launcher != "torchrun" or spec.workers_max < 2:
         return []
+    workers_max = spec.workers_max
     single = [t for t in state.trials if t.ok and t.allocation.replicas == 1]
     table = objective_table(single, port.config, port.user_preference, state.efficiency)
     if table.empty:

@@ -133,7 +133,7 @@ def _scaling(state: SearchState, final: TrialSummary) -> dict[str, Any] | None:
     model = getattr(state.round.env_config, "workload", None)
     if model is None or isinstance(model, str):
         return None
-    workers_max = int(getattr(state.job.opts, "workers_max", 1) or 1)
+    workers_max = state.job.spec.workers_max if state.job.spec is not None else 1
     return scaling_curve(model, final.allocation, trials, workers_max, state.port.config,
                          state.port.user_preference, state.efficiency)
 

@@ -21,7 +21,7 @@ from optimizer.trials.records import TrialSummary
 
 if TYPE_CHECKING:  # types only
     from optimizer.search.goodput.efficiency import TrialEfficiency
-    from optimizer.search.job_options import JobOptions
+    from optimizer.search.job_options import JobOptions, JobSpec
     from optimizer.search.loop.expected import Acquisition
     from optimizer.trials.training import TrainingModuleManager
 
@@ -42,6 +42,8 @@ class SearchJob:
     batch_settable: bool = True
     more_probes: Sequence[Allocation] = ()
     earlier: Sequence[TrialSummary] = ()
+    spec: JobSpec | None = None
+    """The job described once (:class:`~optimizer.search.job_options.JobSpec`)."""
 
 
 @dataclass(frozen=True)
