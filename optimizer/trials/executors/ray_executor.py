@@ -16,6 +16,9 @@ or that Ray's memory monitor kills, comes back as a recorded failed trial (``inf
 ``worker-lost``, ``oom``) whose ``stderr_tail`` starts with one line saying what happened; the
 optimization goes on, and ``--resume`` measures ``worker-lost`` trials again.
 
+A data-parallel trial (several replicas of a torchrun script) runs as a Ray Train job instead,
+one worker per rank (:mod:`optimizer.trials.executors.ray_train`), and fills one trial folder.
+
 Ray is an optional extra (``pip install 'cloudopt[ray]'``), imported only here, and joined or
 started on first use. Without an address a local Ray sized to this machine is started (and
 stopped by :meth:`close`); with one (``--ray-address``, e.g. ``auto``, ``HEAD:6379`` or
@@ -42,6 +45,12 @@ from optimizer.foundation.atomic_files import atomic_write_bytes, atomic_write_j
 from optimizer.foundation.config import ResourceConfig
 from optimizer.foundation.errors import CloudoptError
 from optimizer.trials.executors.base import TrialRequest, record_concurrency
+from optimizer.trials.executors.ray_train import (
+    is_distributed,
+    job_task,
+    worker_resources,
+    write_job,
+)
 from optimizer.trials.records import SUMMARY_FILE, TrialSummary, write_trials_csv
 
 GIB = 2**30
@@ -287,13 +296,16 @@ class RayExecutor:
         done: list[tuple[TrialSummary, Path]] = []
         try:
             for i, req in enumerate(requests):
-                options, why = self._fit(req.allocation)
+                ddp = is_distributed(manager, req.allocation)  # a Ray Train job (ray_train)
+                options, why = worker_resources(req.allocation, self._nodes()) if ddp else \
+                    self._fit(req.allocation)
                 if options is None:
                     summary = self._failed(manager, req, "infeasible", why, _now())
                     yield i, summary
                     continue
                 started[i] = _now()
-                ref = self._task.options(**options).remote(spec, {
+                task = job_task() if ddp else self._task.options(**options)
+                ref = task.remote(spec, {"per_worker": options,
                     "allocation": dataclasses.asdict(req.allocation), "name": req.trial_dir.name,
                     "probe_seconds": req.probe_seconds, "timeout_s": req.timeout_s,
                     "monitor_interval": req.monitor_interval,
@@ -320,6 +332,8 @@ class RayExecutor:
     def _write(self, manager: Any, req: TrialRequest, result: dict[str, Any]) -> TrialSummary:
         """The task's files into ``req.trial_dir``; command and script as the driver sees them,
         so that ``--resume`` recognises the trial, and the Ray node it ran on."""
+        if "ranks" in result:  # a data-parallel job: its ranks' files into one trial
+            return write_job(manager, req, result, write=self._write, failed=self._failed)
         files = dict(result["files"])
         d = req.trial_dir
         d.mkdir(parents=True, exist_ok=True)
