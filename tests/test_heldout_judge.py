@@ -73,3 +73,28 @@ def test_a_probe_near_its_jobs_end_runs_to_it():
     assert not near_end(SimpleNamespace(job_samples=None, probe_last=(7.5, 0.9 * job)))
     assert not near_end(SimpleNamespace(job_samples=job, probe_last=None))
     assert near_end(SimpleNamespace(job_samples=job, probe_last=(1.0, (1 - NEAR_END) * job)))
+
+
+def test_a_batch_whose_whole_runs_end_as_well_gets_no_longer_job():
+    from optimizer.search.goodput.heldout import trains_as_well
+    from optimizer.search.goodput.job_length import JobLength
+
+    # train_ddp.py: batch 512 read 0.75 (0.53 at the low end) from its training curve, and
+    # was given 6 epochs instead of 3, though its whole runs of 3 ended lower (1.210 < 1.252)
+    runs = [_run("own", 64, 14.0, 1.2518), _run("big", 512, 8.0, 1.2101),
+            _run("worse", 256, 9.0, 1.30)]
+    eff = TrialEfficiency(64, NoiseScaleEstimate(why="none"),
+                          measured={512: Measured(0.75, 0.53, 0.97),
+                                    256: Measured(0.9, 0.8, 1.0)},
+                          efficiency={64: 1.0, 256: 0.9, 512: 0.75},
+                          decided_by="measured progress",
+                          job=JobLength(flag="--epochs", epochs=3.0, source="the source"))
+    assert set(trains_as_well(runs, 64)) == {512}
+    table = objective_table(runs, load_config(None), "cost", eff).set_index("trial_id")
+    assert table.loc["big", "efficiency"] == 1.0 and bool(table.loc["big", "heldout_confirmed"])
+    assert table.loc["big", "epochs"] is None  # the script's own epochs
+    assert table.loc["big", "job_time_s"] == 8.0
+    assert "worse" not in table.index
+    # without the own batch's whole run, the curve's low end decides as before
+    alone = objective_table(runs[1:], load_config(None), "cost", eff).set_index("trial_id")
+    assert alone.loc["big", "efficiency"] < 1.0

@@ -22,7 +22,7 @@ import pandas as pd
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import OptimizerConfig
 from optimizer.foundation.memory import right_size_memory
-from optimizer.search.goodput.heldout import heldout_words, trains_worse
+from optimizer.search.goodput.heldout import heldout_words, trains_as_well, trains_worse
 from optimizer.search.memory_need import MemoryNeed, memory_need, same_setting
 from optimizer.trials.cost import ResourceCostCalculator
 from optimizer.trials.records import TrialSummary, job_time
@@ -72,8 +72,9 @@ def objective_table(trials: Sequence[TrialSummary], config: OptimizerConfig,
     """
     rows = []
     evidence = list(trials if evidence is None else evidence)
-    worse = trains_worse(evidence, getattr(efficiency, "ref_batch", None)) \
-        if getattr(efficiency, "on", False) else {}
+    on, ref = getattr(efficiency, "on", False), getattr(efficiency, "ref_batch", None)
+    worse = trains_worse(evidence, ref) if on else {}
+    as_well = trains_as_well(evidence, ref) if on else {}
     for t in trials:
         seconds = job_time(t) if t.ok else None
         if seconds is None or not np.isfinite(seconds) or seconds <= 0:
@@ -81,6 +82,9 @@ def objective_table(trials: Sequence[TrialSummary], config: OptimizerConfig,
         a = t.allocation
         gb = a.global_batch  # statistical efficiency is the whole step's: per worker x workers
         eff, measured = assured_efficiency(efficiency, gb)
+        confirmed = gb is not None and int(gb) in as_well and eff < 1.0
+        if confirmed:
+            eff = 1.0  # its whole runs reach the own batch's held-out loss: no longer job
         raw, seconds, epochs = seconds, seconds / max(eff, 1e-9), None
         job = getattr(efficiency, "job", None)
         if getattr(efficiency, "untried_batches", False) and \
@@ -95,6 +99,7 @@ def objective_table(trials: Sequence[TrialSummary], config: OptimizerConfig,
                 continue  # its whole job trains worse, and its length cannot be set
         memory = memory_request(t, evidence)[0]
         rows.append({"efficiency": eff, "efficiency_estimate": measured,
+                     "heldout_confirmed": confirmed,
                      "raw_job_time_s": raw, "epochs": epochs,
                      "trial_id": t.trial_id, "started_at": t.started_at or "",
                      "alone": not t.concurrent_with,

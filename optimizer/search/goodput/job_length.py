@@ -156,6 +156,9 @@ def _efficiency_words(row: dict[str, Any]) -> str:
     low end (:func:`optimizer.search.choice.assured_efficiency`)."""
     eff = float(row.get("efficiency", 1.0))
     estimate = row.get("efficiency_estimate")
+    if row.get("heldout_confirmed") is True and estimate is not None:
+        return (f"{eff:.2f}: its whole runs ended at a held-out loss as low as the script's "
+                f"own batch's; its training curve read {float(estimate):.2f}")
     if estimate is None or estimate != estimate or math.isclose(float(estimate), eff):
         return f"{eff:.2f}"
     return f"{eff:.2f}, the low end of its 90% interval; estimate {float(estimate):.2f}"
