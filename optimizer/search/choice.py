@@ -87,12 +87,9 @@ def objective_table(trials: Sequence[TrialSummary], config: OptimizerConfig,
             eff = 1.0  # its whole runs reach the own batch's held-out loss: no longer job
         raw, seconds, epochs = seconds, seconds / max(eff, 1e-9), None
         job = getattr(efficiency, "job", None)
-        if getattr(efficiency, "untried_batches", False) and \
-                gb not in (None, efficiency.ref_batch):
-            continue  # the job trains, but nothing measured how this batch does: maybe worse
-        if gb is not None and int(gb) in worse:
-            continue  # its whole runs ended at a worse held-out loss than the script's own
-        if job is not None and getattr(efficiency, "on", False):
+        if _set_aside(efficiency, gb, worse):
+            continue
+        if job is not None and on:
             seconds, epochs = job.job_seconds(raw, (t.startup_s or 0.0) + (t.exit_s or 0.0),
                                               eff, gb == efficiency.ref_batch)
             if not np.isfinite(seconds):
@@ -103,10 +100,9 @@ def objective_table(trials: Sequence[TrialSummary], config: OptimizerConfig,
                      "raw_job_time_s": raw, "epochs": epochs,
                      "trial_id": t.trial_id, "started_at": t.started_at or "",
                      "alone": not t.concurrent_with,
-                     "gpus": a.gpus, "cpus": a.cpus,
-                     "batch_size": a.batch_size, "workers": a.workers, "status": t.status,
-                     "replicas": a.replicas, "global_batch": gb,
-                     "job_time_s": seconds,
+                     "gpus": a.gpus, "cpus": a.cpus, "batch_size": a.batch_size,
+                     "workers": a.workers, "status": t.status, "replicas": a.replicas,
+                     "global_batch": gb, "job_time_s": seconds,
                      "memory_gb": memory, "mem_gb_peak": t.mem_gb_peak,
                      "job_cost": seconds * hourly_cost(config, a.gpus, a.cpus, memory) / 3600,
                      "resource_share": resource_share(config, a.gpus, a.cpus, memory)})
@@ -115,6 +111,15 @@ def objective_table(trials: Sequence[TrialSummary], config: OptimizerConfig,
         return frame
     frame["objective"] = score(frame, config, preference)
     return frame
+
+
+def _set_aside(efficiency: Any, gb: int | None, worse: dict[int, Any]) -> bool:
+    """Whether a trial's global batch is left out of the choice: the job trains but nothing
+    measured how this batch does (maybe worse), or its whole runs ended at a worse held-out
+    loss than the script's own."""
+    untried = getattr(efficiency, "untried_batches", False) and \
+        gb not in (None, efficiency.ref_batch)
+    return bool(untried or (gb is not None and int(gb) in worse))
 
 
 def _pool_replicates(frame: pd.DataFrame, config: OptimizerConfig) -> pd.DataFrame:
