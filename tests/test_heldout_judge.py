@@ -98,3 +98,18 @@ def test_a_batch_whose_whole_runs_end_as_well_gets_no_longer_job():
     # without the own batch's whole run, the curve's low end decides as before
     alone = objective_table(runs[1:], load_config(None), "cost", eff).set_index("trial_id")
     assert alone.loc["big", "efficiency"] < 1.0
+
+
+def test_a_batch_beyond_one_that_ends_worse_is_set_aside_with_it():
+    from optimizer.search.goodput.heldout import beyond_worse
+
+    worse = trains_worse(RUNS, 64)  # batch 32 ends worse
+    assert beyond_worse(16, worse, 64) and beyond_worse(8, worse, 64)
+    assert not beyond_worse(48, worse, 64) and not beyond_worse(256, worse, 64)
+    assert not beyond_worse(16, {}, 64) and not beyond_worse(16, worse, None)
+    probe16 = _run("tiny", 16, 5.0, None, status="probe")  # only probed, fast by its curve
+    eff = TrialEfficiency(64, NoiseScaleEstimate(why="none"),
+                          measured={**EFF.measured, 16: Measured(1.8, 1.6, 2.0)},
+                          efficiency={**EFF.efficiency, 16: 1.8}, decided_by="measured progress")
+    table = objective_table([*RUNS, probe16], load_config(None), "cost", eff)
+    assert "tiny" not in set(table["trial_id"]) and "big" in set(table["trial_id"])

@@ -22,7 +22,12 @@ import pandas as pd
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import OptimizerConfig
 from optimizer.foundation.memory import right_size_memory
-from optimizer.search.goodput.heldout import heldout_words, trains_as_well, trains_worse
+from optimizer.search.goodput.heldout import (
+    beyond_worse,
+    heldout_words,
+    trains_as_well,
+    trains_worse,
+)
 from optimizer.search.memory_need import MemoryNeed, memory_need, same_setting
 from optimizer.trials.cost import ResourceCostCalculator
 from optimizer.trials.records import TrialSummary, job_time
@@ -87,7 +92,7 @@ def objective_table(trials: Sequence[TrialSummary], config: OptimizerConfig,
             eff = 1.0  # its whole runs reach the own batch's held-out loss: no longer job
         raw, seconds, epochs = seconds, seconds / max(eff, 1e-9), None
         job = getattr(efficiency, "job", None)
-        if _set_aside(efficiency, gb, worse):
+        if _set_aside(efficiency, gb, worse, as_well):
             continue
         if job is not None and on:
             seconds, epochs = job.job_seconds(raw, (t.startup_s or 0.0) + (t.exit_s or 0.0),
@@ -113,13 +118,16 @@ def objective_table(trials: Sequence[TrialSummary], config: OptimizerConfig,
     return frame
 
 
-def _set_aside(efficiency: Any, gb: int | None, worse: dict[int, Any]) -> bool:
+def _set_aside(efficiency: Any, gb: int | None, worse: dict[int, Any],
+               as_well: dict[int, Any]) -> bool:
     """Whether a trial's global batch is left out of the choice: the job trains but nothing
     measured how this batch does (maybe worse), or its whole runs ended at a worse held-out
-    loss than the script's own."""
+    loss than the script's own, or it lies beyond such a batch (:func:`beyond_worse`)."""
     untried = getattr(efficiency, "untried_batches", False) and \
         gb not in (None, efficiency.ref_batch)
-    return bool(untried or (gb is not None and int(gb) in worse))
+    ref = getattr(efficiency, "ref_batch", None)
+    return bool(untried or (gb is not None and int(gb) in worse)
+                or (beyond_worse(gb, worse, ref) and int(gb) not in as_well))
 
 
 def _pool_replicates(frame: pd.DataFrame, config: OptimizerConfig) -> pd.DataFrame:

@@ -47,6 +47,18 @@ def trains_worse(trials: Iterable[Any], ref_batch: int | None) -> dict[int, tupl
             if b != ref_batch and v - own > TOLERANCE * abs(own)}
 
 
+def beyond_worse(batch: int | None, worse: dict[int, Any], ref_batch: int | None) -> bool:
+    """Whether ``batch``, with no whole run of its own, lies beyond a batch that ends worse, on
+    the same side of the script's own: sgd_no_loader's batch 32 ended at 0.341 against 64's
+    0.312, and batch 16, only probed, was recommended with a shorter job and ended at 0.356.
+    How a batch ends moves one way as it leaves the script's own, so a batch further out is
+    set aside with the nearer one."""
+    if batch is None or not ref_batch or int(batch) in worse:
+        return False
+    b, ref = int(batch), int(ref_batch)
+    return any((w - ref) * (b - ref) > 0 and abs(b - ref) > abs(w - ref) for w in worse)
+
+
 def trains_as_well(trials: Iterable[Any], ref_batch: int | None
                    ) -> dict[int, tuple[float, float]]:
     """Batch sizes other than the script's own whose whole runs (at the script's epochs) ended
