@@ -179,3 +179,28 @@ def test_workers_are_tried_at_the_same_and_at_the_kept_global_batch():
     assert got == {(2, 2, 64), (2, 2, 32)}
     more = {(a.replicas, a.cpus, a.batch_size) for a, _ in scaled_settings(best, [2], 4)}
     assert (2, 4, 64) in more and (2, 4, 32) in more
+
+
+def test_the_main_job_chooses_the_workers_of_a_ddp_script(tmp_path, repo_root):
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "optimizer", "--train-file", str(DDP),
+         "--train-args=--samples 2048 --hidden 64 --epochs 2", "--batch-size-arg=--batch-size",
+         "--launcher", "auto", "--workers-max", "2", "--preference", "cost", "--budget", "8",
+         "--probe-seconds", "0", "--agent-seconds", "0.5", "--refine-rounds", "1",
+         "--runoff-rounds", "0", "--live-plan", "off", "--output", str(out), "--quiet"],
+        cwd=repo_root, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    two = [d for d in (out / "trials").iterdir() if d.name.endswith("-r2")]
+    assert two and all((d / "probe.rank1.jsonl").is_file() for d in two)
+    rec = json.loads((out / "recommendation.json").read_text())
+    scaling = rec["scaling"]
+    assert {m["replicas"] for m in scaling["measured"]} == {1, 2}
+    if rec.get("workload_fit"):  # a busy machine can leave the model unfitted: points alone
+        assert scaling["sync_points"] and len(scaling["modelled"]) == 2
+    assert "## Data-parallel workers" in (out / "report.md").read_text()
+    assert (out / "trainjob.yaml").is_file() == (rec["allocation"]["replicas"] > 1)
+    assert not _left_running(str(DDP))

@@ -19,12 +19,13 @@ from optimizer.reports.render import Report, dollars, fmt
 def plot_scaling(path: Path, scaling: dict[str, Any] | None) -> bool:
     """Goodput and job cost against workers: the model's curve and the measured points. False
     (nothing written) without a scaling curve."""
-    if not scaling or not scaling.get("modelled"):
+    if not scaling or not (scaling.get("modelled") or scaling.get("measured")):
         return False
     model, measured = scaling["modelled"], scaling.get("measured") or []
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2))
     r = [m["replicas"] for m in model]
-    left.plot(r, [m["goodput"] for m in model], "-", color="0.5", label="model")
+    if model:
+        left.plot(r, [m["goodput"] for m in model], "-", color="0.5", label="model")
     if any("job_cost" in m for m in model):
         right.plot(r, [m.get("job_cost", float("nan")) for m in model], "-", color="0.5",
                    label="model")
@@ -36,8 +37,9 @@ def plot_scaling(path: Path, scaling: dict[str, Any] | None) -> bool:
     left.set_ylabel("goodput (samples/s x efficiency)")
     right.set_xlabel("data-parallel workers")
     right.set_ylabel("job cost to the same loss ($)")
+    ticks = sorted({*r, *(m["replicas"] for m in measured)})
     for ax in (left, right):
-        ax.set_xticks(r)
+        ax.set_xticks(ticks)
         ax.legend(fontsize=7)
     save_figure(fig, path)
     return True
@@ -48,20 +50,23 @@ def scaling_section(r: Report, scaling: dict[str, Any] | None, figure: Path | No
     if not scaling:
         return
     r.heading("Data-parallel workers")
-    alpha, beta = scaling.get("alpha_r", 0.0), scaling.get("beta_r", 0.0)
+    alpha, beta = scaling.get("alpha_r"), scaling.get("beta_r")
     pts = scaling.get("sync_points") or []
+    fitted = (f"The communication term fitted to {len(pts)} multi-worker trial(s): "
+              f"{fmt(alpha, '.3g')} s per step, plus {fmt(beta, '.3g')} s for each worker "
+              "beyond two." if alpha is not None else
+              "No workload model could be fitted, so no curve: the measured trials alone.")
     r.paragraph(
-        "Workers split the job's samples; each step they all-reduce their gradients. The "
-        f"communication term fitted to {len(pts)} multi-worker trial(s): {fmt(alpha, '.3g')} s "
-        f"per step, plus {fmt(beta, '.3g')} s for each worker beyond two. The statistical "
-        "efficiency of the global batch (per-worker batch x workers) sets how much of the "
-        "extra throughput is progress.")
-    r.table([{"workers": m["replicas"], "CPUs": m["cpus"],
-              "batch per worker": m["batch_per_worker"], "global batch": m["global_batch"],
-              "samples/s (model)": fmt(m["throughput"], ".4g"),
-              "efficiency": fmt(m["efficiency"], ".2f"), "goodput": fmt(m["goodput"], ".4g"),
-              "job time (s)": fmt(m.get("job_time_s"), ".3g"),
-              "job cost": dollars(m.get("job_cost"))} for m in scaling["modelled"]])
+        "Workers split the job's samples; each step they all-reduce their gradients. "
+        f"{fitted} The statistical efficiency of the global batch (per-worker batch x "
+        "workers) sets how much of the extra throughput is progress.")
+    if scaling.get("modelled"):
+        r.table([{"workers": m["replicas"], "CPUs": m["cpus"],
+                  "batch per worker": m["batch_per_worker"], "global batch": m["global_batch"],
+                  "samples/s (model)": fmt(m["throughput"], ".4g"),
+                  "efficiency": fmt(m["efficiency"], ".2f"), "goodput": fmt(m["goodput"], ".4g"),
+                  "job time (s)": fmt(m.get("job_time_s"), ".3g"),
+                  "job cost": dollars(m.get("job_cost"))} for m in scaling["modelled"]])
     measured = scaling.get("measured") or []
     if measured:
         r.paragraph("Measured trials, time and cost to the same loss:")

@@ -179,8 +179,9 @@ def scaling_curve(model: Any, best: Allocation, trials: Sequence[TrialSummary],
     """The report's scaling curve: for each worker count up to ``workers_max`` (the best
     setting's per-worker cores and batch), the fitted model's throughput, the efficiency of the
     global batch, goodput, job time and cost; beside it each measured trial's time and cost to
-    the same loss (from the objective table). ``model`` is the fitted workload model."""
-    fitted, points = fit_sync(model, trials)
+    the same loss (from the objective table). ``model`` is the fitted workload model; without
+    one (it could not be fitted) the measured points alone."""
+    fitted, points = fit_sync(model, trials) if model is not None else (None, [])
     per_worker_cpus = max(best.cpus // max(best.replicas, 1), 1)
     one = dataclasses.replace(best, replicas=1, cpus=per_worker_cpus,
                               memory_gb=best.memory_gb / max(best.replicas, 1),
@@ -192,7 +193,7 @@ def scaling_curve(model: Any, best: Allocation, trials: Sequence[TrialSummary],
     # each worker's memory: the one-worker setting's request (what its whole job needs)
     memory = float(ref_row["memory_gb"].max()) if not ref_row.empty else one.memory_gb
     modelled = []
-    for r in range(1, max(int(workers_max), 1) + 1):
+    for r in range(1, max(int(workers_max), 1) + 1 if fitted is not None else 1):
         a = dataclasses.replace(one, replicas=r, cpus=one.cpus * r, memory_gb=one.memory_gb * r,
                                 gpus=one.gpus * r)
         pred = fitted.predict(a.gpus, a.cpus, a.memory_gb, a.global_batch, replicas=r)
@@ -214,7 +215,8 @@ def scaling_curve(model: Any, best: Allocation, trials: Sequence[TrialSummary],
          "global_batch": None if r["global_batch"] is None else int(r["global_batch"]),
          "job_time_s": float(r["job_time_s"]), "job_cost": float(r["job_cost"]),
          "efficiency": float(r["efficiency"])} for _, r in table.iterrows()]
-    return {"alpha_r": float(fitted.params.alpha_r), "beta_r": float(fitted.params.beta_r),
+    return {"alpha_r": None if fitted is None else float(fitted.params.alpha_r),
+            "beta_r": None if fitted is None else float(fitted.params.beta_r),
             "sync_points": [{"replicas": r, "sync_s": s} for r, s in points],
             "reference": ref_row["trial_id"].tolist() if not ref_row.empty else [],
             "modelled": modelled, "measured": measured}

@@ -128,11 +128,10 @@ def _scaling(state: SearchState, final: TrialSummary) -> dict[str, Any] | None:
     """The scaling curve (:func:`optimizer.search.goodput.scaling.scaling_curve`) of a job launched by
     torchrun whose workers were measured, on the last round's fitted model."""
     trials = state.trials
-    if not any(t.ok and t.allocation.replicas > 1 for t in trials) or state.round is None:
+    if not any(t.ok and t.allocation.replicas > 1 for t in trials):
         return None
-    model = getattr(state.round.env_config, "workload", None)
-    if model is None or isinstance(model, str):
-        return None
+    model = getattr(getattr(state.round, "env_config", None), "workload", None)
+    model = None if isinstance(model, str) else model  # a preset's name: nothing fitted
     workers_max = state.job.spec.workers_max if state.job.spec is not None else 1
     return scaling_curve(model, final.allocation, trials, workers_max, state.port.config,
                          state.port.user_preference, state.efficiency)
