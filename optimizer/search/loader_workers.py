@@ -21,12 +21,11 @@ trials all run at the script's default (:func:`optimizer.search.workload_fit.mea
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from optimizer.foundation.allocation import describe_allocation, workers_words
 from optimizer.search.budget import runoff_reserve
 from optimizer.search.choice import objective_table
-from optimizer.search.loop.state import Proposal, SearchState, drive
+from optimizer.search.loop.state import Proposal, SearchState, drive, sweep_row
 from optimizer.trials.records import TrialSummary
 
 PREFIX = "workers"
@@ -87,18 +86,13 @@ def _proposals(state: SearchState) -> list[Proposal]:
                      f"({manager.workers_arg} {n})", prefix=PREFIX) for n in levels]
 
 
-def _row(proposal: Proposal, trial: TrialSummary, index: int) -> dict[str, Any]:
-    return {"round": index, "proposed_by": PROPOSER, "planned": proposal.allocation,
-            "measured_allocation": proposal.allocation, "trial": trial.trial_id,
-            "status": trial.status, "measured_throughput": trial.throughput,
-            "why": proposal.reason}
 
 
 def sweep_workers(state: SearchState) -> list[TrialSummary]:
     """Measure the best measured setting so far at :func:`worker_levels`; the new trials are
     added to ``state.trials`` and described in ``state.rounds``, and returned. Nothing is
     measured without the manager's ``workers_arg``."""
-    return drive(state, WorkersSweep(state), _row)
+    return drive(state, WorkersSweep(state), sweep_row)
 
 
 __all__ = ["PREFIX", "PROPOSER", "WorkersSweep", "sweep_workers", "worker_levels"]

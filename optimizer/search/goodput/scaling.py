@@ -27,7 +27,7 @@ import numpy as np
 from optimizer.foundation.allocation import Allocation, describe_allocation
 from optimizer.search.budget import runoff_reserve
 from optimizer.search.choice import hourly_cost, objective_table
-from optimizer.search.loop.state import Proposal, SearchState, drive
+from optimizer.search.loop.state import Proposal, SearchState, drive, sweep_row
 from optimizer.trials.records import TrialSummary, job_time
 
 PREFIX = "replicas"
@@ -103,17 +103,12 @@ def _proposals(state: SearchState) -> list[Proposal]:
                      prefix=PREFIX) for a, why in settings]
 
 
-def _row(proposal: Proposal, trial: TrialSummary, index: int) -> dict[str, Any]:
-    return {"round": index, "proposed_by": PROPOSER, "planned": proposal.allocation,
-            "measured_allocation": proposal.allocation, "trial": trial.trial_id,
-            "status": trial.status, "measured_throughput": trial.throughput,
-            "why": proposal.reason}
 
 
 def sweep_replicas(state: SearchState) -> list[TrialSummary]:
     """Measure the best one-worker setting at other worker counts (module doc); the new trials
     join ``state.trials`` and ``state.rounds`` and are returned."""
-    return drive(state, ScalingSweep(state), _row)
+    return drive(state, ScalingSweep(state), sweep_row)
 
 
 # --------------------------------------------------------------------------------------------

@@ -149,5 +149,14 @@ def drive(state: SearchState, proposer: Proposer,
     return new
 
 
+def sweep_row(proposal: Proposal, trial: TrialSummary, index: int) -> dict[str, Any]:
+    """The decisions' row of a trial a sweep after the loop proposed (the data-loader workers',
+    the data-parallel workers'): who, what was planned and measured, and why."""
+    return {"round": index, "proposed_by": proposal.proposer, "planned": proposal.allocation,
+            "measured_allocation": proposal.allocation, "trial": trial.trial_id,
+            "status": trial.status, "measured_throughput": trial.throughput,
+            "why": proposal.reason}
+
+
 __all__ = ["Proposal", "Proposer", "RoundView", "SearchJob", "SearchState", "StopReason",
-           "StopRule", "drive", "measure"]
+           "StopRule", "drive", "measure", "sweep_row"]
