@@ -197,8 +197,11 @@ def run_cloudopt(s: WildScript, store: WildStore, preference: str, reuse: bool,
     say(f"{s.name} cloudopt: {shlex.join(cmd[1:])}")
     t0 = time.perf_counter()
     # Its own session: a timeout ends the command and the trial it is running, by group id.
+    # Its trials compile cold, as the grid's whole runs do: no compile cache handed down.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True, env=env)
     try:
         err = proc.communicate(timeout=timeout_s)[1]
         code: int | str = proc.returncode

@@ -241,19 +241,30 @@ def test_every_loss_counts_once_in_the_probes_mean_losses(tmp_path):
 
 
 def test_each_trial_compiles_as_a_fresh_pod_does(tmp_path, monkeypatch):
-    """A shared Inductor cache ranked a compiled script's settings by which ran first."""
+    """A shared Inductor cache ranked a compiled script's settings by which ran first, and a
+    torch.optim step in cloudopt's own process (the agents' training) puts torch's default
+    cache into os.environ, where the trials after it found it."""
+    import torch
+
     from optimizer.foundation.allocation import Allocation
     from optimizer.foundation.config import ResourceConfig
-    from optimizer.trials.runner import trial_environment
+    from optimizer.trials import runner
 
-    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
-    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    monkeypatch.setitem(runner.USER_COMPILE_CACHES, "TORCHINDUCTOR_CACHE_DIR", None)
+    monkeypatch.setitem(runner.USER_COMPILE_CACHES, "TRITON_CACHE_DIR", None)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "restored-after-the-test")
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.randn(4, 3)).sum().backward()
+    opt.step()  # torch 2.13 sets TORCHINDUCTOR_CACHE_DIR here; later torches may not
     metrics = tmp_path / ".work" / "metrics.csv"
-    env = trial_environment(Allocation(cpus=1, memory_gb=1.0), ResourceConfig(), None,
-                            metrics, "t0")
+    env = runner.trial_environment(Allocation(cpus=1, memory_gb=1.0), ResourceConfig(), None,
+                                   metrics, "t0")
     assert Path(env["TORCHINDUCTOR_CACHE_DIR"]).is_relative_to(tmp_path / ".work")
     assert Path(env["TRITON_CACHE_DIR"]).is_relative_to(tmp_path / ".work")
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/shared/inductor")
-    env = trial_environment(Allocation(cpus=1, memory_gb=1.0), ResourceConfig(), None,
-                            metrics, "t0")
+    # a cache the user set before starting cloudopt is theirs to keep
+    monkeypatch.setitem(runner.USER_COMPILE_CACHES, "TORCHINDUCTOR_CACHE_DIR", "/shared/inductor")
+    env = runner.trial_environment(Allocation(cpus=1, memory_gb=1.0), ResourceConfig(), None,
+                                   metrics, "t0")
     assert env["TORCHINDUCTOR_CACHE_DIR"] == "/shared/inductor"
