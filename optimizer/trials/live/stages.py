@@ -6,8 +6,9 @@ stages the controller will see in a running job:
 * ``startup``: before the first optimizer step (imports, data preparation, model building);
 * ``train``: optimizer steps coming;
 * ``eval``: the model switched to eval mode;
-* ``save``: from ``torch.save`` until training resumes (the next optimizer step or a change
-  of mode), so what a script does after serialising (compress, hash, write) counts too;
+* ``save``: from ``torch.save`` until training resumes (the next optimizer step, in a live
+  trial the first forward pass after it, or a change of mode), so what a script does after
+  serialising (compress, hash, write) counts too;
 * ``pause``: in training mode, but no optimizer step for ``pause_s`` (a checkpoint written
   some other way, logging, evaluation without ``model.eval()``, the end of the job).
 
@@ -86,6 +87,12 @@ class StageTracker:
                 self.last_step_t = t
             else:
                 self._enter(t, self.mode)
+        elif kind == "resume":
+            # The first forward pass after a checkpoint (a live trial's probe): the work
+            # resumes now, before its first step is counted.
+            if not self.saving and self._open_stage() == "save":
+                self._enter(t, self.mode)
+                self.last_step_t = t
         elif kind == "exit":
             self._close(t)
             self.ended = True

@@ -250,9 +250,9 @@ def _anchor(s):
 
 
 @_guard("control")
-def _check_control(s, torch):
+def _check_control(s, torch, force=False):
     t = s.now()
-    if s.control is None or t - s.last_control_check < CONTROL_EVERY_S:
+    if s.control is None or (t - s.last_control_check < CONTROL_EVERY_S and not force):
         return
     s.last_control_check = t
     try:
