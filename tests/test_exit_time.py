@@ -23,8 +23,8 @@ from optimizer.trials.records import (
 DATA = Path(__file__).parent / "data"
 
 
-def _save(trials: Path, name: str, status: str, exit_s: float | None) -> None:
-    TrialSummary(name, status, Allocation(0, 1, 2.0), wall_time_s=5.0,
+def _save(trials: Path, name: str, status: str, exit_s: float | None, cpus: int = 1) -> None:
+    TrialSummary(name, status, Allocation(0, cpus, 2.0), wall_time_s=5.0,
                  exit_s=exit_s).save(trials / name)
 
 
@@ -46,6 +46,25 @@ def test_a_whole_run_measures_its_exit_and_a_probe_takes_the_median_beside_it(tm
     assert predict_time("probe", 8.0, 700.0, 1000.0, 100.0, 2.0, 0.6) == 12.6
     assert predict_time("probe", 8.0, 700.0, 1000.0, 100.0, 2.0) == 12.0
     assert predict_time("completed", 8.0, 1000.0, 1000.0, 100.0, 2.0, 0.6) == 8.0
+
+
+def test_a_probe_takes_the_exit_of_whole_runs_on_as_many_cpus(tmp_path):
+    """A compiled model's final evaluation compiles its inference graph after the last step:
+    5.0 s on 1 CPU, 3.6 s on 2. A probe on 1 CPU given the median of both was 10% short."""
+    trials = tmp_path / "trials"
+    _save(trials, "00-a", "completed", 3.6, cpus=2)
+    _save(trials, "01-b", "completed", 5.0, cpus=1)
+    _save(trials, "02-c", "completed", 3.8, cpus=2)
+    assert exit_seconds("probe", 20.0, None, trials, cpus=1) == 5.0
+    assert exit_seconds("probe", 20.0, None, trials, cpus=2) == 3.7
+    assert exit_seconds("probe", 20.0, None, trials, cpus=4) == 3.8  # none on 4: all of them
+    assert exit_seconds("probe", 20.0, None, trials) == 3.8
+    probe = TrialSummary("03-p", "probe", Allocation(0, 1, 2.0, 32), wall_time_s=20.0,
+                         samples=3600.0, throughput=200.0, hourly_cost=0.1, startup_s=1.0)
+    wholes = [TrialSummary(f"w{c}", "completed", Allocation(0, c, 2.0, 32), wall_time_s=30.0,
+                           total_samples=6000.0, exit_s=e) for c, e in ((1, 5.0), (2, 3.6))]
+    done = with_job_size([probe, *wholes], 6000.0)[0]
+    assert done.exit_s == 5.0 and done.predicted_total_time_s == 1.0 + 30.0 + 5.0
 
 
 def test_probes_that_ran_before_the_first_whole_run_are_given_its_exit_once():
@@ -84,3 +103,36 @@ def test_a_real_whole_run_and_the_probe_after_it(tmp_path):
     assert probe.status == "probe" and probe.exit_s == whole.exit_s
     assert probe.predicted_total_time_s == pytest.approx(
         probe.startup_s + probe.total_samples / probe.throughput + whole.exit_s, abs=2e-3)
+
+
+FINAL_EVAL = """
+import time, torch
+model = torch.nn.Linear(32, 4)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(64, 32), torch.randint(0, 4, (64,))
+for _ in range(200):
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+model.eval()
+end = time.time() + 1.5  # the final evaluation: after the last step, before the exit
+while time.time() < end:
+    with torch.no_grad():
+        model(x)
+print("test loss 1.0")
+"""
+
+
+def test_a_final_evaluation_counts_in_the_whole_runs_exit(tmp_path):
+    pytest.importorskip("torch")
+    from optimizer.foundation.config import ResourceConfig
+    from optimizer.trials.training import TrainingModuleManager
+
+    script = tmp_path / "final_eval.py"
+    script.write_text(FINAL_EVAL)
+    res = ResourceConfig(cpu_count_max=2, memory_max=8.0, gpu_count_max=0)
+    whole = TrainingModuleManager(script, []).run_training(
+        Allocation(cpus=1, memory_gb=2.0), tmp_path / "trials" / "00-whole",
+        resource_config=res, timeout_s=120)
+    assert whole.status == "completed"
+    assert 1.5 <= whole.exit_s < whole.wall_time_s

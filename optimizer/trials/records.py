@@ -59,12 +59,14 @@ class TrialSummary:
     probe measured before the job's size was known can predict the job once it is
     (:func:`with_job_size`)."""
     exit_s: float | None = None
-    """Seconds of a whole run's wall time outside the script's own clock: the interpreter's
-    start before the probe's first event and its exit after the last (freeing a large model,
-    torch's own shutdown: 0.53 to 0.73 s on the suite's scripts). A completed trial measures
-    it; a stopped probe never exits by itself, so it is given the median of the completed
-    trials beside it (:func:`exit_seconds`), which its predicted job time includes. Without
-    it, a whole run looks slower than a probe of the same speed stopped short of its end."""
+    """Seconds of a whole run's wall time after its last training step: the final
+    evaluation (and, for a compiled model, the compile of its inference graph: 3.6 to 5.5 s
+    of torch.compile'd ResMLP's 21 to 31 s), the interpreter's start before the probe's
+    first event and its exit (freeing a large model, torch's own shutdown: 0.53 to 0.73 s on
+    the suite's scripts). A completed trial measures it; a stopped probe never gets there, so
+    it is given the median of the completed trials beside it, those with as many CPUs where
+    there are any (:func:`exit_seconds`), which its predicted job time includes. Without it,
+    a whole run looks slower than a probe of the same speed stopped short of its end."""
     cpu_cores_mean: float = 0.0
     cpu_cores_peak: float = 0.0
     cpu_util_mean: float = 0.0
@@ -213,16 +215,17 @@ def predict_time(status: str, wall: float, samples: float | None, total: float |
 
 
 def exit_seconds(status: str, wall: float, probe_end: float | None,
-                 trials_dir: str | os.PathLike) -> float | None:
+                 trials_dir: str | os.PathLike, cpus: int | None = None) -> float | None:
     """:attr:`TrialSummary.exit_s` of a trial that just ended: a completed run's wall time
-    past the probe's last event (``probe_end``, on the probe's clock, which starts with the
+    past its last training step (``probe_end``, on the probe's clock, which starts with the
     script); for a probe, the median over the completed trials recorded in ``trials_dir``
-    (None before the first: :func:`with_job_size` gives it to such probes later)."""
+    with ``cpus`` CPUs, else over all of them (None before the first: :func:`with_job_size`
+    gives it to such probes later)."""
     if status == "completed":
         return None if probe_end is None else round(max(wall - probe_end, 0.0), 3)
     if status != "probe":
         return None
-    seen = []
+    seen: list[tuple[int | None, float]] = []
     for path in sorted(Path(trials_dir).glob(f"*/{SUMMARY_FILE}")):
         try:
             s = read_json(path)
@@ -230,8 +233,17 @@ def exit_seconds(status: str, wall: float, probe_end: float | None,
             continue  # a record being written, or not ours: it only narrows the median
         if isinstance(s, dict) and s.get("status") == "completed" and \
                 isinstance(s.get("exit_s"), (int, float)):
-            seen.append(float(s["exit_s"]))
-    return round(statistics.median(seen), 3) if seen else None
+            seen.append(((s.get("allocation") or {}).get("cpus"), float(s["exit_s"])))
+    return _median_exit(seen, cpus)
+
+
+def _median_exit(seen: Sequence[tuple[int | None, float]], cpus: int | None) -> float | None:
+    """The median exit of those with ``cpus`` CPUs, else of all: the work after the last
+    step (an evaluation, a compile) runs on the trial's cores (torch.compile'd ResMLP's:
+    5.0 s on 1 CPU, 3.6 s on 2)."""
+    same = [e for c, e in seen if cpus is not None and c == cpus]
+    pool = same or [e for _, e in seen]
+    return round(statistics.median(pool), 3) if pool else None
 
 
 def with_job_size(trials: Sequence[TrialSummary], total: float | None,
@@ -247,10 +259,11 @@ def with_job_size(trials: Sequence[TrialSummary], total: float | None,
     exit_s`) are given the median of those in ``found_by`` and ``trials`` here, so that every
     probe's job time counts it once a whole run is among them."""
     source = next((t.trial_id for t in (found_by or trials) if t.total_samples), "a trial")
-    exits = [t.exit_s for t in [*found_by, *trials]
+    exits = [(t.allocation.cpus, t.exit_s) for t in [*found_by, *trials]
              if t.status == "completed" and t.exit_s is not None]
     out = [probe_job(t, total, f"learned from {source}") if total else t for t in trials]
-    return [with_exit(t, statistics.median(exits)) for t in out] if exits else out
+    return [with_exit(t, _median_exit(exits, t.allocation.cpus)) for t in out] if exits \
+        else out
 
 
 def with_exit(t: TrialSummary, exit_s: float) -> TrialSummary:

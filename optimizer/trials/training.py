@@ -471,8 +471,8 @@ class TrainingModuleManager:
             samples, thr = total, total / wall if wall > 0 else None
         hourly = ResourceCostCalculator.from_config(resource_config).calculate_hourly_cost(
             allocation)
-        end = record.end_t if record is not None else None
-        exit_s = exit_seconds(status, wall, end, work.parent.parent)  # trial_dir/.work
+        end = None if record is None else record.training_end_t  # trial_dir/.work below
+        exit_s = exit_seconds(status, wall, end, work.parent.parent, allocation.cpus)
         predicted = predict_time(status, wall, samples, total, thr, startup, exit_s)
         stats, stderr = run.monitor.stats(startup), tail(work / "stderr.log")
         if status == "probe" and thr is None:

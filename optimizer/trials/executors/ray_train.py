@@ -341,7 +341,7 @@ def whole_job(s: TrialSummary, allocation: Allocation, ranks: Mapping[int, dict[
     s.hourly_cost = ResourceCostCalculator.from_config(resources).calculate_hourly_cost(allocation)
     s.cost = s.hourly_cost * s.wall_time_s / 3600
     if s.exit_s is None and s.status == "probe":
-        s.exit_s = exit_seconds("probe", s.wall_time_s, None, trial_dir.parent)
+        s.exit_s = exit_seconds("probe", s.wall_time_s, None, trial_dir.parent, allocation.cpus)
     predicted = predict_time(s.status, s.wall_time_s, s.samples, s.total_samples, s.throughput,
                              s.startup_s, s.exit_s)
     s.predicted_total_time_s = predicted

@@ -156,6 +156,13 @@ class ProbeRecord:
         return float(loader["dataset_len"]) * epochs
 
     @property
+    def training_end_t(self) -> float:
+        """Where a whole run's job time stops scaling with its samples: the last step, else
+        the script's last moment (what follows is :attr:`TrialSummary.exit_s`)."""
+        last = self.last_step_t
+        return last if last is not None else self.end_t
+
+    @property
     def end_t(self) -> float:
         """The script's last moment on the probe's clock: its exit, else the last event."""
         return self.exit_t if self.exit_t is not None else self.last_t
