@@ -72,6 +72,7 @@ class _State:
         self.control = os.environ.get("CLOUDOPT_PROBE_CONTROL") or None
         self.control_mtime = None
         self.last_control_check = -CONTROL_EVERY_S
+        self.eager_control_until = -1.0  # after a checkpoint: the file read at every tick
         self.loader_steps = {}
         # One training step per backward pass: a second optimizer stepping on the same batch
         # (sparse and dense parameters, say) is not a second step (0: no backward seen).
@@ -252,7 +253,8 @@ def _anchor(s):
 @_guard("control")
 def _check_control(s, torch, force=False):
     t = s.now()
-    if s.control is None or (t - s.last_control_check < CONTROL_EVERY_S and not force):
+    if s.control is None or (t - s.last_control_check < CONTROL_EVERY_S and not force
+                             and t > s.eager_control_until):
         return
     s.last_control_check = t
     try:
