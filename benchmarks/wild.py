@@ -7,8 +7,8 @@ For each script of ``examples/wild/corpus.toml``:
 2. cloudopt exactly as a user runs it (``--batch-size-arg`` only), once per preference;
 3. the recommendation scored against the grid (``wild_score``): regret against the cheapest
    (or fastest) cell that trains as well as the script's own batch, whether the recommended
-   setting itself does, and its claimed job time and cost against the whole job measured at
-   that setting (run now when the grid lacks it, e.g. a recommended epoch count);
+   setting itself does, and its claimed job time and cost against whole runs of that setting
+   made right after cloudopt (``--pick-reps``, 2; the grid's cell with 0);
 4. the in-process probe's time and memory overhead: the script alone and with only the probe
    on, on one core, in the order off on on off.
 
@@ -163,6 +163,34 @@ class WildStore:
         return CellRuns(setting, [s.wall_time_s for s, _ in ok], [s.mem_gb_peak for s, _ in ok],
                         [self.loss(d) for _, d in ok], [s.cpu_cores_mean for s, _ in ok])
 
+    def pick_runs(self, setting: Setting, preference: str, reps: int) -> CellRuns | None:
+        """Whole runs of cloudopt's pick made right after it (``pick-<preference>/``): the
+        claim's ruler, measured as the machine is when cloudopt measured, where a grid cell
+        measured hours before varied by up to 20% (Lightning's 1x64: 7.5-7.8 s in the grid,
+        6.2-7.1 s in cloudopt's own whole runs of it)."""
+        runs = []
+        for k in range(reps):
+            d = self.dir / f"pick-{preference}" / setting.key() / f"rep{k}"
+            if (d / "summary.json").exists():
+                summary = TrialSummary.load(d)
+            else:
+                manager = TrainingModuleManager(self.s.script, self.args(setting, d),
+                                                batch_size_arg=self.s.batch_flag)
+                summary = manager.run_training(
+                    Allocation(0, setting.cpus, self.memory_gb, setting.batch), d,
+                    resource_config=self.config.resources, probe_seconds=None,
+                    timeout_s=self.timeout_s, monitor_interval=self.config.run.monitor_interval,
+                    quiet=True)
+                say(f"{self.s.name} pick {setting.label()} rep{k}: {summary.status}, "
+                    f"{summary.wall_time_s:.1f} s (ran after cloudopt)")
+            if summary.status == "completed":
+                runs.append((summary, d))
+        if not runs:
+            return None
+        return CellRuns(setting, [s.wall_time_s for s, _ in runs],
+                        [s.mem_gb_peak for s, _ in runs], [self.loss(d) for _, d in runs],
+                        [s.cpu_cores_mean for s, _ in runs])
+
     def grid(self, settings: Sequence[Setting]) -> list[CellRuns]:
         """Every setting; repetitions round-robin, so a slow drift spreads over all cells."""
         for k in range(self.reps):
@@ -188,6 +216,7 @@ def run_cloudopt(s: WildScript, store: WildStore, preference: str, reuse: bool,
         recorded = json.loads(record.read_text(encoding="utf-8"))
         return {**recorded, **read_recommendation(out_dir, s, store.base_args)}
     shutil.rmtree(out_dir, ignore_errors=True)  # the command writes a fresh run folder
+    shutil.rmtree(store.dir / f"pick-{preference}", ignore_errors=True)  # its pick's, too
     # "--batch-size-arg=FLAG": with a space argparse takes the flag for an option of its own.
     cmd = [sys.executable, "-m", "optimizer", "--train-file", str(s.script),
            f"--batch-size-arg={s.batch_flag}", "--preference", preference, "--quiet",
@@ -286,7 +315,7 @@ def probe_overhead(s: WildScript, base_args: Sequence[str], rounds: int) -> dict
 
 # ------------------------------------------------------------------------------ scoring
 def score(s: WildScript, store: WildStore, cells: list[CellRuns], cloud: dict[str, Any],
-          preference: str, prices: Prices) -> dict[str, Any]:
+          preference: str, prices: Prices, pick_reps: int = 0) -> dict[str, Any]:
     """One script's row for one preference: cloudopt's outcome against the grid."""
     l0 = target_loss(cells, s.default_batch)
     best = optimum(cells, l0, preference, prices)
@@ -314,7 +343,17 @@ def score(s: WildScript, store: WildStore, cells: list[CellRuns], cloud: dict[st
         "regret": None if best is None else regret(value, row["optimum_value"]),
         "claimed_time_s": cloud.get("claimed_time_s"), "claimed_cost": cloud.get("claimed_cost"),
         "claim_time": claim_error(cloud.get("claimed_time_s"), pick.time_s),
-        "claim_cost": claim_error(cloud.get("claimed_cost"), measured_cost)})
+        "claim_cost": claim_error(cloud.get("claimed_cost"), measured_cost),
+        "claim_ruler": "grid"})
+    fresh = store.pick_runs(setting, preference, pick_reps) if pick_reps else None
+    if fresh is not None:
+        fresh_cost = prices.cost(setting.cpus, memory, fresh.time_s)
+        row.update({
+            "grid_claim_time": row["claim_time"], "grid_claim_cost": row["claim_cost"],
+            "pick_fresh_time_s": fresh.wall_s, "pick_fresh_loss": fresh.losses,
+            "claim_time": claim_error(cloud.get("claimed_time_s"), fresh.time_s),
+            "claim_cost": claim_error(cloud.get("claimed_cost"), fresh_cost),
+            "claim_ruler": f"{len(fresh.wall_s)} whole runs of the pick right after cloudopt"})
     return row
 
 
@@ -343,7 +382,8 @@ def bench_script(s: WildScript, opts: argparse.Namespace, config: OptimizerConfi
     for pref in opts.preferences:
         cloud = ({} if opts.skip_cloudopt
                  else run_cloudopt(s, store, pref, opts.reuse_cloudopt, opts.cloudopt_timeout))
-        rows[pref] = score(s, store, cells, cloud, pref, prices)
+        rows[pref] = score(s, store, cells, cloud, pref, prices,
+                           0 if opts.skip_cloudopt else opts.pick_reps)
         ov = extra["overhead"] or {}
         rows[pref].update(probe_time=ov.get("time"), probe_cpu=ov.get("cpu"),
                           probe_memory=ov.get("memory"))
@@ -373,6 +413,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--batches", default=None,
                    help="batch multipliers of the script's own (default 0.5,1,2; quick 1,2)")
     p.add_argument("--reps", type=int, default=1, help="whole runs per grid cell")
+    p.add_argument("--pick-reps", type=int, default=2,
+                   help="whole runs of the pick right after cloudopt, the claim's ruler "
+                        "(0: the grid's cell)")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per whole run")
     p.add_argument("--cloudopt-timeout", type=float, default=4 * 3600.0)
     p.add_argument("--overhead-rounds", type=int, default=2, help="ABBA rounds of the probe")
