@@ -271,7 +271,7 @@ def test_the_main_job_on_a_script_that_prints_nothing_fits_the_model_and_trains_
         tmp_path, repo_root):
     """Issue 38's case: nothing printed, no --total-samples; the probe gives every trial its
     rate and the job's size, so the workload model is fitted and both agents trained."""
-    out = _main_job("tests/data/silent_torch_train.py", tmp_path, repo_root, budget=4,
+    out = _main_job("tests/data/silent_torch_train.py", tmp_path, repo_root, budget=5,
                     probe_seconds=0)
     log = (out / "main.log").read_text()
     assert "agents trained" in log and "model not fitted" not in log
