@@ -4,7 +4,6 @@ break-even are reported."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -115,17 +114,10 @@ def test_the_closed_loop_stops_when_the_budget_leaves_only_the_run_off(tmp_path,
     assert rec["search"]["runs"] == 6
 
 
-def test_the_main_job_keeps_to_its_budget_and_prints_the_search_cost(tmp_path, repo_root):
-    out = tmp_path / "run"
-    proc = subprocess.run(
-        [sys.executable, "-m", "optimizer", "--train-file", "tests/data/tiny_train.py",
-         "--preference", "cost", "--train-args", "--samples 8000", "--baseline-samples", "3",
-         "--probe-seconds", "0", "--agent-seconds", "0.5", "--live-plan", "off", "--budget", "5", "--output", str(out),
-         "--quiet"], capture_output=True, text=True, cwd=repo_root, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert len([d for d in (out / "trials").iterdir() if (d / "summary.json").exists()]) <= 5
-    rec = json.loads((out / "recommendation.json").read_text())
-    assert rec["search"]["runs"] <= 5 and "the search made" in proc.stdout
+def test_a_budget_that_is_not_a_count_is_named(repo_root):
+    """The main job keeping to its budget is asserted on a main job that runs anyway:
+    tests/test_main_job.py::test_infeasible_sla_is_reported_with_the_closest_recommendation_
+    within_the_budget."""
     bad = subprocess.run([sys.executable, "-m", "optimizer", "--train-file",
                           "tests/data/tiny_train.py", "--budget", "lots"], capture_output=True,
                          text=True, cwd=repo_root, timeout=60)

@@ -181,7 +181,7 @@ def test_kill_midway_then_resume_does_not_rerun_trials(tmp_path, repo_root):
     assert (out / "report.html").exists()
 
 
-def test_infeasible_sla_is_reported_with_the_closest_recommendation(tmp_path, repo_root):
+def test_infeasible_sla_is_reported_with_the_closest_recommendation_within_the_budget(tmp_path, repo_root):
     out = tmp_path / "run"
     proc = cli(repo_root, "--train-file", "tests/data/tiny_train.py", "--preference",
                "balanced", *SHORT_LOOP, "--time-max", "0.001", "--output",
@@ -193,6 +193,9 @@ def test_infeasible_sla_is_reported_with_the_closest_recommendation(tmp_path, re
     assert "no allocation meets the SLA" in (out / "report.md").read_text()
     assert "no allocation meets the SLA" in proc.stdout
     assert rec["optimized"]["sla"]["time"] is False
+    # the budget of SHORT_LOOP (6 real runs) holds, and the search's cost is printed
+    assert len([d for d in (out / "trials").iterdir() if (d / "summary.json").exists()]) <= 6
+    assert rec["search"]["runs"] <= 6 and "the search made" in proc.stdout
 
 
 def _synthetic_trials() -> list[TrialSummary]:
