@@ -126,21 +126,22 @@ class WildStore:
             return None
         return loss_from_text(log.read_text(encoding="utf-8", errors="replace"), self.s.loss)
 
+    def run_whole(self, setting: Setting, trial_dir: Path) -> TrialSummary:
+        """One whole run of ``setting`` into ``trial_dir``, with cloudopt's runner."""
+        manager = TrainingModuleManager(self.s.script, self.args(setting, trial_dir),
+                                        batch_size_arg=self.s.batch_flag)
+        return manager.run_training(
+            Allocation(0, setting.cpus, self.memory_gb, setting.batch), trial_dir,
+            resource_config=self.config.resources, probe_seconds=None,
+            timeout_s=self.timeout_s, monitor_interval=self.config.run.monitor_interval,
+            quiet=True)
+
     def run(self, setting: Setting, rep: int, announce: bool = True) -> TrialSummary:
         """One whole run (reloaded when recorded), with a progress line when it ran or when
         ``announce``."""
         trial_dir = self.run_dir(setting, rep)
         cached = (trial_dir / "summary.json").exists()
-        if cached:
-            summary = TrialSummary.load(trial_dir)
-        else:
-            manager = TrainingModuleManager(self.s.script, self.args(setting, trial_dir),
-                                            batch_size_arg=self.s.batch_flag)
-            alloc = Allocation(0, setting.cpus, self.memory_gb, setting.batch)
-            summary = manager.run_training(
-                alloc, trial_dir, resource_config=self.config.resources, probe_seconds=None,
-                timeout_s=self.timeout_s, monitor_interval=self.config.run.monitor_interval,
-                quiet=True)
+        summary = TrialSummary.load(trial_dir) if cached else self.run_whole(setting, trial_dir)
         if cached and not announce:
             return summary
         how = "recorded" if cached else "ran"
@@ -174,13 +175,7 @@ class WildStore:
             if (d / "summary.json").exists():
                 summary = TrialSummary.load(d)
             else:
-                manager = TrainingModuleManager(self.s.script, self.args(setting, d),
-                                                batch_size_arg=self.s.batch_flag)
-                summary = manager.run_training(
-                    Allocation(0, setting.cpus, self.memory_gb, setting.batch), d,
-                    resource_config=self.config.resources, probe_seconds=None,
-                    timeout_s=self.timeout_s, monitor_interval=self.config.run.monitor_interval,
-                    quiet=True)
+                summary = self.run_whole(setting, d)
                 say(f"{self.s.name} pick {setting.label()} rep{k}: {summary.status}, "
                     f"{summary.wall_time_s:.1f} s (ran after cloudopt)")
             if summary.status == "completed":

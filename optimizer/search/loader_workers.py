@@ -86,8 +86,6 @@ def _proposals(state: SearchState) -> list[Proposal]:
                      f"({manager.workers_arg} {n})", prefix=PREFIX) for n in levels]
 
 
-
-
 def sweep_workers(state: SearchState) -> list[TrialSummary]:
     """Measure the best measured setting so far at :func:`worker_levels`; the new trials are
     added to ``state.trials`` and described in ``state.rounds``, and returned. Nothing is

@@ -103,8 +103,6 @@ def _proposals(state: SearchState) -> list[Proposal]:
                      prefix=PREFIX) for a, why in settings]
 
 
-
-
 def sweep_replicas(state: SearchState) -> list[TrialSummary]:
     """Measure the best one-worker setting at other worker counts (module doc); the new trials
     join ``state.trials`` and ``state.rounds`` and are returned."""

@@ -73,6 +73,7 @@ class _State:
         self.control_mtime = None
         self.last_control_check = -CONTROL_EVERY_S
         self.eager_control_until = -1.0  # after a checkpoint: the file read at every tick
+        self.resume_hook = None  # armed at a checkpoint's end, removed at the next forward
         self.loader_steps = {}
         # One training step per backward pass: a second optimizer stepping on the same batch
         # (sparse and dense parameters, say) is not a second step (0: no backward seen).

@@ -69,7 +69,7 @@ def _arm_resume(torch, s):
     (checkpoint_heavy, ten checkpoints: +9% time). One global hook, removed at its first call."""
     from torch.nn.modules import module
 
-    if getattr(s, "resume_hook", None) is not None:
+    if s.resume_hook is not None:
         return  # armed by an earlier checkpoint, no forward pass since
 
     def pre_forward(mod, args):
