@@ -152,11 +152,14 @@ def setups(plans: dict[str, Any], static_wall: float, max_cpus: int, static: All
     def start(cpus: int, memory: float | None = None) -> Allocation:
         return Allocation(0, cpus, memory or static.memory_gb, static.batch_size)
 
+    # Every arm starts on the most cores its controller may give, as the product's live run
+    # does (optimizer/search/live/live_check.py): the controller narrows the job once it has
+    # loaded torch, whose OpenMP runtime counts the CPUs once, when it loads.
     if live is not None:
-        first = live.allocation_for(live.schedule[0] if live.schedule else None)
+        most = live.largest().cpus
         # Memory per phase is a request; the limit is the plan's largest phase's.
         out["live plan"] = (LiveSetup(PlanDecider(live), interval, label="live plan",
-                                      cores=cores), start(first.cpus, live.memory_max_gb))
+                                      cores=cores), start(most, live.memory_max_gb))
     for kind in ("reactive-max", "reactive-trend"):
         # CPU only: see ReactiveDecider.adapt_memory. They start where the static one is.
         out[kind] = (LiveSetup(ReactiveDecider(max_cpus, kind, window_s=2 * interval,
@@ -166,7 +169,7 @@ def setups(plans: dict[str, Any], static_wall: float, max_cpus: int, static: All
         steps = plans["hidden"]
         out["phase hidden"] = (LiveSetup(ScheduleDecider(steps, static_wall), interval,
                                          label="phase hidden", cores=cores),
-                               start(steps[0][1].cpus))
+                               start(max(a.cpus for _, a in steps)))
     return out
 
 

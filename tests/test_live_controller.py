@@ -181,6 +181,47 @@ def test_a_stage_change_is_acted_on_at_once_not_at_the_next_interval(tmp_path):
 
 
 @needs_two_cores
+def test_the_cpus_are_narrowed_only_once_the_job_has_loaded_torch(tmp_path):
+    """GNU OpenMP counts a job's CPUs once, when torch loads it: a job loaded on one core
+    and trained on two spins less and waits at every parallel region. So the start-up
+    stage's single core comes after the probe's ``torch`` event; memory moves at once."""
+    proc = _sleeper(tmp_path)
+    loaded = [False]
+    try:
+        os.sched_setaffinity(proc.pid, {0, 1})
+        ctl = Controller(LiveTrial(proc.pid, tmp_path),
+                         PlanDecider(_plan(startup=(1, 0.5), train=(2, 1.0))),
+                         lambda: "startup", cores=[0, 1], initial=PhaseAllocation(2, 1.0),
+                         interval_s=30.0, watch_s=0.02, runtime_loaded=lambda: loaded[0])
+        ctl.step()
+        assert _affinity(proc.pid) == {0, 1} and ctl.held == PhaseAllocation(2, 0.5)
+        assert "2 CPUs kept until the job has loaded torch" in read_changes(tmp_path)[0].cause
+        ctl.start()
+        time.sleep(0.2)
+        assert _affinity(proc.pid) == {0, 1}
+        loaded[0], t0 = True, time.monotonic()
+        assert wait_for(lambda: _affinity(proc.pid) == {0}, 2.0)
+        assert time.monotonic() - t0 < 1.0  # at the next watch, not the 30 s interval
+        ctl.stop()
+        assert ctl.held == PhaseAllocation(2, 1.0)  # restored to the largest on leaving
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_probe_tail_knows_when_torch_was_loaded(tmp_path):
+    from optimizer.trials.live.stages import ProbeTail
+
+    path = tmp_path / "probe.jsonl"
+    path.write_text(json.dumps({"e": "header", "t": 0.0, "wall": time.time()}) + "\n")
+    tail = ProbeTail(path)
+    assert not tail.runtime_loaded()
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps({"e": "torch", "version": "x", "t": 0.4}) + "\n")
+    assert tail.runtime_loaded() and tail.current() == "startup"
+
+
+@needs_two_cores
 def test_the_controllers_death_gives_the_job_its_largest_allocation(tmp_path):
     """A controller that fails mid-run leaves the job running, at the largest allocation it
     could have asked for, not at the last stage's (a later stage may need more)."""
