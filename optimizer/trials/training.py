@@ -373,8 +373,7 @@ class TrainingModuleManager:
         """
         info = self.module or self.load_module()
         trial_dir = Path(trial_dir)
-        trial_id = trial_id or trial_dir.name
-        self.resource_config = resource_config
+        trial_id, self.resource_config = trial_id or trial_dir.name, resource_config
         work = prepare_trial_dir(trial_dir)
         metrics_part = work / "metrics.csv"
         probe_events = work / EVENTS_FILE if self.in_process_probe else None
@@ -389,6 +388,8 @@ class TrainingModuleManager:
         if self.launcher == "torchrun":
             env = launch_environment(env, cpus, allocation.replicas)
         env.update(rank_env or {})
+        if live is not None and self.launcher != "torchrun":  # see _cloudopt_probe_load
+            env["CLOUDOPT_LOAD_CORES"] = ",".join(str(c) for c in (live.cores or cpus))
         cmd = self.command(allocation)
         started_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
         atomic_write_json(trial_dir / "config.json", {
@@ -409,9 +410,8 @@ class TrainingModuleManager:
             int((rank_env or {}).get("WORLD_SIZE", 1))
         if loss_target is not None and probe_events is not None and probe_seconds is not None:
             run.loss_watch = LossWatch(loss_target)
-        self.training_process = run.proc
-        self.csv_monitor = run.csv_monitor
-        self.output_csv_path = metrics_part
+        self.training_process, self.csv_monitor, self.output_csv_path = (
+            run.proc, run.csv_monitor, metrics_part)
         ctl = start_controller(live, run, work, cpus, allocation) if live is not None else None
         try:
             wall = wait_trial(run, probe_seconds, timeout_s, monitor_interval, quiet,

@@ -135,7 +135,8 @@ class LiveTrial:
         if self.control_file is not None:
             self._seq += 1
             threads = len(set(cores))
-            atomic_write_json(self.control_file, {"num_threads": threads, "seq": self._seq})
+            atomic_write_json(self.control_file, {"num_threads": threads, "seq": self._seq,
+                                                  "cpus": sorted(set(cores))})
         return self.log(Change(self.now(), cause, phase, sorted(set(cores)), threads,
                                 tasks=tasks, skipped=skipped))
 

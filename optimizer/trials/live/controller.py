@@ -135,10 +135,6 @@ class ReactiveDecider:
                 f"peak {peak:.2f} cores, {level:.2f} GB over the last {self.window_s:g} s")
 
 
-RUNTIME_WAIT_S = 10.0
-"""How long a controller told when the job has loaded its threading runtime (:attr:`Controller.
-runtime_loaded`) waits for it before it narrows the job's CPUs anyway (a job that never
-imports torch)."""
 WATCH_S = 0.05
 """How often a controller following the probe's stages reads them between decisions."""
 MEMORY_WATCH_S = 0.1
@@ -177,8 +173,7 @@ class Controller(threading.Thread):
                  alive: Callable[[], bool] | None = None, memory_mode: str = "request",
                  watch_s: float | None = None, largest: PhaseAllocation | None = None,
                  memory_policy: MemoryPolicy | None = None,
-                 stall_s: float | None = None,
-                 runtime_loaded: Callable[[], bool] | None = None) -> None:
+                 stall_s: float | None = None) -> None:
         super().__init__(name=f"controller-{live.root_pid}", daemon=True)
         self.live = live
         self.decider = decider
@@ -196,16 +191,6 @@ class Controller(threading.Thread):
         """Between decisions, read the phase this often and decide at once when it changes
         (None: only every ``interval_s``). For a cheap source, the probe's stages: a phase of
         under a second (checkpoint_heavy's saves) is over before a 0.5 s interval sees it."""
-        self.runtime_loaded = runtime_loaded
-        """Whether the job has loaded its threading runtime (the probe's ``torch`` event;
-        None: not known, never waited for). Until then, or :data:`RUNTIME_WAIT_S`, its CPUs
-        are never narrowed: GNU OpenMP counts the CPUs it may use once, when it loads, and
-        throttles its threads' spinning wherever it runs more threads than that count. A job
-        that loaded torch on one core and trained on two waited on a sleeping thread at
-        every parallel region: checkpoint_heavy's steps ran 8-10% slower all run, and a
-        standalone MLP loaded on one core and widened trained 12% slower than one loaded on
-        two (narrowed to one after loading: as fast)."""
-        self._loaded = runtime_loaded is None
         self.largest = largest or largest_allocation(decider, initial, len(self.cores))
         """What the job is given back when the controller leaves while it runs."""
         self.governor = self._governor(memory_policy or MemoryPolicy())
@@ -338,8 +323,6 @@ class Controller(threading.Thread):
             self.heartbeat = time.monotonic()
             if self.watch_s and self.phase_source() != self._last_phase:
                 break
-            if not self._loaded and self._runtime_ready():
-                break  # a narrowing held back can be made now
             if self.governor is not None and self.governor.near_limit(self.usage(),
                                                                      self.held.memory_gb):
                 break
@@ -363,21 +346,11 @@ class Controller(threading.Thread):
                                                       self.held.memory_gb)
             if memory != self.held.memory_gb:
                 cause += f"; memory: {memory_why}"
-        cpus = min(target.cpus, len(self.cores))
-        if cpus < self.held.cpus and not self._runtime_ready():
-            cpus = self.held.cpus
-            cause += (f"; {self.held.cpus} CPUs kept until the job has loaded torch (its "
-                      "OpenMP runtime counts the CPUs once, when it loads)")
-        target = PhaseAllocation(cpus, memory)
+        target = PhaseAllocation(min(target.cpus, len(self.cores)), memory)
         with self._lock:
             if self.retired is not None:
                 return []  # the watchdog took over while this decision was being made
             return self._apply(target, cause, phase)
-
-    def _runtime_ready(self) -> bool:
-        if not self._loaded and self.runtime_loaded is not None:
-            self._loaded = bool(self.runtime_loaded()) or self.live.now() >= RUNTIME_WAIT_S
-        return self._loaded
 
     def _apply(self, target: PhaseAllocation, cause: str, phase: str | None) -> list[Change]:
         """Move the job from :attr:`held` to ``target``; the changes made."""

@@ -65,8 +65,7 @@ def start_controller(setup: LiveSetup, run: Any, work: Path, cpus: list[int],
                      interval_s=setup.interval_s, usage=lambda: run.monitor.rows,
                      alive=lambda: not run.exited.is_set(), memory_mode=setup.memory_mode,
                      watch_s=WATCH_S if setup.detector is None and tail is not None
-                     and watches_stages(setup.decider) else None,
-                     runtime_loaded=tail.runtime_loaded if tail is not None else None)
+                     and watches_stages(setup.decider) else None)
     ctl.start()
     return ctl
 

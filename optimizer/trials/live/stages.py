@@ -41,9 +41,6 @@ class StageTracker:
         self.wall0: float | None = None
         """The probe's start in ``time.time()`` (its events' ``t`` counts from there)."""
         self.ended = False
-        self.runtime_loaded = False
-        """Whether the job has loaded torch (and with it its OpenMP runtime): see
-        :attr:`optimizer.trials.live.controller.Controller.ready`."""
         self.last_t = 0.0
         self.intervals: list[list[Any]] = []
         """``[start_t, end_t, stage]``, the stages seen so far (the last one still open)."""
@@ -59,10 +56,7 @@ class StageTracker:
         if kind == "header":
             self.wall0 = float(ev.get("wall") or 0.0) or None
             self._enter(0.0, "startup")
-        elif kind == "torch":
-            self.runtime_loaded = True
         elif kind in ("first_step", "steps"):
-            self.runtime_loaded = True
             if kind == "steps" and not ev.get("n"):
                 return  # an anchor where training resumes, not a step
             # A job that steps its optimizer is training, whatever mode its model was left in.
@@ -175,10 +169,6 @@ class ProbeTail:
             if isinstance(ev, dict):
                 self.tracker.feed(ev)
         return self.tracker
-
-    def runtime_loaded(self) -> bool:
-        """Whether the job has loaded torch yet (its first step counts too)."""
-        return self.poll().runtime_loaded
 
     def current(self) -> str | None:
         """The stage now (None until the probe has written its header)."""

@@ -267,6 +267,13 @@ def _check_control(s, torch, force=False):
     s.control_mtime = mtime
     with open(s.control, encoding="utf-8") as fh:
         order = json.load(fh)
+    cores = order.get("cpus")
+    if isinstance(cores, list) and cores and hasattr(os, "sched_getaffinity") \
+            and os.sched_getaffinity(0) != set(cores):
+        # Where the controller's pinning raced this process's own after loading torch.
+        import _cloudopt_probe_load as load
+
+        load.pin_own_threads(set(cores))
     n = order.get("num_threads")
     if isinstance(n, int) and n >= 1:
         # Never more threads than cores the process may run on: a control file is input.
@@ -390,7 +397,13 @@ class _TorchFinder(importlib.abc.MetaPathFinder):
         original = spec.loader.exec_module
 
         def exec_module(module):
-            original(module)
+            import _cloudopt_probe_load as load  # the same folder; standard library only
+
+            token = load.widen()
+            try:
+                original(module)
+            finally:
+                load.restore(token)
             try:
                 _install(module)
             except Exception as exc:  # noqa: BLE001
