@@ -152,14 +152,13 @@ def setups(plans: dict[str, Any], static_wall: float, max_cpus: int, static: All
     def start(cpus: int, memory: float | None = None) -> Allocation:
         return Allocation(0, cpus, memory or static.memory_gb, static.batch_size)
 
-    # Every arm starts on the most cores its controller may give, as the product's live run
-    # does (optimizer/search/live/live_check.py): the controller narrows the job once it has
-    # loaded torch, whose OpenMP runtime counts the CPUs once, when it loads.
     if live is not None:
-        most = live.largest().cpus
-        # Memory per phase is a request; the limit is the plan's largest phase's.
+        first = live.allocation_for(live.schedule[0] if live.schedule else None)
+        # Memory per phase is a request; the limit is the plan's largest phase's. Launched on
+        # its first phase's cores (loading torch on all: _cloudopt_probe_load).
         out["live plan"] = (LiveSetup(PlanDecider(live), interval, label="live plan",
-                                      cores=cores), start(most, live.memory_max_gb))
+                                      cores=cores, start_cpus=first.cpus),
+                            start(live.largest().cpus, live.memory_max_gb))
     for kind in ("reactive-max", "reactive-trend"):
         # CPU only: see ReactiveDecider.adapt_memory. They start where the static one is.
         out[kind] = (LiveSetup(ReactiveDecider(max_cpus, kind, window_s=2 * interval,
@@ -168,7 +167,8 @@ def setups(plans: dict[str, Any], static_wall: float, max_cpus: int, static: All
     if plans.get("hidden"):
         steps = plans["hidden"]
         out["phase hidden"] = (LiveSetup(ScheduleDecider(steps, static_wall), interval,
-                                         label="phase hidden", cores=cores),
+                                         label="phase hidden", cores=cores,
+                                         start_cpus=steps[0][1].cpus),
                                start(max(a.cpus for _, a in steps)))
     return out
 

@@ -211,7 +211,10 @@ def test_a_live_job_held_on_one_core_loads_torch_on_the_cores_it_may_be_given(
     out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
                          text=True, timeout=120, preexec_fn=_launched_on({0}))
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == [str(threads), "[0]"]
+    loaded = [json.loads(line) for line in (tmp_path / "probe.jsonl").read_text().splitlines()]
+    # torch's default threads are what OpenMP counted at load; then one thread on its core
+    assert [e["num_threads"] for e in loaded if e["e"] == "torch"] == [threads]
+    assert out.stdout.split() == ["1", "[0]"]
 
 
 @needs_two_cores
@@ -431,3 +434,13 @@ def test_the_probe_marks_a_checkpoint_until_training_resumes(tmp_path):
     end = next(i for i, e in enumerate(lines) if e.get("e") == "save_end")
     resumed = next(e for e in lines[end + 1:] if e.get("e") == "steps" and e.get("n"))
     assert resumed["t"] - saves[0][1] < 0.05  # the event is the resuming step's own
+
+
+def test_a_live_trial_is_launched_on_its_first_phases_cores_of_those_it_may_be_given():
+    from optimizer.trials.live.session import launch_cores
+
+    setup = LiveSetup(PlanDecider(_plan(startup=(1, None), train=(2, None))), start_cpus=1)
+    assert launch_cores(setup, [0, 1]) == [0]
+    assert launch_cores(LiveSetup(setup.decider), [0, 1]) == [0, 1]
+    assert launch_cores(None, [2, 3]) == [2, 3]
+    assert launch_cores(LiveSetup(setup.decider, start_cpus=8), [0, 1]) == [0, 1]

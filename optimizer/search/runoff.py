@@ -25,8 +25,9 @@ fastest hour. So the closed loop ends with a run-off (:func:`runoff`):
    (:func:`optimizer.search.choice.best_measured` with ``runoff``), so every setting in the
    final comparison was measured in the same hour.
 
-A single contender measured only beside other trials is measured once alone instead, and the
-final choice is left to all trials. The run-off's trials are ``trials/runoff-<R>-<tag>-<key>``
+A single contender measured only beside other trials, or only once, is measured once more
+alone instead (``runoff-alone-…``, ``runoff-again-…``), and the final choice is left to all
+trials, which pool the setting's runs. The run-off's trials are ``trials/runoff-<R>-<tag>-<key>``
 (``tag``: the preference), reloaded as recorded on ``--resume``; the contenders are chosen from
 the other trials only, so a resumed run-off has the same contenders.
 """
@@ -261,14 +262,21 @@ def _row(proposal: Proposal, trial: TrialSummary, index: int) -> dict[str, Any]:
 
 
 def _alone(state: SearchState, field: Field) -> None:
-    """A single contender measured only beside other trials: measured once alone."""
+    """A single contender measured only beside other trials, or only once: measured once
+    more, alone. The recommendation's figures are then a mean of two runs (of its runs alone),
+    never one run's luck: lbfgs_closure's claim was one whole run of 7.8 s where the same
+    setting's whole runs took 8.2-9.1 s that evening (benchmarks/README.md)."""
     budget = state.port.budget
-    if bool(field.contenders["alone"].iloc[0]) or not (budget is None or budget.allows(1)):
+    row = field.contenders.iloc[0]
+    alone, runs = bool(row["alone"]), int(row.get("replicates", 1) or 1)
+    if (alone and runs >= 2) or not (budget is None or budget.allows(1)):
         return
-    alloc = field.allocs[0]
-    once = Proposal(alloc, "run-off", f"{describe_allocation(alloc, gpus=field.gpus)} ran "
-                    "beside other trials: measured again alone",
-                    prefix=f"{PREFIX}alone-{_tag(state.port.user_preference)}",
+    alloc, words = field.allocs[0], describe_allocation(field.allocs[0], gpus=field.gpus)
+    why, tag = ((f"{words} ran beside other trials: measured again alone", "alone") if not alone
+                else (f"{words}, the only contender, was measured once: measured again so "
+                      "its figures are a mean of two runs", "again"))
+    once = Proposal(alloc, "run-off", why,
+                    prefix=f"{PREFIX}{tag}-{_tag(state.port.user_preference)}",
                     added_by=field.added.get(alloc.key()))
     drive(state, _Once(once), _row)
 

@@ -51,7 +51,7 @@ from optimizer.foundation.config import ResourceConfig
 from optimizer.foundation.errors import CloudoptError
 from optimizer.trials.cost import ResourceCostCalculator
 from optimizer.trials.launchers.torchrun import launch_command, launch_environment, rank_failure
-from optimizer.trials.live.session import bill_live_trial, start_controller
+from optimizer.trials.live.session import bill_live_trial, launch_cores, start_controller
 from optimizer.trials.monitor import CSVMonitor
 from optimizer.trials.output import (
     BATCH_SIZE_PATTERN,
@@ -403,8 +403,8 @@ class TrainingModuleManager:
             "loss_target": loss_target.to_dict() if loss_target is not None else None,
             "until_box": until_box,
         })
-        run = start_trial(cmd, env, cpus, work, trial_id, allocation, monitor_interval,
-                          metrics_part)
+        run = start_trial(cmd, env, launch_cores(live, cpus), work, trial_id, allocation,
+                          monitor_interval, metrics_part)
         run.probe_path, run.probe_batch, run.job_samples = probe_events, probe_batch, total_samples
         run.probe_world = allocation.replicas if self.launcher == "torchrun" else \
             int((rank_env or {}).get("WORLD_SIZE", 1))

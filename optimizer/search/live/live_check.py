@@ -134,9 +134,10 @@ def _measure_pair(port: SearchPort, manager: Any, plan: LivePlan, static: Alloca
     live_alloc = Allocation(static.gpus, max(most, static.cpus),
                             float(plan.memory_max_gb or static.memory_gb),
                             static.batch_size, static.workers)
+    first = plan.allocation_for(plan.schedule[0] if plan.schedule else None)
     setup = LiveSetup(PlanDecider(plan), plan.interval_s, label="live plan",
                       detector=load_detector(getattr(opts, "phase_model", None))
-                      if plan.phase_source == "detector" else None)
+                      if plan.phase_source == "detector" else None, start_cpus=first.cpus)
     # Not in trials/: a live run is no measurement of one allocation, and the search's
     # choices (and a resumed run's) must not take it for one.
     static_t = _run(port, manager, static, run_dir / "live" / f"static-{static.key()}", None)

@@ -194,7 +194,10 @@ def choice_words(preference: Any, allocation: Allocation, row: dict[str, Any], t
     stay in ``final_trial`` and ``runoff_standings``."""
     gpus = any(t.allocation.gpus for t in trials)
     runs = int(row.get("replicates", 1) or 1)
-    how = time_is + (f", mean of {runs} runs" if runs > 1 else "")
+    spread = row.get("time_rel_sd")
+    how = time_is + (f", mean of {runs} runs" if runs > 1 else "") + (
+        f", standard deviation {spread:.1%}"
+        if runs > 1 and spread is not None and spread == spread else "")
     figures = figures_words(row, job_words(row["job_cost"], row["job_time_s"]),
                             job_words(row["job_cost"], row["job_time_s"], whole=False))
     head = (f"the best measured setting for {_preference_words(preference)} is "

@@ -44,8 +44,19 @@ class LiveSetup:
     """A phase detector: its ``phase-N`` on the monitor's windows is the phase (the slow
     path, for a plan made from the detector's phases); None: the probe's stages."""
     cores: list[int] | None = None
-    """The cores the controller may give the job (default: those the trial started on); a
-    trial may start on fewer, at its first phase's allocation."""
+    """The cores the controller may give the job (default: the trial's)."""
+    start_cpus: int | None = None
+    """How many of them the job is launched on (its first phase's; default: all). A job
+    launched on all and narrowed at once would be narrowed while it loads torch, whose
+    OpenMP runtime counts its CPUs then; launched on its first phase's, nothing moves it
+    while it loads (``_cloudopt_probe_load`` loads it on :attr:`cores`)."""
+
+
+def launch_cores(setup: LiveSetup | None, cpus: list[int]) -> list[int]:
+    """The cores a trial's process starts on: a live trial's first phase's, else all."""
+    if setup is None or not setup.start_cpus:
+        return cpus
+    return cpus[:max(1, min(setup.start_cpus, len(cpus)))]
 
 
 def start_controller(setup: LiveSetup, run: Any, work: Path, cpus: list[int],
@@ -61,7 +72,8 @@ def start_controller(setup: LiveSetup, run: Any, work: Path, cpus: list[int],
               tail.current if tail is not None else (lambda: None))
     ctl = Controller(live, setup.decider, source,
                      cores=setup.cores or cpus,
-                     initial=PhaseAllocation(allocation.cpus, allocation.memory_gb),
+                     initial=PhaseAllocation(len(launch_cores(setup, cpus)),
+                                             allocation.memory_gb),
                      interval_s=setup.interval_s, usage=lambda: run.monitor.rows,
                      alive=lambda: not run.exited.is_set(), memory_mode=setup.memory_mode,
                      watch_s=WATCH_S if setup.detector is None and tail is not None
@@ -93,4 +105,4 @@ def bill_live_trial(summary: TrialSummary, ctl: Controller, setup: LiveSetup,
     return summary
 
 
-__all__ = ["LiveSetup", "bill_live_trial", "start_controller"]
+__all__ = ["LiveSetup", "bill_live_trial", "launch_cores", "start_controller"]

@@ -406,6 +406,11 @@ class _TorchFinder(importlib.abc.MetaPathFinder):
                 load.restore(token)
             try:
                 _install(module)
+                if token is not None:  # no more threads than the cores it is back on
+                    import _cloudopt_probe_hooks as more
+
+                    _check_control(module, force=True)
+                    more.clamp_threads(module)
             except Exception as exc:  # noqa: BLE001
                 if _STATE is not None:
                     _STATE.emit({"e": "probe_error", "hook": "install", "error": repr(exc)[:300]})
