@@ -148,7 +148,7 @@ def run_cloudopt(preference: str, base: Sequence[str], folder: Path, workers_max
 def score(cells: list[CellRuns], cloud: dict[str, Any], preference: str, prices: Prices,
           pick: CellRuns | None) -> dict[str, Any]:
     l0 = target_loss([c for c in cells if c.setting.replicas == 1], DEFAULT_BATCH)
-    best = optimum(cells, l0, preference, prices)
+    best = optimum(cells, lambda c: trains_as_well(c.loss, l0), preference, prices)
     row: dict[str, Any] = {"preference": preference, "exit": cloud.get("exit"),
                            "cloudopt_wall_s": cloud.get("wall_s"), "l0": l0,
                            "optimum": None if best is None else best.setting.label(),

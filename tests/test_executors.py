@@ -203,9 +203,19 @@ def test_the_runoff_measures_the_contenders_back_to_back_and_decides_alone(tmp_p
     again = list(earlier)
     assert _runoff(machine, again, tmp_path, []) == block
     assert machine.hour == hour
-    # One setting far ahead: no run-off, the choice is made over all trials.
+    # One setting far ahead: no run-off, the choice is made over all trials; measured once,
+    # it runs once more, so its figures are a mean of two runs and never one run's luck.
     lone = [_trial("b64", 1, 64, 150, 0, 1), _trial("b128", 1, 128, 100, 0, 1)]
-    assert _runoff(_DriftingMachine({64: 150, 128: 100}), lone, tmp_path, []) == []
+    lone_rounds: list = []
+    assert _runoff(_DriftingMachine({64: 150, 128: 100}), lone, tmp_path, lone_rounds) == []
+    assert [t.trial_id for t in lone[2:]] == ["runoff-again-time-g0-c1-m4-b64"]
+    assert "the only contender, was measured once" in lone_rounds[0]["why"]
+    row = best_measured(lone, cfg, "time")[1]
+    assert row["replicates"] == 2 and row["time_rel_sd"] > 0
+    # Measured twice already: nothing more.
+    twice = [*lone[:2], _trial("b64-2", 1, 64, 140, 2, 3)]
+    assert _runoff(_DriftingMachine({64: 150, 128: 100}), twice, tmp_path / "2", []) == []
+    assert len(twice) == 3
 
 
 def test_the_leader_at_half_its_cpus_joins_the_runoff_where_no_trial_ran_it(tmp_path):

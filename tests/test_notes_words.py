@@ -75,7 +75,9 @@ def test_the_choice_and_its_runoff_read_as_settings_dollars_and_seconds():
     assert text.startswith("the best measured setting for 'cost' is 1 CPU, ")
     figures = job_words(row["job_cost"], row["job_time_s"])
     assert f"batch 1024: {figures} (measured, mean of " in text
-    assert "2 runs; proposed by best-static)" in text
+    # the runs' spread beside their mean: 400 and 404 s
+    assert f"2 runs, standard deviation {row['time_rel_sd']:.1%}; proposed by best-static)" in text
+    assert 0.005 < row["time_rel_sd"] < 0.01
     assert "run-off of 4 back-to-back runs among 6 trials" in text
     # The rival the runs' noise cannot separate, by its words, dollars and margin.
     assert table[1]["tied"] and "within the runs' noise of it: 1 CPU, " in tie_note(table)
@@ -85,7 +87,8 @@ def test_the_choice_and_its_runoff_read_as_settings_dollars_and_seconds():
     # Without a run-off: the best of all trials, a probe's figures said to be predicted.
     text = choice_words("balanced", alloc, row, "predicted from a probe", None, [], [], trials)
     _readable(text)
-    assert "(predicted from a probe, mean of 2 runs; a baseline setting); the best of 6 " in text
+    assert "(predicted from a probe, mean of 2 runs, standard deviation 0.7%; a baseline " \
+        "setting); the best of 6 " in text
     weights = choice_words([0.5, 0.3, 0.2], alloc, row, "measured", None, [], [], trials)
     assert "for the weights 0.5, 0.3, 0.2 (cost, time, resource) is" in weights
 

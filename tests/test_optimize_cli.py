@@ -74,7 +74,7 @@ def test_small_real_run(tmp_path, repo_root):
     # three baseline trials, then the closed loop's own (none when nothing is expected to
     # beat the best baseline trial); the recommendation is one of them, never an unmeasured plan
     assert len(trials) >= 3 and set(trials["status"]) == {"completed"}
-    assert trials["trial_id"].str.match(r"^(0\d|refine-\d|runoff-(\d|alone)-time)-").all()
+    assert trials["trial_id"].str.match(r"^(0\d|refine-\d|runoff-(\d|alone|again)-time)-").all()
     rec = json.loads((out / "recommendation.json").read_text())
     assert rec["final_trial"] in set(trials["trial_id"])
     assert "recommend " in proc.stdout and "right-sized memory request" in proc.stdout
