@@ -189,7 +189,7 @@ def test_the_main_job_chooses_the_workers_of_a_ddp_script(tmp_path, repo_root):
     proc = subprocess.run(
         [sys.executable, "-m", "optimizer", "--train-file", str(DDP),
          "--train-args=--samples 2048 --hidden 64 --epochs 2", "--batch-size-arg=--batch-size",
-         "--launcher", "auto", "--workers-max", "2", "--preference", "cost", "--budget", "5",
+         "--launcher", "auto", "--workers-max", "2", "--preference", "cost", "--budget", "6",
          "--baseline-samples", "3",
          "--probe-seconds", "0", "--agent-seconds", "0.5", "--refine-rounds", "1",
          "--runoff-rounds", "0", "--live-plan", "off", "--output", str(out), "--quiet"],
