@@ -12,6 +12,7 @@ measured figures, the search's cost, the choice in words and the live plan.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -195,9 +196,9 @@ def choice_words(preference: Any, allocation: Allocation, row: dict[str, Any], t
     gpus = any(t.allocation.gpus for t in trials)
     runs = int(row.get("replicates", 1) or 1)
     spread = row.get("time_rel_sd")
-    how = time_is + (f", mean of {runs} runs" if runs > 1 else "") + (
-        f", standard deviation {spread:.1%}"
-        if runs > 1 and spread is not None and spread == spread else "")
+    shown = runs > 1 and spread is not None and math.isfinite(spread)
+    how = (time_is + (f", mean of {runs} runs" if runs > 1 else "")
+           + (f", standard deviation {spread:.1%}" if shown else ""))
     figures = figures_words(row, job_words(row["job_cost"], row["job_time_s"]),
                             job_words(row["job_cost"], row["job_time_s"], whole=False))
     head = (f"the best measured setting for {_preference_words(preference)} is "
