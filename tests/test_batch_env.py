@@ -3,10 +3,9 @@ found in the source, set per trial, recorded, resumed and written into the Kuber
 
 import ast
 import json
-import subprocess
-import sys
 
 import pytest
+from main_command import run_main
 
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import ResourceConfig
@@ -98,10 +97,8 @@ def test_main_job_varies_the_variable_and_the_k8s_yaml_sets_it(envbatch, tmp_pat
     # The hint a run without --batch-size-env prints is manager.batch_knob_hint(), tested
     # above; a second main job only to read it cost the suite 7 s.
     out = tmp_path / "run"
-    proc = subprocess.run(
-        [sys.executable, "-m", "optimizer", "--train-file", str(envbatch),
-         "--batch-size-env", "BATCH_SIZE", *common, "--output", str(out)],
-        capture_output=True, text=True, cwd=repo_root, timeout=300)
+    proc = run_main("--train-file", str(envbatch), "--batch-size-env", "BATCH_SIZE", *common,
+                    "--output", str(out), cwd=repo_root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     log = (out / "main.log").read_text()
     assert "the script's default is 40" in log and "agents trained" in log

@@ -4,12 +4,11 @@ break-even are reported."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from main_command import run_main
 
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import load_config
@@ -118,9 +117,8 @@ def test_a_budget_that_is_not_a_count_is_named(repo_root):
     """The main job keeping to its budget is asserted on a main job that runs anyway:
     tests/test_main_job.py::test_infeasible_sla_is_reported_with_the_closest_recommendation_
     within_the_budget."""
-    bad = subprocess.run([sys.executable, "-m", "optimizer", "--train-file",
-                          "tests/data/tiny_train.py", "--budget", "lots"], capture_output=True,
-                         text=True, cwd=repo_root, timeout=60)
+    bad = run_main("--train-file", "tests/data/tiny_train.py", "--budget", "lots",
+                   cwd=repo_root)
     assert bad.returncode == 2 and "--budget 'lots'" in bad.stderr
 
 

@@ -1,8 +1,7 @@
 import math
-import subprocess
-import sys
 
 import pytest
+from main_command import run_main
 
 from optimizer.foundation.config import (
     MultiObjectiveConfig,
@@ -106,11 +105,7 @@ def test_forecast_without_columns_is_a_clear_error():
 
 def test_cli_bad_config_exits_2(tmp_path):
     p = write(tmp_path, "[sla]\nbogus = 1\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "optimizer", "--train-file", "examples/train_mlp.py",
-         "--config", str(p)],
-        capture_output=True, text=True,
-    )
+    proc = run_main("--train-file", "examples/train_mlp.py", "--config", str(p))
     assert proc.returncode == 2
     assert "bogus" in proc.stderr and str(p) in proc.stderr
     assert "Traceback" not in proc.stderr

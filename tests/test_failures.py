@@ -1,7 +1,7 @@
 """When no trial is usable, the error says why, once per cause, with the fix."""
 
-import subprocess
-import sys
+
+from main_command import run_main
 
 from optimizer.foundation.allocation import Allocation
 from optimizer.trials.failures import explain_unusable
@@ -29,9 +29,8 @@ def test_one_line_per_cause_with_the_fix():
 def test_main_job_names_the_cause(tmp_path, repo_root):
     script = tmp_path / "silent.py"
     script.write_text("import time\ntime.sleep(30)\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "optimizer", "--train-file", str(script), "--baseline-samples",
-         "2", "--probe-seconds", "1", "--total-samples", "100", "--output", str(tmp_path / "r"),
-         "--quiet"], capture_output=True, text=True, cwd=repo_root, timeout=120)
+    proc = run_main("--train-file", str(script), "--baseline-samples", "2", "--probe-seconds",
+                    "1", "--total-samples", "100", "--output", str(tmp_path / "r"), "--quiet",
+                    cwd=repo_root)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "2 of 2 trials" in proc.stderr and "use --probe-seconds 3" in proc.stderr

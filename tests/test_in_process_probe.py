@@ -12,6 +12,7 @@ import textwrap
 import time
 
 import pytest
+from main_command import run_main
 
 from optimizer.foundation.allocation import Allocation
 from optimizer.trials.probe import probe_environment, read_probe, write_stage_marks
@@ -258,11 +259,10 @@ def _main_job(script, tmp_path, repo_root, *, budget, probe_seconds):
     """The main command on ``script`` (batch flag ``--bs``, cost preference, no live plan);
     the run folder, after asserting it succeeded."""
     out = tmp_path / "run"
-    proc = subprocess.run(
-        [sys.executable, "-m", "optimizer", "--train-file", script, "--batch-size-arg=--bs",
-         "--preference", "cost", "--budget", str(budget), "--probe-seconds", str(probe_seconds),
-         "--agent-seconds", "0.5", "--live-plan", "off", "--output", str(out), "--quiet"],
-        capture_output=True, text=True, cwd=repo_root, timeout=300)
+    proc = run_main(
+        "--train-file", script, "--batch-size-arg=--bs", "--preference", "cost", "--budget",
+        str(budget), "--probe-seconds", str(probe_seconds), "--agent-seconds", "0.5",
+        "--live-plan", "off", "--output", str(out), "--quiet", cwd=repo_root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 

@@ -3,10 +3,9 @@ end of the closed loop, kept out of the workload fit, and carried into the recom
 
 import ast
 import json
-import subprocess
-import sys
 
 import pytest
+from main_command import run_main
 
 from optimizer.foundation.allocation import Allocation
 from optimizer.search.choice import same_setting
@@ -74,13 +73,12 @@ def test_main_job_sweeps_the_workers_and_recommends_the_measured_best(tmp_path, 
     """Each worker adds 10 ms to a step of the tiny job, so none is fastest and cheapest; the
     model never sees workers, so only the sweep can find it."""
     out = tmp_path / "run"
-    proc = subprocess.run(
-        [sys.executable, "-m", "optimizer", "--train-file", "tests/data/tiny_train.py",
-         "--preference", "cost", "--train-args", "--samples 4000 --worker-cost 0.01",
-         "--workers-arg=--workers", "--baseline-samples", "4", "--probe-seconds", "0",
-         "--agent-seconds", "0.5", "--live-plan", "off", "--refine-rounds", "1", "--runoff-rounds",
-         "1", "--output", str(out), "--quiet"],
-        capture_output=True, text=True, cwd=repo_root, timeout=600)
+    proc = run_main(
+        "--train-file", "tests/data/tiny_train.py", "--preference", "cost", "--train-args",
+        "--samples 4000 --worker-cost 0.01", "--workers-arg=--workers", "--baseline-samples",
+        "4", "--probe-seconds", "0", "--agent-seconds", "0.5", "--live-plan", "off",
+        "--refine-rounds", "1", "--runoff-rounds", "1", "--output", str(out), "--quiet",
+        cwd=repo_root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     swept = sorted(d.name for d in (out / "trials").glob("workers-*"))
     assert swept and all("-w" in name for name in swept), swept

@@ -11,6 +11,7 @@ import time
 
 import pandas as pd
 import pytest
+from main_command import run_main
 
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import ResourceConfig, SLAConfig
@@ -29,9 +30,8 @@ SHORT_LOOP = [*TINY_ARGS, "--runoff-rounds", "1", "--budget", "6", "--live-plan"
               "--train-args", "--samples 4000"]
 
 
-def cli(repo_root, *args, **kw):
-    return subprocess.run([sys.executable, "-m", "optimizer", *args], capture_output=True,
-                          text=True, cwd=repo_root, timeout=300, **kw)
+def cli(repo_root, *args):
+    return run_main(*args, cwd=repo_root)
 
 
 @pytest.fixture(scope="module")

@@ -1,12 +1,11 @@
 """The main command: argument and input errors exit 2; a small real run prints its table."""
 
 import json
-import subprocess
-import sys
 import textwrap
 
 import pandas as pd
 import pytest
+from main_command import run_main
 
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import OptimizerConfig, ResourceConfig
@@ -24,8 +23,7 @@ QUICK = textwrap.dedent("""
 
 
 def cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "optimizer", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=120)
+    return run_main(*args, cwd=cwd)
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -5,12 +5,11 @@ traceback."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from main_command import run_main
 
 from optimizer.foundation.allocation import Allocation
 from optimizer.search.choice import recommended_allocation
@@ -132,12 +131,11 @@ def test_no_traceback_reaches_the_user(kind, tmp_path, repo_root):
     config = tmp_path / "small.toml"
     config.write_text("[resources]\nmemory_min = 0.1\nmemory_max = 0.25\ncpu_count_max = 1\n"
                       "[run]\ntrial_timeout_s = 8.0\nmonitor_interval = 0.2\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "optimizer", "--train-file", str(script), "--config", str(config),
-         "--baseline-samples", "1", "--probe-seconds", "1", "--agent-seconds", "0.5", "--live-plan", "off",
-         "--refine-rounds", "0", "--runoff-rounds", "0", "--output", str(tmp_path / "r"),
-         "--quiet"], capture_output=True, text=True, cwd=repo_root, timeout=120,
-        env={**__import__("os").environ, "GROW_MB": "400", "GROW_S": "1"})
+    proc = run_main(
+        "--train-file", str(script), "--config", str(config), "--baseline-samples", "1",
+        "--probe-seconds", "1", "--agent-seconds", "0.5", "--live-plan", "off",
+        "--refine-rounds", "0", "--runoff-rounds", "0", "--output", str(tmp_path / "r"),
+        "--quiet", cwd=repo_root, env={"GROW_MB": "400", "GROW_S": "1"})
     said = proc.stdout + proc.stderr
     assert "Traceback" not in said, said[-2000:]
     assert proc.returncode in (0, 2), said[-2000:]

@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+from main_command import run_main
 
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import load_config
@@ -216,16 +217,13 @@ def test_improvement_is_judged_against_the_models_own_view_of_the_best_trial():
 @pytest.mark.slow
 def test_argparse_script_reaches_trained_agents_in_the_main_job(tmp_path, repo_root):
     import json
-    import subprocess
-    import sys
 
     out = tmp_path / "run"
-    proc = subprocess.run(
-        [sys.executable, "-m", "optimizer", "--train-file", "tests/data/tiny_argparse_train.py",
-         "--batch-size-arg=--batch-size", "--preference", "cost", "--baseline-samples", "4",
-         "--probe-seconds", "0", "--agent-seconds", "0.5", "--live-plan", "off", "--refine-rounds", "1",
-         "--runoff-rounds", "1", "--output", str(out), "--quiet"],
-        capture_output=True, text=True, cwd=repo_root, timeout=300)
+    proc = run_main(
+        "--train-file", "tests/data/tiny_argparse_train.py", "--batch-size-arg=--batch-size",
+        "--preference", "cost", "--baseline-samples", "4", "--probe-seconds", "0",
+        "--agent-seconds", "0.5", "--live-plan", "off", "--refine-rounds", "1",
+        "--runoff-rounds", "1", "--output", str(out), "--quiet", cwd=repo_root)
     assert proc.returncode == 0, proc.stderr[-3000:]
     log = (out / "main.log").read_text()
     assert "the script's default is 48" in log and "agents trained" in log

@@ -1,10 +1,9 @@
 """``--resume DIR`` alone finishes a run; a changed preference replans and keeps the trials."""
 
 import json
-import subprocess
-import sys
 
 import pytest
+from main_command import run_main
 
 TINY_ARGS = ["--train-args", "--samples 4000", "--baseline-samples", "3", "--probe-seconds",
              "0", "--agent-seconds", "0.5", "--live-plan", "off", "--refine-rounds", "1",
@@ -12,8 +11,7 @@ TINY_ARGS = ["--train-args", "--samples 4000", "--baseline-samples", "3", "--pro
 
 
 def cli(repo_root, *args):
-    return subprocess.run([sys.executable, "-m", "optimizer", *args], capture_output=True,
-                          text=True, cwd=repo_root, timeout=300)
+    return run_main(*args, cwd=repo_root)
 
 
 def _stamps(out):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from main_command import run_main
 
 from envs.workload import WorkloadModel, WorkloadParams
 from optimizer.commands.optimize import choose_launcher
@@ -182,18 +183,14 @@ def test_workers_are_tried_at_the_same_and_at_the_kept_global_batch():
 
 
 def test_the_main_job_chooses_the_workers_of_a_ddp_script(tmp_path, repo_root):
-    import subprocess
-    import sys
-
     out = tmp_path / "run"
-    proc = subprocess.run(
-        [sys.executable, "-m", "optimizer", "--train-file", str(DDP),
-         "--train-args=--samples 2048 --hidden 64 --epochs 2", "--batch-size-arg=--batch-size",
-         "--launcher", "auto", "--workers-max", "2", "--preference", "cost", "--budget", "6",
-         "--baseline-samples", "3",
-         "--probe-seconds", "0", "--agent-seconds", "0.5", "--refine-rounds", "1",
-         "--runoff-rounds", "0", "--live-plan", "off", "--output", str(out), "--quiet"],
-        cwd=repo_root, capture_output=True, text=True, timeout=400)
+    proc = run_main(
+        "--train-file", str(DDP), "--train-args=--samples 2048 --hidden 64 --epochs 2",
+        "--batch-size-arg=--batch-size", "--launcher", "auto", "--workers-max", "2",
+        "--preference", "cost", "--budget", "6", "--baseline-samples", "3",
+        "--probe-seconds", "0", "--agent-seconds", "0.5", "--refine-rounds", "1",
+        "--runoff-rounds", "0", "--live-plan", "off", "--output", str(out), "--quiet",
+        cwd=repo_root)
     assert proc.returncode == 0, proc.stderr[-2000:]
     two = [d for d in (out / "trials").iterdir() if d.name.endswith("-r2")]
     assert two and all((d / "probe.rank1.jsonl").is_file() for d in two)

@@ -8,12 +8,10 @@ no trace, no whole run."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from main_command import run_main
 
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import load_config
@@ -153,14 +151,12 @@ def test_a_growing_job_gets_the_memory_of_its_whole_run(tmp_path, repo_root):
     config.write_text("[resources]\nmemory_min = 0.1\nmemory_max = 2.0\ncpu_count_max = 2\n"
                       "[run]\ntrial_timeout_s = 20.0\nmonitor_interval = 0.2\n")
     out = tmp_path / "run"
-    proc = subprocess.run(
-        [sys.executable, "-m", "optimizer", "--train-file",
-         str(DATA / "growing_memory_train.py"), "--config", str(config), "--preference",
-         "cost", "--baseline-samples", "2", "--probe-seconds", "1", "--agent-seconds", "0.5",
-         "--live-plan", "off", "--refine-rounds", "0", "--runoff-rounds", "0",
-         "--output", str(out), "--quiet"],
-        capture_output=True, text=True, cwd=repo_root, timeout=240,
-        env={**os.environ, "GROW_MB": "400"})
+    proc = run_main(
+        "--train-file", str(DATA / "growing_memory_train.py"), "--config", str(config),
+        "--preference", "cost", "--baseline-samples", "2", "--probe-seconds", "1",
+        "--agent-seconds", "0.5", "--live-plan", "off", "--refine-rounds", "0",
+        "--runoff-rounds", "0", "--output", str(out), "--quiet", cwd=repo_root,
+        env={"GROW_MB": "400"})
     said = proc.stdout + proc.stderr
     assert proc.returncode == 0, said[-3000:]
     assert "Traceback" not in said
