@@ -21,6 +21,7 @@ from optimizer.search.live.stage_model import (
     build_stage_model,
     stage_phases,
 )
+from optimizer.search.live.stage_polish import polish_cores, stage_forecast
 
 
 def _rows(trial, cpus, spans, busy, status="completed"):
@@ -222,5 +223,58 @@ def test_the_whole_jobs_forecast_chooses_the_plan_not_the_per_interval_reward(mo
     # 1% cheaper, 3% slower, one core in a short stage: 0.999 of static's score
     plan["reinforce"] = (1.03 / 1.05, 0.99, 8.6, [2, 2, 1], [1.0, 10.0, 0.5])
     result = build()
-    assert all(e.allocation.cpus == 2 for e in result.plan.phases.values())
     assert "no agent's per-stage plan beat it" in result.why
+    assert result.outcomes["reinforce"]["job_score"] > 0.98
+    # ... and the static allocation, finished stage by stage on the whole job's forecast,
+    # takes one core where the stage model's work is serial (start-up, evaluation)
+    cores = {s: e.allocation.cpus for s, e in result.plan.phases.items()}
+    assert cores == {"startup": 1, "train": 2, "eval": 1}
+    assert result.plan.source.startswith("the static allocation's cores, improved stage by")
+    assert "startup 2 -> 1, eval 2 -> 1 cores" in result.why
+
+
+def _stage_cfg(preference="cost"):
+    config = EnvConfig(workload="mlp-cpu", preference=preference)
+    config = config.replace(workload=CloudEnvironment(config).resolved.workload)
+    static = Allocation(0, 2, 2.0, 128)
+    return stage_env_config(config, _model(), static), static
+
+
+def test_a_stage_forecast_of_the_static_cores_is_the_static_forecast():
+    cfg, static = _stage_cfg()
+    m = EnvModel(cfg)
+    f = stage_forecast(m, {}, static)
+    assert (f.time_s, f.cost) == pytest.approx(static_forecast(cfg, static))
+    assert f.mean_cpus == pytest.approx(2.0)
+    one = stage_forecast(m, {STAGE_IDS["startup"]: 1}, static)
+    # the start-up's work is serial here: a core fewer costs no time and saves money
+    assert one.time_s == pytest.approx(f.time_s, rel=1e-6) and one.cost < f.cost
+    assert 1.0 < one.mean_cpus < 2.0
+
+
+def test_polishing_moves_the_serial_stages_and_keeps_the_time_limit():
+    """checkpoint_heavy's case: an agent's plan held a serial stage at 2 cores. Coordinate
+    descent on the whole job's forecast takes the core back; the parallel stage keeps its two,
+    since one would break the time limit; a plan with nothing to gain is left as it was."""
+    from optimizer.search.live.live_plan import job_score, within_limits
+
+    cfg, static = _stage_cfg("cost")
+    m = EnvModel(cfg)
+    weights = [1.0, 0.0, 0.0]
+
+    def score(f):
+        return job_score(f.time_s, f.cost, f.mean_cpus, static, cfg.sla, weights)
+
+    def keeps(f):
+        return within_limits(f.time_s, f.cost, cfg.sla)
+
+    ids = {s: STAGE_IDS[s] for s in ("startup", "train", "eval")}
+    start = {ids["startup"]: 2, ids["train"]: 2, ids["eval"]: 1}
+    done = polish_cores(m, start, static, score, keeps)
+    assert done.cores == {ids["startup"]: 1, ids["train"]: 2, ids["eval"]: 1}
+    assert done.moves == [(ids["startup"], 2, 1)]
+    assert keeps(done.forecast) and done.score < score(stage_forecast(m, start, static))
+    # on one core the training stage alone would break the limit the plan must keep
+    assert not keeps(stage_forecast(m, {**done.cores, ids["train"]: 1}, static))
+    again = polish_cores(m, done.cores, static, score, keeps)
+    assert again.moves == [] and again.cores == done.cores
