@@ -65,7 +65,9 @@ from wild_score import (
     overhead,
     read_recommendation,
     regret,
+    run_args,
     target_loss,
+    train_loss_from_text,
     trains_as_well,
     with_args,
 )
@@ -96,15 +98,16 @@ def say(text: str) -> None:
 class WildStore:
     """Whole runs of one script on this machine (``runs/wild/<machine>/<script>-<hash>``).
 
-    The hash holds the script's bytes, the arguments every run gets (``--quick``'s or none)
-    and the batch flag, so a changed script or job is measured afresh."""
+    The hash holds the script's bytes, the arguments every run gets (the manifest's
+    ``base_args``, then ``--quick``'s or none) and the batch flag, so a changed script or job
+    is measured afresh. A cell's command line is :func:`wild_score.run_args`."""
 
     def __init__(self, s: WildScript, base_args: Sequence[str], config: OptimizerConfig,
                  reps: int, timeout_s: float, root: Path = RUNS):
         self.s, self.base_args, self.config = s, list(base_args), config
         self.reps, self.timeout_s = reps, timeout_s
         h = hashlib.sha256(s.script.read_bytes())
-        h.update(repr((self.base_args, s.batch_flag)).encode())
+        h.update(repr((self.script_args(), s.batch_flag)).encode())
         self.dir = root / machine_key() / f"{s.name}-{h.hexdigest()[:12]}"
         # A generous limit, not a request: the measured peak is the script's own.
         self.memory_gb = float(min(config.resources.memory_max * 0.8, 64.0))
@@ -112,8 +115,14 @@ class WildStore:
     def run_dir(self, setting: Setting, rep: int) -> Path:
         return self.dir / "cells" / setting.key() / f"rep{rep}"
 
+    def script_args(self) -> list[str]:
+        """What every run is given before its own setting: ``base_args`` and ``--quick``'s."""
+        return run_args(self.s, base=self.base_args)
+
     def args(self, setting: Setting, trial_dir: Path) -> list[str]:
-        args = with_args(self.base_args, setting.extra)
+        """The run's arguments: its batch (in the script's form) and length arguments; the
+        runner then sets the batch flag again to the same value, as cloudopt's trials do."""
+        args = run_args(self.s, setting.batch, base=self.base_args, extra=setting.extra)
         if self.s.loss_file_flag:
             args = with_args(args, [self.s.loss_file_flag, str((trial_dir / LOSS_FILE).resolve())])
         return args
@@ -125,7 +134,10 @@ class WildStore:
         log = trial_dir / "stdout.log"
         if not self.s.loss or not log.exists():
             return None
-        return loss_from_text(log.read_text(encoding="utf-8", errors="replace"), self.s.loss)
+        text = log.read_text(encoding="utf-8", errors="replace")
+        if self.s.loss_kind == "train":
+            return train_loss_from_text(text, self.s.loss)
+        return loss_from_text(text, self.s.loss)
 
     def run_whole(self, setting: Setting, trial_dir: Path) -> TrialSummary:
         """One whole run of ``setting`` into ``trial_dir``, with cloudopt's runner."""
@@ -210,15 +222,15 @@ def run_cloudopt(s: WildScript, store: WildStore, preference: str, reuse: bool,
     if reuse and record.exists() and (out_dir / "recommendation.json").exists():
         say(f"{s.name} cloudopt --preference {preference}: recorded")
         recorded = json.loads(record.read_text(encoding="utf-8"))
-        return {**recorded, **read_recommendation(out_dir, s, store.base_args)}
+        return {**recorded, **read_recommendation(out_dir, s, store.script_args())}
     shutil.rmtree(out_dir, ignore_errors=True)  # the command writes a fresh run folder
     shutil.rmtree(store.dir / f"pick-{preference}", ignore_errors=True)  # its pick's, too
     # "--batch-size-arg=FLAG": with a space argparse takes the flag for an option of its own.
     cmd = [sys.executable, "-m", "optimizer", "--train-file", str(s.script),
            f"--batch-size-arg={s.batch_flag}", "--preference", preference, "--quiet",
            "--output", str(out_dir)]
-    if store.base_args:  # --quick: the same shortened job as the grid's
-        cmd.append(f"--train-args={shlex.join(store.base_args)}")
+    if store.script_args():  # a config file, a subcommand; --quick: the grid's shorter job
+        cmd.append(f"--train-args={shlex.join(store.script_args())}")
     say(f"{s.name} cloudopt: {shlex.join(cmd[1:])}")
     t0 = time.perf_counter()
     # Its own session: a timeout ends the command and the trial it is running, by group id.
@@ -238,7 +250,7 @@ def run_cloudopt(s: WildScript, store: WildStore, preference: str, reuse: bool,
            "run_dir": str(out_dir)}
     atomic_write_json(record, out)
     say(f"{s.name} cloudopt --preference {preference}: exit {code} after {wall:.0f} s")
-    return {**out, **read_recommendation(out_dir, s, store.base_args)}
+    return {**out, **read_recommendation(out_dir, s, store.script_args())}
 
 
 # ------------------------------------------------------------------------------ probe overhead
@@ -289,7 +301,7 @@ def probe_overhead(s: WildScript, base_args: Sequence[str], rounds: int) -> dict
     probe over without, ABBA-ordered."""
     runs: dict[bool, list[tuple[float, float, float]]] = {False: [], True: []}
     with tempfile.TemporaryDirectory(prefix="wild-overhead-") as tmp:
-        args = list(base_args)
+        args = run_args(s, base=base_args)
         if s.loss_file_flag:
             args = with_args(args, [s.loss_file_flag, str(Path(tmp) / LOSS_FILE)])
         for i, probed in enumerate(abba_order(rounds)):
@@ -317,7 +329,8 @@ def score(s: WildScript, store: WildStore, cells: list[CellRuns], cloud: dict[st
     best = optimum(cells, lambda c: cell_trains_as_well(c, cells, s.default_batch), preference,
                    prices)
     row: dict[str, Any] = {
-        "script": s.name, "preference": preference, "exit": cloud.get("exit"),
+        "script": s.name, "loss_kind": s.loss_kind, "preference": preference,
+        "exit": cloud.get("exit"),
         "cloudopt_wall_s": cloud.get("wall_s"), "fitted": cloud.get("fitted"),
         "agents": cloud.get("agents"), "l0": l0, "l0_mean": l0,
         "optimum": None if best is None else best.setting.label(),
@@ -358,8 +371,9 @@ def score(s: WildScript, store: WildStore, cells: list[CellRuns], cloud: dict[st
 
 
 def missing_framework(s: WildScript) -> str | None:
-    if s.framework and importlib.util.find_spec(s.framework) is None:
-        return f"module {s.framework!r} is not installed"
+    missing = [m for m in s.modules() if importlib.util.find_spec(m) is None]
+    if missing:
+        return f"module {missing[0]!r} is not installed"
     return None
 
 
@@ -382,13 +396,26 @@ def bench_script(s: WildScript, opts: argparse.Namespace, config: OptimizerConfi
     for pref in opts.preferences:
         cloud = ({} if opts.skip_cloudopt
                  else run_cloudopt(s, store, pref, opts.reuse_cloudopt, opts.cloudopt_timeout))
-        rows[pref] = score(s, store, cells, cloud, pref, prices,
-                           0 if opts.skip_cloudopt else opts.pick_reps)
+        rows[pref] = score(s, store, cells + length_cells(s, store, cloud, opts), cloud, pref,
+                           prices, 0 if opts.skip_cloudopt else opts.pick_reps)
         ov = extra["overhead"] or {}
         rows[pref].update(probe_time=ov.get("time"), probe_cpu=ov.get("cpu"),
                           probe_memory=ov.get("memory"))
         extra[f"cloudopt_{pref}"] = _jsonable(cloud)
     return rows, extra
+
+
+def length_cells(s: WildScript, store: WildStore, cloud: dict[str, Any],
+                 opts: argparse.Namespace) -> list[CellRuns]:
+    """Where cloudopt's pick changes the job's length (``--max_iters=620``), the grid at that
+    length too, every CPU count and batch: the optimum is then searched over both lengths,
+    so a pick that wins only by running longer or shorter is measured against every batch
+    run that long."""
+    setting = cloud.get("setting")
+    if setting is None or not setting.extra:
+        return []
+    return store.grid([Setting(c.cpus, c.batch, setting.extra)
+                       for c in grid_settings(s, opts.cpus, opts.batches)])
 
 
 def _cell_json(c: CellRuns, prices: Prices) -> dict[str, Any]:

@@ -2,7 +2,10 @@
 reading a manifest, a loss file and a recommendation.
 
 A *cell* is one setting of a script run whole: CPUs, batch size and the arguments that change
-its length (a recommended epoch count; none for the grid). Its truth is its repeated whole
+its length (a recommended epoch or step count; none for the grid). Its command line is
+:func:`run_args`: the manifest's ``base_args`` (a subcommand, a config file), the run's own
+arguments, the length flag, then the batch flag, in the script's own form (``--bs 64``,
+``--batch_size=64``, ``data.batch_size=64``). Its truth is its repeated whole
 runs: wall seconds, peak memory and the final held-out loss each printed (or wrote).
 
 The target loss ``L0`` of a cell is the final loss of the script's own batch on as many CPUs
@@ -47,13 +50,26 @@ class WildScript:
     name: str
     script: Path
     batch_flag: str
+    """``--bs`` (``--bs 64``) or a template whose ``{}`` is the value, one argument
+    (``--batch_size={}``, ``data.batch_size={}``): the forms of ``--batch-size-arg``."""
     default_batch: int
     framework: str = ""
-    """A module that must be importable to run it ("" for plain torch)."""
+    """Modules that must be importable to run it, comma-separated ("" for plain torch)."""
     epochs_flag: str | None = None
     default_epochs: float | None = None
+    steps_flag: str | None = None
+    """For a step-defined job, the flag (or template) of its step count, instead of epochs."""
+    default_steps: float | None = None
+    base_args: list[str] = field(default_factory=list)
+    """Arguments every run starts with (a subcommand, a config file), ``{here}`` resolved."""
+    defaults_in: Path | None = None
+    """The file declaring the batch and length defaults, where it is not the script."""
     loss: str | None = None
-    """Regex whose one group is the final held-out loss in the script's output."""
+    """Regex whose one group is the final loss in the script's output: held-out, or for a
+    script that prints none (``loss_kind`` "train") the last training-batch loss."""
+    loss_kind: str = "held-out"
+    """"held-out", or "train" where the manifest gives ``train_loss``: noisier, and not
+    comparable with a held-out loss."""
     loss_file_flag: str | None = None
     """For a silent script: the flag naming the JSON file it writes its loss to ..."""
     loss_key: str | None = None
@@ -61,11 +77,30 @@ class WildScript:
     quick_args: list[str] = field(default_factory=list)
     notes: str = ""
 
+    @property
+    def length_flag(self) -> str | None:
+        """The flag that sets the job's length: the steps flag, else the epochs flag."""
+        return self.steps_flag or self.epochs_flag
+
+    @property
+    def default_length(self) -> float | None:
+        return self.default_steps if self.steps_flag else self.default_epochs
+
+    @property
+    def length_unit(self) -> str | None:
+        """"steps" or "epochs" (None: the manifest names no length flag)."""
+        return "steps" if self.steps_flag else ("epochs" if self.epochs_flag else None)
+
+    def modules(self) -> list[str]:
+        """The modules that must be importable to run the script."""
+        return [m.strip() for m in self.framework.split(",") if m.strip()]
+
 
 def load_corpus(path: Path, root: Path) -> list[WildScript]:
     """The manifest's scripts, in its order; ``script`` paths are relative to ``root`` or to
-    the manifest's own folder."""
+    the manifest's own folder; ``{here}`` in ``base_args`` is the manifest's folder."""
     data = read_toml(path)
+    here = str(Path(path).resolve().parent)
     out = []
     for name, spec in data.items():
         if not isinstance(spec, dict) or "script" not in spec:
@@ -73,13 +108,23 @@ def load_corpus(path: Path, root: Path) -> list[WildScript]:
         script = Path(spec["script"])
         if not script.is_absolute():
             script = root / script if (root / script).exists() else path.parent / script
-        epochs = spec.get("default_epochs")
+        epochs, steps = spec.get("default_epochs"), spec.get("default_steps")
+        framework = spec.get("framework", "")
+        if isinstance(framework, list):
+            framework = ",".join(framework)
+        defaults_in = spec.get("defaults_in")
         out.append(WildScript(
             name=name, script=script, batch_flag=str(spec["batch_flag"]),
-            default_batch=int(spec["default_batch"]), framework=spec.get("framework", ""),
+            default_batch=int(spec["default_batch"]), framework=str(framework),
             epochs_flag=spec.get("epochs_flag") or None,
             default_epochs=float(epochs) if epochs is not None else None,
-            loss=spec.get("loss") or None, loss_file_flag=spec.get("loss_file_flag") or None,
+            steps_flag=spec.get("steps_flag") or None,
+            default_steps=float(steps) if steps is not None else None,
+            base_args=[str(a).replace("{here}", here) for a in spec.get("base_args", [])],
+            defaults_in=path.parent / defaults_in if defaults_in else None,
+            loss=spec.get("loss") or spec.get("train_loss") or None,
+            loss_kind="train" if spec.get("train_loss") and not spec.get("loss") else "held-out",
+            loss_file_flag=spec.get("loss_file_flag") or None,
             loss_key=spec.get("loss_key") or None,
             quick_args=[str(a) for a in spec.get("quick_args", [])],
             notes=spec.get("notes", "")))
@@ -94,6 +139,23 @@ def loss_from_text(text: str, pattern: str) -> float | None:
         return None
     last = matches[-1]
     return _loss(last[0] if isinstance(last, tuple) else last)
+
+
+TRAIN_TAIL, TRAIN_MIN = 0.1, 5
+"""A training loss is the mean of the readings printed over the run's last tenth (at least
+five): one batch's loss is noise (batch 4 swings by 10%), as cloudopt's own judge knows."""
+
+
+def train_loss_from_text(text: str, pattern: str) -> float | None:
+    """The mean of the last :data:`TRAIN_TAIL` of ``pattern``'s matches (at least
+    :data:`TRAIN_MIN`), or None: a script's final training loss, smoothed."""
+    values = [_loss(m[0] if isinstance(m, tuple) else m)
+              for m in re.findall(pattern, text, flags=re.MULTILINE)]
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    tail = values[-max(TRAIN_MIN, math.ceil(TRAIN_TAIL * len(values))):]
+    return float(statistics.mean(tail))
 
 
 def loss_from_json(path: Path, key: str) -> float | None:
@@ -222,8 +284,10 @@ def cell_trains_as_well(cell: CellRuns, cells: Sequence[CellRuns],
 def optimum(cells: Sequence[CellRuns], judge: Callable[[CellRuns], bool | None],
             preference: str, prices: Prices) -> CellRuns | None:
     """The grid's best cell by ``preference`` among those ``judge`` says train as well (the
-    corpus: :func:`cell_trains_as_well`); None if none."""
-    good = [c for c in cells if not c.setting.extra and judge(c)]
+    corpus: :func:`cell_trains_as_well`); None if none. Cells of another length (``extra``)
+    count where the grid has them: a recommendation that changes the steps is scored against
+    every batch at that length too (:func:`length_cells`)."""
+    good = [c for c in cells if judge(c)]
     return min(good, key=lambda c: objective(c, preference, prices), default=None)
 
 
@@ -241,20 +305,81 @@ def claim_error(claimed: float | None, measured: float | None) -> float | None:
     return claimed / measured - 1.0
 
 
-# ------------------------------------------------------------------------------ cloudopt's answer
+# ------------------------------------------------------------------------------ command lines
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+_OVERRIDE_KEY = re.compile(r"[A-Za-z_][\w.\-/@]*")
+
+
+def arg_key(arg: str) -> str | None:
+    """The setting an argument names, or None for a value or a positional argument:
+    ``--epochs`` and ``--epochs=3`` name ``--epochs``; the Hydra overrides
+    ``data.batch_size=64``, ``+data.batch_size=64`` and ``++data.batch_size=64`` all name
+    ``data.batch_size``. A negative number is a value, not a flag."""
+    if arg.startswith("-"):
+        return None if _NUMBER.fullmatch(arg) else arg.split("=", 1)[0]
+    if "=" in arg:
+        key = arg.split("=", 1)[0].lstrip("+")
+        return key if _OVERRIDE_KEY.fullmatch(key) else None
+    return None
+
+
+def flag_args(flag: str, value: Any) -> list[str]:
+    """One setting as arguments, in the flag's form: ``--epochs`` gives ``["--epochs", "3"]``;
+    a template gives one argument, ``--batch_size={}`` ``["--batch_size=3"]`` and
+    ``data.batch_size={}`` ``["data.batch_size=3"]``. An integral number is written as an
+    integer (``3``, not ``3.0``: ``--max_iters=3.0`` fails a script that wants an int)."""
+    text = _number_text(value)
+    if "{" in flag:
+        return [flag.replace("{batch_size}", text).replace("{}", text)]
+    return [flag, text]
+
+
+def _number_text(value: Any) -> str:
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
 def with_args(base: Sequence[str], extra: Sequence[str]) -> list[str]:
-    """``base`` with ``extra``'s flags (``--epochs 3``) replacing those it gives already."""
-    flags = {a.split("=", 1)[0] for a in extra if a.startswith("-")}
+    """``base`` with ``extra``'s settings (``--epochs 3``, ``--max_iters=3``,
+    ``trainer.max_epochs=3``) replacing those it gives already, in either form."""
+    keys = {k for k in map(arg_key, extra) if k is not None}
     out, skip = [], False
     for a in base:
         if skip:
             skip = False
-        elif a in flags:
-            skip = True  # its value goes with it
-        elif a.split("=", 1)[0] not in flags:
+        elif a in keys:
+            skip = True  # "--flag VALUE": its value goes with it
+        elif arg_key(a) not in keys:
             out.append(a)
     return out + list(extra)
 
+
+def run_args(s: WildScript, batch: int | None = None, length: float | None = None,
+             base: Sequence[str] = (), extra: Sequence[str] = ()) -> list[str]:
+    """The arguments of a whole run of ``s`` at batch ``batch`` for ``length`` (epochs or
+    steps, the script's own unit): the manifest's ``base_args`` first (a subcommand, a
+    config file), then ``base`` (``quick_args``), the length flag, ``extra`` (a
+    recommendation's length arguments) and the batch flag, each replacing the same setting
+    given before. ``None`` leaves the script's default.
+
+    >>> s = WildScript("h", Path("h.py"), "data.batch_size={}", 64,
+    ...                epochs_flag="trainer.max_epochs={}", default_epochs=5)
+    >>> run_args(s, 128, 2, base=["trainer.max_epochs=1"])
+    ['trainer.max_epochs=2', 'data.batch_size=128']
+    """
+    args = with_args(s.base_args, list(base))
+    if length is not None:
+        if s.length_flag is None:
+            raise ValueError(f"{s.name}: the manifest names no epochs or steps flag")
+        args = with_args(args, flag_args(s.length_flag, length))
+    args = with_args(args, list(extra))
+    if batch is not None:
+        args = with_args(args, flag_args(s.batch_flag, int(batch)))
+    return args
+
+
+# ------------------------------------------------------------------------------ cloudopt's answer
 
 def read_recommendation(run_dir: Path, s: WildScript,
                         base_args: Sequence[str] = ()) -> dict[str, Any]:
@@ -310,21 +435,33 @@ def claimed(rec: dict[str, Any]) -> dict[str, Any]:
 def job_args(rec: dict[str, Any], run_dir: Path, s: WildScript,
              base_args: Sequence[str]) -> list[str]:
     """The arguments that change the job's length: ``job_length.args`` where the
-    recommendation carries them; else the epochs flag's value in the job
+    recommendation carries them; else the length flag's (epochs or steps) value in the job
     ``k8s-resources.yaml`` runs, where it differs from the job cloudopt was given."""
     if "job_length" in rec:
         return [str(a) for a in (rec["job_length"] or {}).get("args") or []]
-    flag = s.epochs_flag
+    flag = s.length_flag
     value = flag_value(k8s_args(run_dir / "k8s-resources.yaml"), flag) if flag else None
     if flag is None or value is None:
         return []
-    own = flag_value(base_args, flag) or (f"{s.default_epochs:g}" if s.default_epochs else None)
+    default = s.default_length
+    own = flag_value(base_args, flag) or (_number_text(default) if default else None)
     same = own is not None and _finite(own) == _finite(value)
-    return [] if same else [flag, value]
+    return [] if same else flag_args(flag, value)
 
 
 def flag_value(args: Sequence[str], flag: str) -> str | None:
-    """The value the last ``flag VALUE`` or ``flag=VALUE`` of ``args`` gives, or None."""
+    """The value the last ``flag VALUE`` or ``flag=VALUE`` of ``args`` gives, or None; for a
+    template (``--max_iters={}``, ``trainer.max_steps={}``) the text in place of ``{}``
+    (a Hydra ``+``/``++`` prefix allowed)."""
+    if "{" in flag:
+        head, _, tail = flag.partition("{")
+        tail = tail.split("}", 1)[1] if "}" in tail else ""
+        value = None
+        for a in args:
+            bare = a.lstrip("+") if not head.startswith("+") else a
+            if bare.startswith(head) and bare.endswith(tail) and len(bare) >= len(head + tail):
+                value = bare[len(head):len(bare) - len(tail)]
+        return value
     value = None
     for i, a in enumerate(args):
         if a == flag and i + 1 < len(args):
@@ -382,7 +519,9 @@ def table_row(r: dict[str, Any]) -> list[str]:
     if loss is not None and l0 is not None:
         well += f" ({loss:.4g} vs {l0:.4g})"
     code = r.get("exit")
-    return [r["script"], "-" if code is None else str(code), _yes(r.get("fitted")),
+    # a script that prints only its training loss is judged by it: say so beside its name
+    name = r["script"] + (" (train loss)" if r.get("loss_kind") == "train" else "")
+    return [name, "-" if code is None else str(code), _yes(r.get("fitted")),
             _yes(r.get("agents")), r.get("pick") or "-", well, _pct(r.get("regret")),
             _pct(r.get("claim_time")), _pct(r.get("claim_cost")), _pct(r.get("probe_time")),
             _pct(r.get("probe_memory"))]

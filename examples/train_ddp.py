@@ -110,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"global samples trained: {int(totals.item())} in {elapsed:.1f} s", flush=True)
         print(f"test loss {test_loss.item():.4f}", flush=True)
     if world > 1:
+        # Every rank leaves together: a rank tearing gloo down after rank 0 (which hosts the
+        # rendezvous store) has exited can abort in its destructor.
+        dist.barrier()
         dist.destroy_process_group()
     return 0
 

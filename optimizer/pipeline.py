@@ -40,6 +40,7 @@ from optimizer.search.budget import RunBudget, auto_budget, make_budget, within_
 from optimizer.search.choice import same_setting
 from optimizer.search.goodput.job_length import JobLength, job_length
 from optimizer.search.goodput.probe_target import target_for_batch
+from optimizer.search.goodput.scaling import backend_fallback
 from optimizer.search.job_options import JobOptions, JobSpec
 from optimizer.search.loop.state import SearchJob
 from optimizer.search.runoff import PREFIX as RUNOFF_PREFIX
@@ -49,7 +50,7 @@ from optimizer.trials.cost import ResourceCostCalculator, cost_time_flags, trial
 from optimizer.trials.executors import TrialExecutor, TrialRequest, make_executor
 from optimizer.trials.failures import cause_of, no_usable_baseline
 from optimizer.trials.guard import clean_stale_work
-from optimizer.trials.launchers.torchrun import looks_distributed
+from optimizer.trials.launchers.launch_rule import decide_launch
 from optimizer.trials.records import TrialSummary, job_cost, job_size, job_time, with_job_size
 from optimizer.trials.training import TrainingModuleManager
 
@@ -191,15 +192,22 @@ class CloudResourceOptimizer:
         manager = TrainingModuleManager(train_file, opts.train_args, opts.batch_size_arg,
                                         opts.batch_size_env, opts.workers_arg)
         manager.in_process_probe = self.config.run.in_process_probe
-        manager.launcher = opts.launcher or (
-            "torchrun" if looks_distributed(manager.load_module().source) else "python")
+        manager.config_copies = run_dir / "configs"  # a cfg.yaml:key form's per-value copies
+        launch = decide_launch(opts.launcher, manager.load_module().source)
+        manager.launcher, launch_note = launch.launcher, opts.launch_note or launch.note
+        if not launch.workers:  # a 2-worker trial would not start here (launch_rule)
+            opts = dataclasses.replace(opts, workers_max=1)
+        if launch_note:
+            self.say(launch_note)
         self.budget = make_budget(self.config.run.budget, run_dir / "trials",
                                   manager.script_digest())
         self.training_manager = manager
         manager.load_module()
         spec = self.job_spec = JobSpec.describe(manager, opts)
         self._default_batch = spec.default_batch
-        self.job_length = job_length(manager.module.tree, manager.train_args, spec.epochs_arg)
+        self.job_length = job_length(manager.module.tree, manager.train_args, spec.epochs_arg,
+                                     steps_flag=spec.steps_arg, batch_flag=spec.batch_size_arg,
+                                     script=manager.module)
         analysis = manager.analyze_module()
         gpu_check = self.validate_gpu_configuration()
         self.config.save(run_dir / "config.json")
@@ -210,7 +218,7 @@ class CloudResourceOptimizer:
                                                           or self.config.run.probe_seconds)
             raise no_usable_baseline(str(train_file), baseline, probe,
                                      self.config.run.trial_timeout_s,
-                                     self.config.resources.memory_max, run_dir)
+                                     self.config.resources.memory_max, run_dir, manager.launcher)
         reference = usable[0]
         total = spec.total_samples or job_size(usable)
 
@@ -259,8 +267,9 @@ class CloudResourceOptimizer:
             new = [n for n in names if n not in recorded]
             self.say(f"trials reused from the run folder: {', '.join(sorted(recorded))}; "
                      f"measured now: {', '.join(new) or 'none'}", always=True)
-        if phase_note:
-            rec.setdefault("notes", []).append(phase_note)
+        for note in (launch_note, backend_fallback(outcome.trials), phase_note):
+            if note:
+                rec.setdefault("notes", []).append(note)
         result = self._finish(run_dir, baseline, reference, optimized, rec, profile,
                               analysis, gpu_check, opts)
         return result
@@ -282,8 +291,9 @@ class CloudResourceOptimizer:
             self.say("batch size: the script's default is not known from its source; trials at "
                      "the default take the batch_size=N it prints, if any")
         else:
-            self.say(f"batch size: the script's default is {self._default_batch} (read from "
-                     "its source)")
+            found = manager.default_batch_setting()
+            self.say(f"batch size: the script's default is {self._default_batch} (from "
+                     f"{found.source if found is not None else 'its source'})")
         probe = None if opts.probe_seconds == 0 else (opts.probe_seconds or cfg.run.probe_seconds)
         self.say(f"{manager.module_path}: {len(allocations)} baseline trial(s), "
                  f"{'probes of ' + format(probe, 'g') + ' s' if probe else 'full runs'}")

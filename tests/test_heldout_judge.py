@@ -88,11 +88,11 @@ def test_a_batch_whose_whole_runs_end_as_well_gets_no_longer_job():
                                     256: Measured(0.9, 0.8, 1.0)},
                           efficiency={64: 1.0, 256: 0.9, 512: 0.75},
                           decided_by="measured progress",
-                          job=JobLength(flag="--epochs", epochs=3.0, source="the source"))
+                          job=JobLength(flag="--epochs", length=3.0, source="the source"))
     assert set(trains_as_well(runs, 64)) == {512}
     table = objective_table(runs, load_config(None), "cost", eff).set_index("trial_id")
     assert table.loc["big", "efficiency"] == 1.0 and bool(table.loc["big", "heldout_confirmed"])
-    assert table.loc["big", "epochs"] is None  # the script's own epochs
+    assert table.loc["big", "length"] is None  # the script's own epochs
     assert table.loc["big", "job_time_s"] == 8.0
     assert "worse" not in table.index
     # without the own batch's whole run, the curve's low end decides as before

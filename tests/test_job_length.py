@@ -52,7 +52,7 @@ def test_epochs_that_reach_the_own_batchs_loss():
 
 def test_seconds_a_batch_is_judged_by():
     short = JobLength("--epochs", 4.0)
-    seconds, epochs = short.job_seconds(raw=42.0, fixed=2.0, efficiency=1.4, own=False)
+    seconds, epochs = short.job_seconds(raw=42.0, fixed=2.0, progress=1.4, own=False)
     assert epochs == 3.0 and seconds == pytest.approx(2.0 + 40.0 * 3 / 4)
     assert short.job_seconds(42.0, 2.0, 1.05, False) == (42.0, None)  # still 4 epochs
     whole = JobLength()
@@ -93,14 +93,14 @@ def test_the_choice_between_fixed_epoch_jobs():
     assert best.trial_id == "own"
     job = JobLength("--epochs", 4.0, source="the default of --epochs in the script's source")
     best, row = best_measured(trials, config, "cost", efficiency=_Eff(values, job))
-    assert best.trial_id == "small" and row["epochs"] == 3.0
+    assert best.trial_id == "small" and row["length"] == 3.0
     assert row["job_time_s"] == pytest.approx(2.5 + 9.5 * 3 / 4)
     decision = job_length_decision(job, row, _Eff(values, job))
     assert decision["args"] == ["--epochs", "3"] and decision["rule"] == "shorter job"
-    assert "3 epochs, fewer than the script's 4" in decision["note"]
+    assert "3 epochs (--epochs 3), fewer than the script's 4" in decision["note"]
     table = objective_table(trials, config, "cost", _Eff(values, job))
     big = table[table["batch_size"] == 128].iloc[0]
-    assert big["epochs"] == 6.0  # 4 / 0.7 = 5.7: six epochs to reach the same loss
+    assert big["length"] == 6.0  # 4 / 0.7 = 5.7: six epochs to reach the same loss
 
 
 def test_without_efficiency_nothing_is_said():
@@ -110,13 +110,13 @@ def test_without_efficiency_nothing_is_said():
 def test_the_choice_says_what_job_its_figures_are_for():
     from optimizer.search.goodput.job_length import figures_words
 
-    shorter = {"efficiency": 1.4, "job_time_s": 9.6, "raw_job_time_s": 12.0, "epochs": 3.0}
+    shorter = {"efficiency": 1.4, "job_time_s": 9.6, "raw_job_time_s": 12.0, "length": 3.0}
     assert "a job of 3 epochs" in figures_words(shorter, "W", "P")
-    whole = {"efficiency": 1.4, "job_time_s": 12.0, "raw_job_time_s": 12.0, "epochs": None}
+    whole = {"efficiency": 1.4, "job_time_s": 12.0, "raw_job_time_s": 12.0, "length": None}
     assert figures_words(whole, "W", "P").startswith("W for its whole job")
     progress = {"efficiency": 1.4, "job_time_s": 8.6, "raw_job_time_s": 12.0}
     assert figures_words(progress, "W", "P").startswith("P to the training progress")
-    own = {"efficiency": 1.0, "job_time_s": 10.0, "raw_job_time_s": 10.0, "epochs": None}
+    own = {"efficiency": 1.0, "job_time_s": 10.0, "raw_job_time_s": 10.0, "length": None}
     assert figures_words(own, "W", "P") == "W"
 
 

@@ -15,7 +15,10 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from conftest import need
+from k8s_admission import decide, resized
 
+from optimizer.reports.k8s import dns_label
 from optimizer.reports.k8s_access import (
     POD_NAME_EXTRA,
     PROXY_URL,
@@ -25,7 +28,7 @@ from optimizer.reports.k8s_access import (
     proxy_kubeconfig,
     service_account_name,
 )
-from optimizer.reports.k8s_resize import live_job_objects, live_rbac_objects
+from optimizer.reports.k8s_resize import live_job_objects, live_rbac_objects, phase_requests
 from optimizer.trials.live.plan import LivePlan, PhaseAllocation, PhaseEntry
 
 NAME = "ResNet_run"
@@ -42,8 +45,10 @@ def _pod_spec() -> dict:
 
 
 def _policy(namespace: str | None) -> dict:
-    (policy,) = [o for o in live_rbac_objects(NAME, namespace=namespace)
-                 if o["kind"] == "ValidatingAdmissionPolicy"]
+    """The own-pod policy (the bounds policy beside it: tests/test_k8s_admission.py)."""
+    (policy,) = [o for o in live_rbac_objects(NAME, PLAN, namespace=namespace)
+                 if o["kind"] == "ValidatingAdmissionPolicy" and "own-pod" in
+                 o["metadata"]["name"]]
     return policy
 
 
@@ -73,24 +78,12 @@ def _request(*, target: str, token_pod: str | None, namespace: str = "ml",
 
 
 def _decide(policy: dict, request: dict) -> str:
-    """``skipped`` (a match condition false), ``admitted`` or ``refused``, the way the API
-    server applies a ValidatingAdmissionPolicy bound with ``Deny``."""
-    celpy = pytest.importorskip("celpy", reason="cel-python not installed")
-    env = celpy.Environment()
-    activation = {"request": celpy.json_to_cel(request)}
-
-    def run(expression: str) -> bool:
-        # A CEL error (a missing key, say) is refused: the policy's failurePolicy is Fail.
-        try:
-            result = env.program(env.compile(expression)).evaluate(activation)
-        except celpy.CELEvalError:
-            return False
-        return not isinstance(result, Exception) and bool(result)
-
-    if not all(run(c["expression"]) for c in policy["spec"]["matchConditions"]):
-        return "skipped"
-    ok = all(run(v["expression"]) for v in policy["spec"]["validations"])
-    return "admitted" if ok else "refused"
+    """``skipped``, ``admitted`` or ``refused`` for a resize of the training container from
+    the plan's first phase to its second (:func:`k8s_admission.decide`)."""
+    pod = {"metadata": {"name": request["name"], "namespace": request["namespace"]},
+           "spec": _pod_spec()}
+    after = resized(pod, dns_label(NAME), phase_requests(PLAN, "train"))
+    return decide(policy, request, obj=after, old=pod)
 
 
 @pytest.mark.parametrize("namespace", [None, "ml"])
@@ -128,8 +121,9 @@ def test_the_policy_matches_resize_updates_only_and_is_enforced():
     assert rule["resources"] == ["pods/resize"] and rule["operations"] == ["UPDATE"]
     assert rule["apiGroups"] == [""] and rule["scope"] == "Namespaced"
     assert policy["spec"]["failurePolicy"] == "Fail"
-    (binding,) = [o for o in live_rbac_objects(NAME, namespace="ml")
-                  if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+    (binding,) = [o for o in live_rbac_objects(NAME, PLAN, namespace="ml")
+                  if o["kind"] == "ValidatingAdmissionPolicyBinding"
+                  and o["spec"]["policyName"] == policy["metadata"]["name"]]
     assert binding["spec"]["policyName"] == policy["metadata"]["name"]
     assert binding["spec"]["validationActions"] == ["Deny"]
     assert binding["spec"]["matchResources"]["namespaceSelector"] == {
@@ -164,7 +158,7 @@ def test_only_the_proxy_sidecar_mounts_the_token():
     assert "shareProcessNamespace" not in spec  # the job cannot reach the sidecar's files
     env = {e["name"]: e.get("value") for e in main["env"]}
     assert env["KUBECONFIG"].endswith("/kubeconfig")
-    yaml = pytest.importorskip("yaml")
+    yaml = need("yaml")
     config = yaml.safe_load(proxy_kubeconfig())
     assert config["clusters"][0]["cluster"] == {"server": PROXY_URL}
     assert "users" not in config  # no credentials in the job's container

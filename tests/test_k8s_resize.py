@@ -13,6 +13,7 @@ import sys
 import time
 
 import pytest
+from conftest import need
 
 from optimizer.reports.k8s_resize import (
     k8s_live_job_yaml,
@@ -29,7 +30,7 @@ from optimizer.trials.live.plan import LivePlan, PhaseAllocation, PhaseEntry
 from optimizer.trials.live.pod_resize import PodResizer, ResizingTrial
 from optimizer.trials.live.pod_spec import parse_quantity, pod_requests, resize_state
 
-yaml = pytest.importorskip("yaml")
+yaml = need("yaml")
 K8S = "1.35.0"
 NAME = "ResNet_run"
 CONTAINER = "resnet-run"
@@ -95,7 +96,7 @@ def _qos(pod: dict) -> str:
 
 
 def _validate(obj: dict) -> None:
-    kv = pytest.importorskip("kubernetes_validate")
+    kv = need("kubernetes_validate")
     kv.validate(obj, K8S, strict=True)
     for c in obj.get("spec", {}).get("containers", []):
         for section in c.get("resources", {}).values():
@@ -103,12 +104,12 @@ def _validate(obj: dict) -> None:
 
 
 def test_job_and_rbac_pass_the_1_35_schema_strictly(tmp_path):
-    pytest.importorskip("kubernetes_validate")
+    need("kubernetes_validate")
     plan = PLANS["mixed"]
     job, rbac = tmp_path / "k8s-job.yaml", tmp_path / "k8s-live-rbac.yaml"
     job.write_text(k8s_live_job_yaml(plan, {"OMP_NUM_THREADS": "4"}, name=NAME,
                                       command=["python", "train.py"], comment="cloudopt"))
-    rbac.write_text(k8s_live_rbac_yaml(NAME, namespace="ml"))
+    rbac.write_text(k8s_live_rbac_yaml(NAME, plan, namespace="ml"))
     proc = subprocess.run([sys.executable, "-m", "kubernetes_validate", "--strict",
                            "--kubernetes-version", K8S, str(job), str(rbac)],
                           capture_output=True, text=True, timeout=120)
@@ -117,7 +118,10 @@ def test_job_and_rbac_pass_the_1_35_schema_strictly(tmp_path):
                  "serviceaccount/resnet-run-resizer", "role/resnet-run-resizer",
                  "rolebinding/resnet-run-resizer",
                  "validatingadmissionpolicy/resnet-run-resizer-own-pod.ml",
-                 "validatingadmissionpolicybinding/resnet-run-resizer-own-pod.ml"):
+                 "validatingadmissionpolicybinding/resnet-run-resizer-own-pod.ml",
+                 "configmap/resnet-run-resizer-plan-bounds",
+                 "validatingadmissionpolicy/resnet-run-resizer-plan-bounds.ml",
+                 "validatingadmissionpolicybinding/resnet-run-resizer-plan-bounds.ml"):
         assert f"passed for resource {kind}" in proc.stdout, proc.stdout
     assert [d["kind"] for d in yaml.safe_load_all(job.read_text())] == ["ConfigMap", "Job"]
     assert "may defer" in job.read_text()  # the comment says which phase changes grow
@@ -129,7 +133,7 @@ def test_the_pod_resizes_in_place_under_its_own_account(key):
     configmap, job = _objects(plan)
     spec = job["spec"]["template"]["spec"]
     assert spec["restartPolicy"] == "Never" and job["spec"]["backoffLimit"] == 0
-    account, role, binding, _policy, _policy_binding = live_rbac_objects(NAME)
+    account, role, binding, *_admission = live_rbac_objects(NAME, plan)
     assert spec["serviceAccountName"] == account["metadata"]["name"]
     # The pod mounts no token; its kubectl goes to the proxy sidecar through a kubeconfig.
     assert spec["automountServiceAccountToken"] is False
@@ -202,7 +206,7 @@ def test_requests_start_at_the_first_phase_and_every_phase_stays_burstable(key):
 
 
 def test_the_patch_merges_containers_by_name_in_the_schema():
-    kv = pytest.importorskip("kubernetes_validate")
+    kv = need("kubernetes_validate")
     from importlib import resources
 
     defs = json.loads(resources.files(kv).joinpath(
@@ -213,7 +217,7 @@ def test_the_patch_merges_containers_by_name_in_the_schema():
 
 
 def test_the_role_grants_exactly_get_and_patch_on_pods_resize():
-    objects = live_rbac_objects(NAME, namespace="ml")
+    objects = live_rbac_objects(NAME, PLANS["mixed"], namespace="ml")
     (role,) = [o for o in objects if o["kind"] == "Role"]
     rules = {(tuple(r["apiGroups"]), tuple(r["resources"])): sorted(r["verbs"])
              for r in role["rules"]}

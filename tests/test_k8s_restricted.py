@@ -14,6 +14,7 @@ import json
 from importlib import resources
 
 import pytest
+from conftest import need
 
 from optimizer.foundation.allocation import Allocation
 from optimizer.reports.k8s import PLACEHOLDER_IMAGE, k8s_job_yaml
@@ -27,7 +28,7 @@ from optimizer.reports.k8s_security import (
 )
 from optimizer.trials.live.plan import LivePlan, PhaseAllocation, PhaseEntry
 
-yaml = pytest.importorskip("yaml")
+yaml = need("yaml")
 K8S = "1.35.0"
 
 # --- the checker -----------------------------------------------------------------------
@@ -162,8 +163,8 @@ def generated_files() -> dict[str, str]:
             _plan(gpus), env, name="ResNet_run", command=["python", "train.py"],
             image="registry.example.com/team/train:2.1" if gpus else None,
             namespace="ml" if gpus else None, comment="cloudopt")
-    files["k8s-live-rbac.yaml"] = k8s_live_rbac_yaml("ResNet_run")
-    files["k8s-live-rbac-ml.yaml"] = k8s_live_rbac_yaml("ResNet_run", namespace="ml")
+    files["k8s-live-rbac.yaml"] = k8s_live_rbac_yaml("ResNet_run", _plan(0))
+    files["k8s-live-rbac-ml.yaml"] = k8s_live_rbac_yaml("ResNet_run", _plan(1), namespace="ml")
     return files
 
 
@@ -197,7 +198,7 @@ def test_every_pod_passes_the_restricted_profile(filename):
 
 @pytest.mark.parametrize("filename", sorted(FILES))
 def test_every_object_passes_the_1_35_schema(filename):
-    kv = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate not installed")
+    kv = need("kubernetes_validate")
     checked = 0
     for obj in _objects(FILES[filename]):
         if obj["apiVersion"].startswith("autoscaling.k8s.io/"):
@@ -210,7 +211,7 @@ def test_every_object_passes_the_1_35_schema(filename):
 def test_the_1_35_schema_has_the_admission_policy_api():
     """ValidatingAdmissionPolicy is GA (admissionregistration.k8s.io/v1) since 1.30: the
     schema the objects are checked against must know it, or the check proves nothing."""
-    kv = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate not installed")
+    kv = need("kubernetes_validate")
     base = resources.files(kv).joinpath(f"kubernetes-json-schema/v{K8S}-local-strict")
     for kind in ("validatingadmissionpolicy", "validatingadmissionpolicybinding"):
         schema = json.loads(base.joinpath(f"{kind}-admissionregistration-v1.json").read_text())

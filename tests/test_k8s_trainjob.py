@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import need
 from test_k8s_restricted import restricted_violations
 
 from optimizer.foundation.allocation import Allocation
@@ -26,8 +27,8 @@ from optimizer.reports.k8s_trainjob import (
     validate_trainjob,
 )
 
-yaml = pytest.importorskip("yaml")
-pytest.importorskip("jsonschema")
+yaml = need("yaml")
+need("jsonschema")
 
 ENV = {"OMP_NUM_THREADS": "4", "OPTIMIZER_BATCH_SIZE": "64"}
 SHAPES = [(2, 0), (4, 0), (2, 2), (4, 4), (4, 8)]

@@ -11,6 +11,7 @@ import time
 
 import pandas as pd
 import pytest
+from conftest import missing, need
 from main_command import run_main
 
 from optimizer.foundation.allocation import Allocation
@@ -294,10 +295,10 @@ def test_report_in_a_browser_fits_the_window_and_loads_everything(tiny_run):
     image loaded, nothing wider than a 1280 px window (the page never scrolls sideways; a wide
     table scrolls in its own box), the answer on the first screen and its notes in words: no
     trial id, no bare objective."""
-    sync_api = pytest.importorskip("playwright.sync_api")
+    sync_api = need("playwright.sync_api")
     chromium = _chromium()
     if chromium is None:
-        pytest.skip("no Chromium installed (Debian: apt-get install chromium)")
+        missing("Chromium", "Debian: apt-get install chromium")
     out, _ = tiny_run
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium, args=[

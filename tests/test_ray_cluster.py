@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import need
 
-ray = pytest.importorskip("ray")
+ray = need("ray", "pip install -e '.[ray]'")
 
 from ray.cluster_utils import Cluster  # noqa: E402
 

@@ -8,6 +8,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
+from conftest import need  # noqa: E402
 
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.memory import memory_quantity
@@ -20,7 +21,7 @@ from optimizer.reports.k8s import (  # noqa: E402
 )
 from optimizer.reports.render import Report, dollars, format_value  # noqa: E402
 
-yaml = pytest.importorskip("yaml")
+yaml = need("yaml")
 
 
 def test_quantities():
@@ -120,11 +121,15 @@ def test_k8s_job_and_vpa_are_complete_objects(tmp_path, gpus):
     assert vpa["spec"]["updatePolicy"]["updateMode"] in VPA_MODES
     (policy,) = vpa["spec"]["resourcePolicy"]["containerPolicies"]
     assert policy["containerName"] == container["name"]
-    assert set(policy) == {"containerName", "minAllowed", "maxAllowed", "controlledResources"}
-    assert policy["minAllowed"] == {"cpu": "3200m", "memory": "10445Mi"}
+    assert set(policy) == {"containerName", "minAllowed", "maxAllowed", "controlledResources",
+                           "controlledValues"}
+    # The floor is the recommended request (11.5 GB, margin included), not the bare peak
+    # (10.2 GB), and limits move with requests: neither falls under it.
+    assert policy["minAllowed"] == {"cpu": "3200m", "memory": "11776Mi"}
+    assert policy["controlledValues"] == "RequestsAndLimits"
     assert policy["maxAllowed"] == {"cpu": "16", "memory": "14Gi"}
 
-    validate = pytest.importorskip("kubernetes_validate")
+    validate = need("kubernetes_validate")
     path = tmp_path / "job.yaml"
     path.write_text(text)
     import subprocess
@@ -133,7 +138,7 @@ def test_k8s_job_and_vpa_are_complete_objects(tmp_path, gpus):
     proc = subprocess.run([sys.executable, "-m", "kubernetes_validate", "--strict", str(path)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "passed for resource job/resnet-run" in proc.stdout
+    assert f"passed for resource job/{job['metadata']['name']}" in proc.stdout
     assert validate is not None
 
 

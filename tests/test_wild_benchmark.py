@@ -3,6 +3,7 @@ argument and recommendation handling of ``benchmarks/wild.py``): no training run
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -247,3 +248,214 @@ def test_read_recommendation_without_measured_or_job_length(tmp_path):
     got = read_recommendation(tmp_path, s)
     assert (got["claimed_time_s"], got["claimed_cost"], got["claim_from"]) == (
         3.3, 9e-5, "predicted_vs_measured")
+
+
+# ------------------------------------------------------------------------------ command lines
+MANIFEST = ROOT / "examples" / "wild" / "corpus.toml"
+WILD_DIR = ROOT / "examples" / "wild"
+
+
+def corpus() -> dict:
+    return {s.name: s for s in load_corpus(MANIFEST, ROOT)}
+
+
+def test_arg_key_names_flags_and_hydra_overrides():
+    from wild_score import arg_key
+
+    assert arg_key("--epochs") == arg_key("--epochs=3") == "--epochs"
+    assert arg_key("data.batch_size=64") == "data.batch_size"
+    assert arg_key("+trainer.log_every=10") == arg_key("++trainer.log_every=1") == \
+        "trainer.log_every"
+    assert arg_key("-1") is None and arg_key("-1.5e-3") is None  # values, not flags
+    assert arg_key("64") is None and arg_key("fit") is None
+    assert arg_key("/tmp/a=b/c.py") is None  # a path is not an override
+
+
+def test_flag_args_in_each_form():
+    from wild_score import flag_args
+
+    assert flag_args("--bs", 64) == ["--bs", "64"]
+    assert flag_args("--batch_size={}", 64) == ["--batch_size=64"]
+    assert flag_args("data.batch_size={}", 64) == ["data.batch_size=64"]
+    assert flag_args("--bs={batch_size}", 8) == ["--bs=8"]
+    assert flag_args("--max_iters={}", 300.0) == ["--max_iters=300"]  # not 300.0: an int flag
+    assert flag_args("--epochs", 1.5) == ["--epochs", "1.5"]
+
+
+def test_with_args_replaces_templates_and_overrides():
+    from wild_score import with_args
+
+    assert with_args(["cfg.py", "--max_iters=40", "--eval_interval=20"], ["--max_iters=80"]) == [
+        "cfg.py", "--eval_interval=20", "--max_iters=80"]
+    assert with_args(["trainer.max_epochs=1", "data.n_train=2000"],
+                     ["trainer.max_epochs=3"]) == ["data.n_train=2000", "trainer.max_epochs=3"]
+    assert with_args(["+trainer.max_epochs=1"], ["trainer.max_epochs=3"]) == [
+        "trainer.max_epochs=3"]
+    # a flag given with a space loses its value, one given with "=" is one argument
+    assert with_args(["fit", "--trainer.max_steps", "60", "--data.n_train", "2000"],
+                     ["--trainer.max_steps", "300"]) == [
+        "fit", "--data.n_train", "2000", "--trainer.max_steps", "300"]
+    # a negative value is not taken for a flag of its own
+    assert with_args(["--max_epochs", "-1", "--n", "3"], ["--n", "4"]) == [
+        "--max_epochs", "-1", "--n", "4"]
+
+
+def test_load_corpus_reads_the_new_keys(tmp_path):
+    (tmp_path / "s.py").write_text("")
+    (tmp_path / "cfg.py").write_text("batch_size = 32\n")
+    (tmp_path / "corpus.toml").write_text(
+        '[steps]\nscript = "s.py"\nframework = "lightning,jsonargparse"\n'
+        'batch_flag = "--batch_size={}"\ndefault_batch = 32\n'
+        'steps_flag = "--max_iters={}"\ndefault_steps = 250\n'
+        'base_args = ["{here}/cfg.py"]\ndefaults_in = "cfg.py"\n'
+        'train_loss = "iter \\\\d+: loss (\\\\S+)"\n'
+        '[list]\nscript = "s.py"\nframework = ["a", "b"]\nbatch_flag = "--bs"\n'
+        'default_batch = 8\nepochs_flag = "--epochs"\ndefault_epochs = 2\nloss = "x (\\\\S+)"\n')
+    steps, listed = load_corpus(tmp_path / "corpus.toml", tmp_path / "elsewhere")
+    assert steps.base_args == [f"{tmp_path.resolve()}/cfg.py"]
+    assert steps.defaults_in == tmp_path / "cfg.py"
+    assert (steps.length_flag, steps.default_length, steps.length_unit) == (
+        "--max_iters={}", 250.0, "steps")
+    assert steps.loss == "iter \\d+: loss (\\S+)" and steps.loss_kind == "train"
+    assert steps.modules() == ["lightning", "jsonargparse"]
+    assert listed.modules() == ["a", "b"] and listed.loss_kind == "held-out"
+    assert (listed.length_flag, listed.default_length, listed.length_unit) == (
+        "--epochs", 2.0, "epochs")
+
+
+def test_run_args_for_every_form_of_the_corpus():
+    """The command line of a grid cell at batch B and length L, for each new form."""
+    from wild_score import WildScript, run_args
+
+    c = corpus()
+    here = str(WILD_DIR.resolve())
+    s = c["char_gpt_steps"]
+    assert run_args(s, 4, 300) == ["--trainer.max_iters=300", "--trainer.batch_size=4"]
+    assert run_args(s, 16, base=s.quick_args) == [
+        "--trainer.max_iters=60", "--data.n_chars=20000", "--trainer.batch_size=16"]
+    assert run_args(s, 16, 120, base=s.quick_args) == [
+        "--data.n_chars=20000", "--trainer.max_iters=120", "--trainer.batch_size=16"]
+    s = c["gpt_configurator"]  # the config file stays first, positional
+    assert run_args(s, 16, 500, base=s.quick_args) == [
+        f"{here}/config/train_tiny_char.py", "--eval_interval=20", "--dataset_chars=20000",
+        "--max_iters=500", "--batch_size=16"]
+    assert run_args(s) == [f"{here}/config/train_tiny_char.py"]
+    s = c["hydra_style"]  # no dashes
+    assert run_args(s, 128, 2, base=s.quick_args) == [
+        "data.n_train=2000", "trainer.max_epochs=2", "data.batch_size=128"]
+    s = c["lightning_cli"]  # the subcommand and --config before every override
+    assert run_args(s, 32, 600) == [
+        "fit", "--config", f"{here}/conf/lightning_cli.yaml", "--trainer.max_steps", "600",
+        "--data.batch_size", "32"]
+    assert run_args(s, 32, base=s.quick_args)[:3] == [
+        "fit", "--config", f"{here}/conf/lightning_cli.yaml"]
+    s = c["hf_trainer_steps"]
+    assert run_args(s, 8, 100, base=s.quick_args) == [
+        "--eval_steps", "15", "--train_tokens", "20000", "--max_eval_samples", "64",
+        "--max_steps", "100", "--per_device_train_batch_size", "8"]
+    s = c["torchvision_ref"]
+    assert run_args(s, 64, 2) == ["--epochs", "2", "--batch-size", "64"]
+    # a recommendation's length arguments (Setting.extra) replace the quick job's
+    s = c["hydra_style"]
+    assert run_args(s, 64, base=s.quick_args, extra=["trainer.max_epochs=4"]) == [
+        "data.n_train=2000", "trainer.max_epochs=4", "data.batch_size=64"]
+    with pytest.raises(ValueError):  # a length for a script whose length cannot be set
+        run_args(WildScript("x", Path("x.py"), "--bs", 8), 8, 3)
+
+
+def test_a_grid_cell_is_launched_as_run_args_says(tmp_path):
+    """The grid's whole run: WildStore's arguments, then cloudopt's runner setting the batch
+    flag again (as its trials do) must leave one batch setting, the cell's."""
+    from types import SimpleNamespace
+
+    from wild import WildStore
+
+    from optimizer.foundation.allocation import Allocation
+    from optimizer.trials.training import TrainingModuleManager
+
+    c = corpus()
+    config = SimpleNamespace(resources=SimpleNamespace(memory_max=8.0))
+    cases = {
+        "hydra_style": (Setting(1, 128, ("trainer.max_epochs=2",)),
+                        ["data.n_train=2000", "trainer.max_epochs=2", "data.batch_size=128"]),
+        "gpt_configurator": (Setting(2, 8), [
+            f"{WILD_DIR.resolve()}/config/train_tiny_char.py", "--max_iters=40",
+            "--eval_interval=20", "--dataset_chars=20000", "--batch_size=8"]),
+        "lightning_cli": (Setting(1, 16, ("--trainer.max_steps", "120")), [
+            "fit", "--config", f"{WILD_DIR.resolve()}/conf/lightning_cli.yaml",
+            "--trainer.val_check_interval", "30", "--data.n_train", "2000",
+            "--trainer.max_steps", "120", "--data.batch_size", "16"]),
+    }
+    for name, (setting, want) in cases.items():
+        s = c[name]
+        store = WildStore(s, s.quick_args, config, reps=1, timeout_s=1.0, root=tmp_path)
+        args = store.args(setting, tmp_path / name)
+        assert args == want, name
+        manager = TrainingModuleManager(s.script, args, batch_size_arg=s.batch_flag)
+        assert manager.run_args(Allocation(0, setting.cpus, 1.0, setting.batch)) == want, name
+    # every run of a script with base_args hashes them: another config is another store
+    s = c["gpt_configurator"]
+    other = dataclasses.replace(s, base_args=["other.py"])
+    assert WildStore(other, [], config, reps=1, timeout_s=1.0, root=tmp_path).dir != \
+        WildStore(s, [], config, reps=1, timeout_s=1.0, root=tmp_path).dir
+
+
+def test_flag_value_reads_templates():
+    from wild_score import flag_value
+
+    args = ["cfg.py", "--max_iters=40", "trainer.max_epochs=2", "+data.batch_size=8"]
+    assert flag_value(args, "--max_iters={}") == "40"
+    assert flag_value(args, "trainer.max_epochs={}") == "2"
+    assert flag_value(args, "data.batch_size={}") == "8"
+    assert flag_value(args, "--eval_iters={}") is None
+    assert flag_value(["--trainer.max_steps", "300"], "--trainer.max_steps") == "300"
+
+
+def test_read_recommendation_of_a_step_defined_script(tmp_path):
+    """The steps a recommendation runs, read from its Kubernetes job like the epochs are,
+    and given back in the script's own form."""
+    from wild_score import WildScript, read_recommendation
+
+    s = WildScript("g", tmp_path / "g.py", "--batch_size={}", 32, steps_flag="--max_iters={}",
+                   default_steps=250, base_args=["cfg.py"])
+    rec = {"allocation": {"cpus": 1, "memory_gb": 0.5, "batch_size": 16},
+           "runoff_standings": [{"job_time_s": 3.0, "job_cost": 1e-5}]}
+    (tmp_path / "recommendation.json").write_text(json.dumps(rec))
+    (tmp_path / "k8s-resources.yaml").write_text(
+        'args:\n  - "cfg.py"\n  - "--max_iters=500"\n  - "--batch_size=16"\nenv:\n')
+    got = read_recommendation(tmp_path, s, ["cfg.py"])
+    assert got["setting"] == Setting(1, 16, ("--max_iters=500",))
+    (tmp_path / "k8s-resources.yaml").write_text(
+        'args:\n  - "cfg.py"\n  - "--max_iters=250"\n  - "--batch_size=16"\nenv:\n')
+    assert read_recommendation(tmp_path, s, ["cfg.py"])["setting"] == Setting(1, 16)
+    # the quick job's own steps are the job cloudopt was given: no change either
+    (tmp_path / "k8s-resources.yaml").write_text('args:\n  - "--max_iters=40"\nenv:\n')
+    assert read_recommendation(tmp_path, s, ["cfg.py", "--max_iters=40"])["setting"] == \
+        Setting(1, 16)
+
+
+def test_the_table_says_when_a_loss_is_a_training_loss():
+    row = {"script": "char_gpt_steps", "loss_kind": "train", "exit": 0}
+    assert "| char_gpt_steps (train loss) | 0 |" in markdown_table([row])
+    assert "| sgd (train loss)" not in markdown_table([{"script": "sgd", "exit": 0}])
+
+
+def test_a_training_loss_is_the_mean_of_the_last_readings():
+    from wild_score import train_loss_from_text
+
+    text = "\n".join(f"iter {10 * i}: loss {v}" for i, v in
+                     enumerate([3.0, 2.5, 2.0, 1.9, 1.0, 2.0, 1.0, 2.0, 1.0, 2.0], 1))
+    # the last five readings, not the last one: one batch's loss is noise
+    assert train_loss_from_text(text, r"iter \d+: loss ([0-9.]+)") == 1.6
+    assert train_loss_from_text("nothing", r"loss ([0-9.]+)") is None
+
+
+def test_the_optimum_ranges_over_a_length_the_pick_changed():
+    """A pick that runs 600 steps at batch 32 is measured against every batch run 600 steps:
+    the grid's own-length cells and the cells at the pick's length alike."""
+    longer = cell(1, 32, 6.0, 0.50, extra=("--max_iters=600",))
+    grid = [*GRID, longer]
+    best = optimum(grid, lambda c: cell_trains_as_well(c, grid, 64), "cost", PRICES)
+    assert best.setting == longer.setting
+    # its loss is judged against the own batch at the script's own length
+    assert target_loss(grid, 64) == target_loss(GRID, 64)

@@ -1,10 +1,12 @@
 """The wild corpus (examples/wild/): each script runs standalone and reports a held-out loss.
 
 The manifest, examples/wild/corpus.toml, says for every script which flag sets the batch
-size, which sets the length of training, and how to read the final loss (a regex over
-stdout, or a JSON file for the script that prints nothing). The slow tests run each script
-as a user would, with the manifest's ``quick_args``, in an empty working directory, and
-check that it exits 0, leaves that directory empty, and reports a finite loss.
+size, which sets the length of training (epochs or steps), which arguments every run starts
+with (a subcommand, a config file), and how to read the final loss (a regex over stdout, or
+a JSON file for the script that prints nothing). The slow tests run each script as a user
+would, with the manifest's ``base_args``, ``quick_args`` and its batch flag at its default
+(so the flag's form is the script's), in an empty working directory, and check that it
+exits 0, leaves that directory empty, and reports a finite loss.
 """
 
 from __future__ import annotations
@@ -30,23 +32,63 @@ CORPUS: dict = tomllib.loads((WILD / "corpus.toml").read_text())
 RUN_TIMEOUT_S = 180
 
 
-def _framework_missing(module: str) -> bool:
-    """Like pytest.importorskip, without paying for the import (Lightning takes seconds)."""
-    if not module:
-        return False
-    try:
-        return importlib.util.find_spec(module) is None
-    except (ImportError, ValueError):
-        return True
+LENGTH_KEYS = (("epochs_flag", "default_epochs"), ("steps_flag", "default_steps"))
+LOSS_KEYS = ("loss", "train_loss", "loss_file_flag")
+
+
+def _framework_missing(modules: str) -> str | None:
+    """Like pytest.importorskip, without paying for the import (Lightning takes seconds):
+    the first of the comma-separated modules that is not installed, or None."""
+    for module in (m.strip() for m in modules.split(",") if m.strip()):
+        try:
+            if importlib.util.find_spec(module) is None:
+                return module
+        except (ImportError, ValueError):
+            return module
+    return None
+
+
+def base_args(entry: dict) -> list[str]:
+    """The arguments every run starts with, ``{here}`` being the manifest's folder."""
+    return [a.replace("{here}", str(WILD)) for a in entry.get("base_args", [])]
+
+
+def flag_args(flag: str, value) -> list[str]:
+    """``--bs`` gives ``["--bs", "64"]``; a template ``data.batch_size={}`` one argument."""
+    return [flag.replace("{}", str(value))] if "{}" in flag else [flag, str(value)]
+
+
+def flag_name(flag: str) -> str:
+    """The name in a flag or template: ``--batch_size={}`` -> ``--batch_size``."""
+    return flag.split("{", 1)[0].rstrip("=")
+
+
+def declared_default(flag: str, sources: list[str]) -> float | None:
+    """The default a flag's setting is declared with: ``add_argument("--bs", default=64)``,
+    or by its last dotted name as a Python global or dataclass field (``batch_size = 32``,
+    ``batch_size: int = 64``, ``field(default=16, ...)``) or a YAML key (``batch_size: 64``);
+    the first source that declares it wins."""
+    name = flag_name(flag)
+    key = re.escape(name.lstrip("-+").rsplit(".", 1)[-1])
+    patterns = (re.escape(name) + r"""['"],.*?default=([0-9.]+)""",
+                rf"(?m)^\s*{key}\s*(?::[^=\n]*?)?[=:]\s*(?:field\()?(?:default=)?([0-9][0-9_.]*)")
+    for source in sources:
+        for pattern in patterns:
+            m = re.search(pattern, source)
+            if m:
+                return float(m.group(1).replace("_", ""))
+    return None
 
 
 def read_loss(entry: dict, stdout: str, out_file: Path | None) -> float:
-    """The final held-out loss a script reported: the last regex match, or the JSON key."""
+    """The final loss a script reported: the last regex match (held-out, or the training
+    loss where the manifest gives only ``train_loss``), or the JSON key."""
     if "loss_file_flag" in entry:
         assert out_file is not None and out_file.is_file(), "no result file written"
         return float(json.loads(out_file.read_text())[entry["loss_key"]])
-    matches = re.findall(entry["loss"], stdout)
-    assert matches, f"no match for {entry['loss']!r} in stdout:\n{stdout[-2000:]}"
+    pattern = entry.get("loss") or entry["train_loss"]
+    matches = re.findall(pattern, stdout, flags=re.MULTILINE)
+    assert matches, f"no match for {pattern!r} in stdout:\n{stdout[-2000:]}"
     return float(matches[-1])
 
 
@@ -56,23 +98,35 @@ def test_manifest_entry_is_complete(name):
     script = WILD / entry["script"]
     assert script.is_file()
     source = script.read_text()
-    for key in ("framework", "batch_flag", "default_batch", "epochs_flag", "default_epochs",
-                "quick_args", "notes"):
+    for key in ("framework", "batch_flag", "default_batch", "quick_args", "notes"):
         assert key in entry, key
+    lengths = [(entry[f], entry[d]) for f, d in LENGTH_KEYS if f in entry or d in entry]
+    assert len(lengths) == 1, "give exactly one of epochs_flag/default_epochs, steps_flag/..."
     assert isinstance(entry["default_batch"], int) and entry["default_batch"] > 0
-    assert isinstance(entry["default_epochs"], int) and entry["default_epochs"] > 0
+    assert isinstance(lengths[0][1], int) and lengths[0][1] > 0
+    for flag in (entry["batch_flag"], lengths[0][0]):
+        assert "{" not in flag or flag.count("{}") == 1, flag  # a template has one {}
+    # base_args' files exist; the defaults are declared where the manifest says
+    for raw, arg in zip(entry.get("base_args", []), base_args(entry), strict=True):
+        if raw.startswith("{here}"):
+            assert Path(arg).is_file(), arg
+    sources = [source]
+    if "defaults_in" in entry:
+        sources.insert(0, (WILD / entry["defaults_in"]).read_text())
+        assert entry["defaults_in"] in str(entry.get("base_args", [])) or \
+            Path(entry["defaults_in"]).stem in source, "defaults_in is not the script's config"
     # the flags are really the script's, with the defaults the manifest states
-    for flag, default in ((entry["batch_flag"], entry["default_batch"]),
-                          (entry["epochs_flag"], entry["default_epochs"])):
-        m = re.search(re.escape(flag) + r"""['"],.*?default=([0-9.]+)""", source)
-        assert m, f"{flag} not declared in {entry['script']}"
-        assert float(m.group(1)) == default, (flag, m.group(1), default)
+    for flag, default in ((entry["batch_flag"], entry["default_batch"]), lengths[0]):
+        found = declared_default(flag, sources)
+        assert found is not None, f"{flag} not declared for {entry['script']}"
+        assert found == default, (flag, found, default)
     assert all(isinstance(a, str) for a in entry["quick_args"])
+    assert sum(k in entry for k in LOSS_KEYS) == 1, f"give one of {LOSS_KEYS}"
     if "loss_file_flag" in entry:
-        assert "loss" not in entry and entry["loss_key"]
+        assert entry["loss_key"]
         assert entry["loss_file_flag"] in source
     else:
-        assert re.compile(entry["loss"]).groups == 1
+        assert re.compile(entry.get("loss") or entry["train_loss"]).groups == 1
 
 
 def test_read_loss_takes_the_last_match():
@@ -84,16 +138,50 @@ def test_read_loss_takes_the_last_match():
                      None) == pytest.approx(3.88)
 
 
+def test_the_new_forms_read_their_losses():
+    # issue 76's script prints only training-batch losses: the last is its figure
+    assert read_loss(CORPUS["char_gpt_steps"], "iter 290: loss 0.9012\niter 300: loss 0.8808\n",
+                     None) == pytest.approx(0.8808)
+    # nanoGPT-style: the val loss of the last eval line, not the train loss or the iter lines
+    out = ("step 200: train loss 1.7519, val loss 1.7643\niter 240: loss 1.7538, time 28.50ms\n"
+           "step 250: train loss 1.7339, val loss 1.7310\niter 250: loss 1.7505, time 212.49ms\n")
+    assert read_loss(CORPUS["gpt_configurator"], out, None) == pytest.approx(1.7310)
+    out = "Test:  Acc@1 85.500 Acc@5 99.900 Loss 0.5785\nTest:  Acc@1 91.550 Acc@5 99.550 Loss 0.2805"
+    assert read_loss(CORPUS["torchvision_ref"], out, None) == pytest.approx(0.2805)
+
+
+def test_framework_missing_names_the_first_absent_module():
+    assert _framework_missing("") is None
+    assert _framework_missing("json, re") is None
+    assert _framework_missing("json,no_such_module_cloudopt_x") == "no_such_module_cloudopt_x"
+
+
+def test_declared_default_finds_each_form():
+    assert declared_default("--bs", ['p.add_argument("--bs", type=int, default=64)']) == 64
+    assert declared_default("--trainer.batch_size={}", ["    batch_size: int = 64\n"]) == 64
+    assert declared_default("--batch_size={}", ["batch_size = 12\n", "x"]) == 12
+    assert declared_default("data.batch_size={}", ["data:\n  batch_size: 128\n"]) == 128
+    assert declared_default("--per_device_train_batch_size", [
+        "    per_device_train_batch_size: int = field(default=16, metadata={})"]) == 16
+    assert declared_default("--data.n_chars", ["    n_chars: int = 200_000\n"]) == 200000
+    assert declared_default("--bs", ["batch_size = 12\n"]) is None
+    assert flag_args("data.batch_size={}", 64) == ["data.batch_size=64"]
+    assert flag_args("--data.batch_size", 64) == ["--data.batch_size", "64"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CORPUS))
 def test_script_runs_standalone(name, tmp_path):
     entry = CORPUS[name]
-    if _framework_missing(entry["framework"]):
-        pytest.skip(f"{entry['framework']} is not installed")
+    missing = _framework_missing(entry["framework"])
+    if missing:
+        pytest.skip(f"{missing} is not installed")
 
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    cmd = [sys.executable, str(WILD / entry["script"]), *entry["quick_args"]]
+    # the batch flag at its default: the run fails where the manifest's form is not the script's
+    cmd = [sys.executable, str(WILD / entry["script"]), *base_args(entry), *entry["quick_args"],
+           *flag_args(entry["batch_flag"], entry["default_batch"])]
     out_file = None
     if "loss_file_flag" in entry:
         out_file = tmp_path / "result.json"

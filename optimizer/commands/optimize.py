@@ -33,7 +33,7 @@ from optimizer.foundation.preferences import parse_preference
 from optimizer.pipeline import CloudResourceOptimizer, JobOptions
 from optimizer.search.baseline import best_trial, format_trials_table, rank_trials
 from optimizer.trials.executors import check_available
-from optimizer.trials.launchers.torchrun import looks_distributed
+from optimizer.trials.launchers.launch_rule import decide_launch
 from optimizer.trials.training import TrainingModuleManager
 
 
@@ -55,7 +55,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--throughput-min", type=float, default=None, help="SLA: samples/s")
     p.add_argument("--train-args", default=None, help="arguments passed to the script (quoted)")
     p.add_argument("--batch-size-arg", default=None, metavar="FLAG",
-                   help="flag that sets the script's batch size (e.g. --batch_size or --bs={})")
+                   help="flag that sets the script's batch size (e.g. --batch_size or --bs={}); "
+                   "also a Hydra override (data.batch_size={}, +data.batch_size={}), a "
+                   "LightningCLI flag (--data.batch_size) or a key of a YAML/JSON file among "
+                   "the script's arguments (cfg.yaml:train.batch_size: trials get a copy with "
+                   "it set); --lr-arg and --workers-arg take the same forms")
     p.add_argument("--batch-size-max", type=int, default=None, metavar="N",
                    help="largest batch size a trial or plan may use ([resources].batch_size_max;"
                    " default: no bound)")
@@ -72,6 +76,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                    "--max-epochs, --num-train-epochs ... where the script reads one): a more "
                    "sample-efficient batch is recommended with the fewer epochs that reach the "
                    "script's own final loss; without one, batches are judged by their whole job")
+    p.add_argument("--steps-arg", default=None, metavar="FLAG",
+                   help="flag or override that sets the job's optimizer steps, for a job "
+                   "measured in steps (default: --max_steps, --max_iters=, trainer.max_steps=, "
+                   "... where the arguments or the source set one): at the same steps a larger "
+                   "batch trains on more samples, so batches are compared by the training their "
+                   "whole job makes, and a batch may be recommended with the steps that reach "
+                   "the script's own final loss")
     p.add_argument("--memory-max", type=float, default=None, metavar="GB",
                    help="largest memory limit a trial may run under ([resources].memory_max; "
                    "default: the machine's memory)")
@@ -84,8 +95,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                    "counts too")
     p.add_argument("--launcher", choices=("auto", "python", "torchrun"), default="auto",
                    help="how a trial starts the script: torchrun (one process per data-parallel "
-                   "worker, gloo on CPU, NCCL on GPU), python, or auto: torchrun for a script "
-                   "that calls init_process_group or reads LOCAL_RANK")
+                   "worker, gloo on CPU, NCCL on GPU), python, or auto (default): as the script "
+                   "runs without a launcher, unless it cannot (it reads LOCAL_RANK, RANK or "
+                   "WORLD_SIZE with no default outside a guard) or it joins a process group "
+                   "that can start 2 workers here. A distributed path that needs NCCL or CUDA "
+                   "where there is none runs single-process, even with torchrun")
     p.add_argument("--workers-max", type=int, default=None, metavar="N",
                    help="with torchrun: the most data-parallel workers a trial runs (default: "
                    "the GPUs, else 2); the number is chosen by goodput")
@@ -211,11 +225,11 @@ def _budget(value: str | None) -> int | str | None:
 
 
 def choose_launcher(asked: str | None, source: str) -> str:
-    """``torchrun`` or ``python``: as asked, else torchrun for a script that joins a process
-    group (:func:`optimizer.trials.launchers.torchrun.looks_distributed`)."""
-    if asked in ("python", "torchrun"):
-        return asked
-    return "torchrun" if looks_distributed(source) else "python"
+    """``torchrun`` or ``python``: auto runs the script as it runs without a launcher unless it
+    cannot, or its process group starts here; a distributed path that cannot start here runs
+    single-process even when torchrun is asked
+    (:func:`optimizer.trials.launchers.launch_rule.decide_launch`)."""
+    return decide_launch(asked, source).launcher
 
 
 def workers_max(args: argparse.Namespace, manager: TrainingModuleManager, config: Any) -> int:
@@ -245,6 +259,7 @@ def optimize_file(optimizer: CloudResourceOptimizer, manager: TrainingModuleMana
                   run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
     """The whole pipeline for one script; prints the baseline table and a summary."""
     config = optimizer.config
+    launch = decide_launch(getattr(args, "launcher", "auto"), manager.module.source)
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(run_dir / "run.json", {
         "train_file": str(manager.module_path), "train_args": manager.train_args,
@@ -257,12 +272,13 @@ def optimize_file(optimizer: CloudResourceOptimizer, manager: TrainingModuleMana
     options = JobOptions(
         train_args=manager.train_args, batch_size_arg=manager.batch_size_arg,
         batch_size_env=manager.batch_size_env, workers_arg=manager.workers_arg,
-        lr_arg=args.lr_arg, epochs_arg=args.epochs_arg,
+        lr_arg=args.lr_arg, epochs_arg=args.epochs_arg, steps_arg=args.steps_arg,
         probe_seconds=args.probe_seconds, total_samples=args.total_samples,
         dataset_path=args.dataset_path, offline_logs=args.offline_logs,
         phase_model=args.phase_model, sla_given=_sla_given(args),
         agent_seconds=args.agent_seconds, image=args.image, live_plan=args.live_plan,
-        launcher=manager.launcher, workers_max=workers_max(args, manager, config))
+        launcher=manager.launcher, launch_note=launch.note,
+        workers_max=workers_max(args, manager, config) if launch.workers else 1)
     result = optimizer.optimize_training(manager.module_path, run_dir, options)
     ranked = rank_trials(result.baseline, config, args.preference)
     print(format_trials_table(ranked))
@@ -280,20 +296,23 @@ def optimize_file(optimizer: CloudResourceOptimizer, manager: TrainingModuleMana
 
 
 def _to_progress(measured: dict[str, Any], job: dict[str, Any] | None = None) -> str:
-    """What the recommend row's seconds mean where the batch learns more or less per sample
-    than the script's own: a job of other epochs (``job``, the recommendation's
-    ``job_length``), its whole job, or the time to the own batch's progress."""
+    """What the recommend row's seconds mean where the batch's whole job makes more or less
+    training than the script's own: a job of other epochs or steps (``job``, the
+    recommendation's ``job_length``), or its whole job, which trains at least as well."""
     eff = float(measured.get("efficiency", 1.0) or 1.0)
     whole = float(measured.get("whole_job_s", 0.0))
-    if abs(eff - 1.0) <= 1e-6:
+    progress = float(measured.get("progress", eff) or eff)
+    if abs(eff - 1.0) <= 1e-6 and abs(progress - 1.0) <= 1e-6:
         return ""
-    if job and job.get("args"):
+    if job is None:  # no job length judged it (efficiency without one): no command to run
+        return (f"; time and cost to the script's own batch's training progress (efficiency "
+                f"{eff:.2f}; its whole job: {whole:.1f} s)")
+    unit = job.get("unit") or "epochs"
+    if job.get("args"):
         return (f"; a job of {' '.join(job['args'])}, which reaches the script's own batch's "
-                f"final loss (efficiency {eff:.2f}; at the script's epochs: {whole:.1f} s)")
-    if job and abs(whole - float(measured["job_time_s"])) < 1e-6:
-        return f"; its whole job, which trains at least as well (efficiency {eff:.2f})"
-    return (f"; time and cost to the script's own batch's training progress (efficiency "
-            f"{eff:.2f}; its whole job: {whole:.1f} s)")
+                f"final loss (efficiency {eff:.2f}; at the script's {unit}: {whole:.1f} s)")
+    return (f"; its whole job, which trains at least as well (efficiency {eff:.2f}; "
+            f"{job.get('judged_by') or 'judged by its efficiency'})")
 
 
 def summary_table(result: Any) -> str:

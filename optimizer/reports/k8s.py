@@ -10,6 +10,7 @@ limit). The Job's pod settings (security context, writable emptyDirs, image, dea
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -29,6 +30,7 @@ from optimizer.reports.k8s_security import (
     pinned_image,
     pod_security_context,
     security_note,
+    shm_volume,
     writable_dirs,
 )
 from optimizer.reports.k8s_yaml import comment_lines, to_yaml
@@ -37,9 +39,21 @@ _NAME_OK = re.compile(r"[^a-z0-9-]+")
 
 
 def dns_label(name: str) -> str:
-    """A container name Kubernetes accepts (RFC 1123 label: lower-case, digits, '-', ≤ 63)."""
-    label = _NAME_OK.sub("-", name.lower()).strip("-")[:63].strip("-")
-    return label or "training"
+    """A name every object accepts: an RFC 1035 label (lower-case letters, digits and '-',
+    at most 63, starting with a letter). The TrainJob CRD refuses a name starting with a
+    digit, which a run folder's timestamp does: such a name gets the prefix ``run-``."""
+    label = _NAME_OK.sub("-", name.lower()).strip("-")
+    if label[:1].isdigit():
+        label = "run-" + label
+    return label[:63].strip("-") or "training"
+
+
+def unique_name(label: str, content: Any) -> str:
+    """``label`` with a digest of ``content``: objects that find each other by name (a VPA's
+    ``targetRef``) then never find those of another recommendation written under the same
+    run name, and the same recommendation applied again is the same object."""
+    digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:6]
+    return f"{label[:56].rstrip('-')}-{digest}"
 
 
 def cpu_quantity(cpus: float) -> str:
@@ -118,10 +132,15 @@ def job_objects(allocation: Allocation, env: Mapping[str, str], *, name: str,
                 command: list[str], args: list[str] | None = None, image: str | None = None,
                 memory_bounds_gb: tuple[float, float], cpu_bounds: tuple[float, float],
                 sla_time_s: float | None = None, predicted_time_s: float | None = None,
-                ttl_s: int = TTL_AFTER_FINISHED_S) -> list[dict[str, Any]]:
-    """The Job and its VerticalPodAutoscaler as dicts (see :func:`k8s_job_yaml`)."""
+                ttl_s: int = TTL_AFTER_FINISHED_S,
+                shm: str | None = None) -> list[dict[str, Any]]:
+    """The Job and its VerticalPodAutoscaler as dicts (see :func:`k8s_job_yaml`); ``shm``:
+    the ``sizeLimit`` of a memory-backed ``/dev/shm`` (a job with DataLoader workers)."""
     label = dns_label(name)
     volumes, mounts = writable_dirs()
+    if shm:
+        volume, mount = shm_volume(shm)
+        volumes, mounts = [*volumes, volume], [*mounts, mount]
     chosen, _ = pinned_image(image)
     lifetime, _ = job_lifetime(sla_time_s, predicted_time_s, ttl_s)
     pod = {"restartPolicy": "Never",
@@ -130,21 +149,29 @@ def job_objects(allocation: Allocation, env: Mapping[str, str], *, name: str,
            "securityContext": pod_security_context(),
            "containers": [_container(allocation, env, name, chosen, command, args, mounts)],
            "volumes": volumes}
-    job = {"apiVersion": "batch/v1", "kind": "Job",
-           "metadata": {"name": label, "labels": {"app.kubernetes.io/name": label,
-                                                  "app.kubernetes.io/managed-by": "cloudopt"}},
-           "spec": {**lifetime, "template": {
-               "metadata": {"labels": {"app.kubernetes.io/name": label}}, "spec": pod}}}
     (mem_lo, mem_hi), (cpu_lo, cpu_hi) = memory_bounds_gb, cpu_bounds
+    # The floor is the recommended request, margin included: a bare peak as the floor lets
+    # the VPA take the headroom away, and its limit (scaled with the request) with it.
+    memory_floor = max(mem_lo, allocation.memory_gb)
     policy = {"containerName": label,
               "minAllowed": {"cpu": cpu_quantity(max(cpu_lo, 0.1)),
-                             "memory": memory_quantity(mem_lo)},
+                             "memory": memory_quantity(memory_floor)},
               "maxAllowed": {"cpu": cpu_quantity(cpu_hi),
-                             "memory": memory_quantity(max(mem_hi, mem_lo))},
-              "controlledResources": ["cpu", "memory"]}
+                             "memory": memory_quantity(max(mem_hi, memory_floor))},
+              "controlledResources": ["cpu", "memory"],
+              # Limits move with the requests (their ratio kept, 1 here): never under the
+              # floor, and the pod stays Guaranteed.
+              "controlledValues": "RequestsAndLimits"}
+    spec = {**lifetime, "template": {
+        "metadata": {"labels": {"app.kubernetes.io/name": label}}, "spec": pod}}
+    job_name = unique_name(label, {"spec": spec, "vpa": policy})
+    meta = {"labels": {"app.kubernetes.io/name": label,
+                       "app.kubernetes.io/managed-by": "cloudopt"}}
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": job_name, **meta}, "spec": spec}
     vpa = {"apiVersion": "autoscaling.k8s.io/v1", "kind": "VerticalPodAutoscaler",
-           "metadata": {"name": label + "-vpa"},
-           "spec": {"targetRef": {"apiVersion": "batch/v1", "kind": "Job", "name": label},
+           "metadata": {"name": job_name + "-vpa", **meta},
+           "spec": {"targetRef": {"apiVersion": "batch/v1", "kind": "Job", "name": job_name},
                     "updatePolicy": {"updateMode": "Initial"},
                     "resourcePolicy": {"containerPolicies": [policy]}}}
     return [job, vpa]
@@ -155,28 +182,36 @@ def k8s_job_yaml(allocation: Allocation, env: Mapping[str, str], *, name: str,
                  image: str | None = None, memory_bounds_gb: tuple[float, float],
                  cpu_bounds: tuple[float, float], comment: str = "",
                  sla_time_s: float | None = None, predicted_time_s: float | None = None,
-                 ttl_s: int = TTL_AFTER_FINISHED_S) -> str:
+                 ttl_s: int = TTL_AFTER_FINISHED_S, shm: str | None = None) -> str:
     """Two complete objects: a ``batch/v1`` Job running the script with the recommended
     requests and limits, and an ``autoscaling.k8s.io/v1`` VerticalPodAutoscaler for it.
 
     The VPA's ``updateMode`` is ``Initial`` (a Job's pods are not evicted to be resized), and
-    its bounds come from what was measured: memory from the recommended trial's peak to the
-    largest request any trial's peak would need, CPU from the cores it used to the cores
-    allowed. The pod passes the Pod Security Standards' ``restricted`` profile, and the Job
-    ends at a deadline from ``sla_time_s`` or ``predicted_time_s``
+    its bounds come from what was measured: memory from the recommended request (the whole
+    job's peak with its margin) to the largest request any trial's peak would need, CPU from
+    the cores it used to the cores allowed; limits follow the requests
+    (``RequestsAndLimits``), so they never fall under the floor either. The Job's name ends
+    in a digest of what it runs and the VPA's bounds: a VPA left behind by an earlier
+    recommendation of the same run name never targets this Job (a VPA cannot be owned by a
+    Job not yet created: an owner reference needs the Job's uid). ``kubectl delete -f``
+    removes both. ``shm``: see :func:`job_objects`. The pod passes the Pod Security
+    Standards' ``restricted`` profile, and the Job ends at a deadline from ``sla_time_s`` or
+    ``predicted_time_s``
     (:func:`optimizer.reports.k8s_security.job_deadline`).
     """
     objects = job_objects(allocation, env, name=name, command=command, args=args,
                           image=image, memory_bounds_gb=memory_bounds_gb,
                           cpu_bounds=cpu_bounds, sla_time_s=sla_time_s,
-                          predicted_time_s=predicted_time_s, ttl_s=ttl_s)
+                          predicted_time_s=predicted_time_s, ttl_s=ttl_s, shm=shm)
     _, image_notes = pinned_image(image)
     _, lifetime = job_lifetime(sla_time_s, predicted_time_s, ttl_s)
     header = comment_lines(comment)
-    for text in [security_note(), lifetime, *image_notes]:
+    notes = [f"/dev/shm: a memory-backed emptyDir of {shm} for the DataLoader workers' batches "
+             "(it counts against the memory limit)."] if shm else []
+    for text in [security_note(), lifetime, *notes, *image_notes]:
         header += [f"# {w}" for w in textwrap.wrap(text, 96, break_on_hyphens=False)]
     return to_yaml(objects, header=header)
 
 
 __all__ = ["PLACEHOLDER_IMAGE", "cpu_quantity", "dns_label", "job_objects", "k8s_job_yaml",
-           "k8s_resources_yaml"]
+           "k8s_resources_yaml", "unique_name"]

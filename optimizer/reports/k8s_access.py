@@ -18,9 +18,19 @@ Behind the proxy, the API server checks again:
 * a ValidatingAdmissionPolicy admits a ``pods/resize`` update from this account only when the
   target is the pod its token was issued to (the token's user-info extra
   ``authentication.kubernetes.io/pod-name``), so even a leaked token cannot resize a
-  neighbour. Admission never sees reads: the ``get`` on pods (the resizer reads its pod's
-  spec and resize status with ``kubectl get pod``, and ``kubectl patch`` reads the
-  subresource first) is held to the own pod by the proxy alone.
+  neighbour; and only when nothing but the training container's cpu and memory requests
+  change (not its limits, not another resource, never the proxy sidecar);
+* a second policy holds those requests within what the live plan can ask (its smallest and
+  largest cpu and memory request), read from a ConfigMap in the job's own namespace
+  (``paramKind``; the binding looks the parameter up in the namespace of each request). Two
+  namespaces running a job of one name share the cluster-scoped policies, which depend on the
+  name only, never each other's bounds. If that ConfigMap is missing the bounds are not
+  judged (``parameterNotFoundAction: Allow``: Deny would refuse every pod resize in every
+  namespace without it), while the first policy still is; the account cannot delete it.
+
+Admission never sees reads: the ``get`` on pods (the resizer reads its pod's spec and resize
+status with ``kubectl get pod``, and ``kubectl patch`` reads the subresource first) is held to
+the own pod by the proxy alone.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ from __future__ import annotations
 import copy
 import json
 import textwrap
+from collections.abc import Mapping
 from typing import Any
 
 from optimizer.reports.k8s import dns_label
@@ -136,10 +147,20 @@ def object_meta(name: str, label: str, namespace: str | None) -> dict[str, Any]:
     return meta
 
 
+def admission_variables(name: str) -> list[dict[str, str]]:
+    """The policies' ``variables``: the training container after (``new``) and before
+    (``old``) the resize; the job container is named as the live Job names it."""
+    label = json.dumps(dns_label(name))
+    return [{"name": "new", "expression": f"object.spec.containers.filter(c, c.name == {label})"},
+            {"name": "old",
+             "expression": f"oldObject.spec.containers.filter(c, c.name == {label})"}]
+
+
 def admission_expressions(name: str, namespace: str | None = None
                           ) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
     """The policy's ``matchConditions`` (which requests it judges: this account's) and
-    ``validations`` (what it admits: the caller's own pod, in the account's namespace).
+    ``validations`` (what it admits: the caller's own pod, in the account's namespace, and of
+    it the training container's cpu and memory requests only).
 
     With no namespace the account is matched by name in any namespace, and the first
     validation ties the target's namespace to the account's (a pod's token is always its own
@@ -152,6 +173,8 @@ def admission_expressions(name: str, namespace: str | None = None
         match = ('request.userInfo.username.startsWith("system:serviceaccount:") && '
                  f"request.userInfo.username.endsWith({json.dumps(':' + account)})")
     extra, key = "request.userInfo.extra", json.dumps(POD_NAME_EXTRA)
+    label = json.dumps(dns_label(name))
+    new, old = "variables.new[0].resources", "variables.old[0].resources"
     validations = [
         {"expression": 'request.userInfo.username == "system:serviceaccount:" + '
                        f"request.namespace + {json.dumps(':' + account)}",
@@ -160,31 +183,105 @@ def admission_expressions(name: str, namespace: str | None = None
         # The key is absent from a token not bound to a pod (kubectl create token): refused.
         {"expression": f"{key} in {extra} && {extra}[{key}] == [request.name]",
          "message": f"{account} may resize only the pod its token was issued to",
+         "reason": "Forbidden"},
+        # The sidecar holds the token: grown, it could be used to starve the node.
+        {"expression": "(has(object.spec.initContainers) ? object.spec.initContainers : []) "
+                       "== (has(oldObject.spec.initContainers) ? "
+                       "oldObject.spec.initContainers : [])",
+         "message": f"{account} may not resize the {PROXY_NAME} sidecar", "reason": "Forbidden"},
+        {"expression": f"object.spec.containers.all(c, c.name == {label} || "
+                       "oldObject.spec.containers.exists(o, o == c))",
+         "message": f"{account} may resize only the container {dns_label(name)}",
+         "reason": "Forbidden"},
+        # Limits are fixed at the plan's largest stage: a resize moves requests under them.
+        {"expression": f"size(variables.new) == 1 && size(variables.old) == 1 && "
+                       f"(has({new}.limits) ? {new}.limits : {{}}) == "
+                       f"(has({old}.limits) ? {old}.limits : {{}})",
+         "message": f"{account} may not change the container's limits", "reason": "Forbidden"},
+        {"expression": f"{new}.requests.all(k, k in ['cpu', 'memory'] || "
+                       f"(k in {old}.requests && {old}.requests[k] == {new}.requests[k])) && "
+                       f"{old}.requests.all(k, k in {new}.requests)",
+         "message": f"{account} may change only the cpu and memory requests",
          "reason": "Forbidden"}]
     return [{"name": "the-job-service-account", "expression": match}], validations
 
 
+def bounds_expressions() -> list[dict[str, str]]:
+    """The bounds policy's ``validations``: the training container's cpu and memory requests
+    within the parameter's ``cpuMin``..``cpuMax`` and ``memoryMin``..``memoryMax`` (a plan
+    that names no memory: the memory request unchanged)."""
+    new, old = "variables.new[0].resources.requests", "variables.old[0].resources.requests"
+
+    def within(key: str, lo: str, hi: str) -> str:
+        q = f"quantity({new}.{key})"
+        return (f"{q}.compareTo(quantity(params.data.{lo})) >= 0 && "
+                f"{q}.compareTo(quantity(params.data.{hi})) <= 0")
+
+    memory = (f"'memoryMin' in params.data ? ('memory' in {new} && "
+              f"{within('memory', 'memoryMin', 'memoryMax')}) : "
+              f"(('memory' in {new}) == ('memory' in {old}) && "
+              f"(!('memory' in {new}) || {new}.memory == {old}.memory))")
+    return [{"expression": f"size(variables.new) == 1 && 'cpu' in {new} && "
+                           + within("cpu", "cpuMin", "cpuMax"),
+             "messageExpression": "'cpu request outside the live plan: ' + params.data.cpuMin"
+                                  " + ' to ' + params.data.cpuMax",
+             "reason": "Forbidden"},
+            {"expression": f"size(variables.new) == 1 && ({memory})",
+             "message": "memory request outside the live plan's bounds", "reason": "Forbidden"}]
+
+
+def bounds_name(name: str, namespace: str | None = None, *, policy: bool = False) -> str:
+    """The bounds' ConfigMap (in the job's namespace), or with ``policy`` the bounds policy
+    and its binding (cluster-scoped: the namespace, when known, keeps two apart)."""
+    base = f"{service_account_name(name)}-plan-bounds"
+    return f"{base}.{namespace}" if policy and namespace else base
+
+
+def bounds_params(name: str, bounds: Mapping[str, str],
+                  namespace: str | None = None) -> dict[str, Any]:
+    """The ConfigMap the bounds policy reads: ``bounds`` (``cpuMin``, ``cpuMax`` and, where
+    the plan names memory, ``memoryMin``, ``memoryMax``: quantities)."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": object_meta(bounds_name(name), dns_label(name), namespace),
+            "data": {k: str(v) for k, v in bounds.items()}}
+
+
 def _admission_objects(name: str, label: str, namespace: str | None) -> list[dict[str, Any]]:
-    policy = policy_name(name, namespace)
+    policy, bounds = policy_name(name, namespace), bounds_name(name, namespace, policy=True)
     conditions, validations = admission_expressions(name, namespace)
     # Admission sees a PATCH as an UPDATE: the operations enum has no PATCH.
     rule = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
             "resources": ["pods/resize"], "scope": "Namespaced"}
-    spec: dict[str, Any] = {"failurePolicy": "Fail",
-                            "matchConstraints": {"resourceRules": [rule]},
-                            "matchConditions": conditions, "validations": validations}
-    binding: dict[str, Any] = {"policyName": policy, "validationActions": ["Deny"]}
-    if namespace:
-        selector = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
-        binding["matchResources"] = {"namespaceSelector": selector}
-    return [{"apiVersion": _ADMISSION, "kind": "ValidatingAdmissionPolicy",
-             "metadata": object_meta(policy, label, None), "spec": spec},
-            {"apiVersion": _ADMISSION, "kind": "ValidatingAdmissionPolicyBinding",
-             "metadata": object_meta(policy, label, None), "spec": binding}]
+    selector = ({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}
+                if namespace else {})
+    out = []
+    for object_name, params, checks in ((policy, None, validations),
+                                        (bounds, bounds_name(name), bounds_expressions())):
+        spec: dict[str, Any] = {"failurePolicy": "Fail",
+                                "matchConstraints": {"resourceRules": [dict(rule)]},
+                                "matchConditions": conditions,
+                                "variables": admission_variables(name), "validations": checks}
+        binding: dict[str, Any] = {"policyName": object_name, "validationActions": ["Deny"]}
+        if params:
+            spec["paramKind"] = {"apiVersion": "v1", "kind": "ConfigMap"}
+            # No namespace: the parameter of the request's own namespace. Not found: this
+            # namespace runs no such job, and the bounds are not its to judge (Deny would
+            # refuse every pod resize there, whoever asked: params are read before the
+            # match conditions).
+            binding["paramRef"] = {"name": params, "parameterNotFoundAction": "Allow"}
+        if selector:
+            binding["matchResources"] = selector
+        out += [{"apiVersion": _ADMISSION, "kind": "ValidatingAdmissionPolicy",
+                 "metadata": object_meta(object_name, label, None), "spec": spec},
+                {"apiVersion": _ADMISSION, "kind": "ValidatingAdmissionPolicyBinding",
+                 "metadata": object_meta(object_name, label, None), "spec": binding}]
+    return out
 
 
-def access_objects(name: str, *, namespace: str | None = None) -> list[dict[str, Any]]:
-    """The ServiceAccount, Role, RoleBinding, ValidatingAdmissionPolicy and its binding."""
+def access_objects(name: str, *, bounds: Mapping[str, str],
+                   namespace: str | None = None) -> list[dict[str, Any]]:
+    """The ServiceAccount, Role, RoleBinding, the bounds' ConfigMap (``bounds``: see
+    :func:`bounds_params`), and the two ValidatingAdmissionPolicies with their bindings."""
     label, account = dns_label(name), service_account_name(name)
     subject: dict[str, Any] = {"kind": "ServiceAccount", "name": account}
     if namespace:
@@ -204,6 +301,7 @@ def access_objects(name: str, *, namespace: str | None = None) -> list[dict[str,
         {"apiVersion": f"{_RBAC}/v1", "kind": "RoleBinding",
          "metadata": object_meta(account, label, namespace), "subjects": [subject],
          "roleRef": {"apiGroup": _RBAC, "kind": "Role", "name": account}},
+        bounds_params(name, bounds, namespace),
         *_admission_objects(name, label, namespace)]
 
 
@@ -225,9 +323,18 @@ def access_header(name: str, namespace: str | None = None) -> list[str]:
         f"RoleBinding {account}: gives the Role to the ServiceAccount; nothing more.",
         f"ValidatingAdmissionPolicy {policy}: a pods/resize update by the ServiceAccount is "
         "admitted only when the target is the pod its token was issued to (user-info extra "
-        f"{POD_NAME_EXTRA} == the pod's name) in the account's namespace; a neighbour's "
-        "resize, or one with a token not bound to a pod, is refused.",
-        f"ValidatingAdmissionPolicyBinding {policy}: enforces it (Deny){enforced}."]
+        f"{POD_NAME_EXTRA} == the pod's name) in the account's namespace, and only when it "
+        f"changes the cpu and memory requests of the container {dns_label(name)} alone (no "
+        f"limit, no other resource, never the {PROXY_NAME} sidecar); a neighbour's resize, "
+        "or one with a token not bound to a pod, is refused.",
+        f"ConfigMap {bounds_name(name)}: the smallest and largest cpu and memory request the "
+        "live plan asks for, read by the next policy in this namespace.",
+        f"ValidatingAdmissionPolicy {bounds_name(name, namespace, policy=True)}: those "
+        "requests stay within the ConfigMap's bounds (its binding reads the ConfigMap of each "
+        "request's namespace, so jobs of one name in two namespaces keep their own bounds).",
+        f"ValidatingAdmissionPolicyBindings {policy} and "
+        f"{bounds_name(name, namespace, policy=True)}: enforce them "
+        f"(Deny){enforced}."]
     outro = ("Reads are not admission requests: the get on pods is held to the own pod by the "
              "proxy alone (whoever held the token could read every pod spec of the "
              "namespace).")
@@ -241,5 +348,6 @@ def access_header(name: str, namespace: str | None = None) -> list[str]:
 
 __all__ = ["POD_NAME_EXTRA", "PROXY_NAME", "PROXY_PORT", "PROXY_URL", "TOKEN_DIR",
            "accept_paths", "access_header", "access_objects", "admission_expressions",
+           "admission_variables", "bounds_expressions", "bounds_name", "bounds_params",
            "object_meta", "policy_name", "proxy_kubeconfig", "proxy_sidecar", "proxy_volumes",
            "service_account_name"]

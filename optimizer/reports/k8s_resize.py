@@ -51,6 +51,8 @@ from optimizer.reports.k8s_security import (
     pod_security_context,
     scratch_volume,
     security_note,
+    shm_size,
+    shm_volume,
     writable_dirs,
 )
 from optimizer.reports.k8s_yaml import to_yaml
@@ -128,6 +130,23 @@ def live_recommendation(plan: LivePlan) -> dict[str, Any]:
             "resize_policy": "NotRequired"}
 
 
+def resize_bounds(plan: LivePlan) -> dict[str, str]:
+    """The smallest and largest cpu and memory request the plan's resizes ask (every phase,
+    the fallback, the restore to the largest; the memory rules lower a request only to a
+    phase's own memory and raise it at most to the limit), for the admission policy that
+    holds a resize to them: ``cpuMin``, ``cpuMax``, and ``memoryMin``, ``memoryMax`` where
+    the pod has a memory limit."""
+    asked = [phase_requests(plan, p) for p in [*plan.phases, None]]
+    limits = live_limits(plan)
+    out = {"cpuMin": min((a["cpu"] for a in asked), key=parse_quantity),
+           "cpuMax": limits["cpu"]}
+    memories = [a["memory"] for a in asked if "memory" in a]
+    if "memory" in limits and memories:
+        out["memoryMin"] = min(memories, key=parse_quantity)
+        out["memoryMax"] = limits["memory"]
+    return out
+
+
 def resize_patch_json(plan: LivePlan, phase: str | None, *, container: str) -> str:
     """The body of ``kubectl patch pod P --subresource resize --type strategic --patch``
     moving ``container`` (a name as given to :func:`k8s_live_job_yaml`) to ``phase``."""
@@ -138,9 +157,11 @@ def live_job_objects(plan: LivePlan, env: Mapping[str, str], *, name: str,
                      command: list[str], args: list[str] | None = None,
                      image: str | None = None, namespace: str | None = None,
                      sla_time_s: float | None = None, predicted_time_s: float | None = None,
-                     ttl_s: int = TTL_AFTER_FINISHED_S) -> list[dict[str, Any]]:
+                     ttl_s: int = TTL_AFTER_FINISHED_S,
+                     shm: bool = False) -> list[dict[str, Any]]:
     """A ConfigMap holding the plan (and the kubeconfig of the API proxy) and the
-    ``batch/v1`` Job running ``command`` under it, beside the proxy sidecar."""
+    ``batch/v1`` Job running ``command`` under it, beside the proxy sidecar; ``shm``: a
+    memory-backed ``/dev/shm`` for DataLoader workers (sized from the largest phase)."""
     label = dns_label(name)
     first = plan.allocation_for(start_phase(plan))
     limits = live_limits(plan)
@@ -166,6 +187,9 @@ def live_job_objects(plan: LivePlan, env: Mapping[str, str], *, name: str,
     if args:
         container["args"] = list(args)
     scratch, scratch_mounts = writable_dirs()
+    if shm:
+        volume, mount = shm_volume(shm_size(plan.largest().memory_gb or first.memory_gb or 1.0))
+        scratch, scratch_mounts = [*scratch, volume], [*scratch_mounts, mount]
     log_volume, log_mount = scratch_volume("live-log", LOG_DIR, LOG_SIZE)
     plan_mount = {"name": "live-plan", "mountPath": PLAN_DIR, "readOnly": True}
     container.update({
@@ -197,12 +221,14 @@ def live_job_objects(plan: LivePlan, env: Mapping[str, str], *, name: str,
     return [configmap, job]
 
 
-def live_rbac_objects(name: str, *, namespace: str | None = None) -> list[dict[str, Any]]:
+def live_rbac_objects(name: str, plan: LivePlan, *,
+                      namespace: str | None = None) -> list[dict[str, Any]]:
     """The ServiceAccount the Job's pod runs as, a Role that may get and patch
-    ``pods/resize`` and get ``pods``, the RoleBinding between them, and the admission policy
-    (with its binding) that lets the account resize its own pod only
-    (:func:`optimizer.reports.k8s_access.access_objects`)."""
-    return access_objects(name, namespace=namespace)
+    ``pods/resize`` and get ``pods``, the RoleBinding between them, and the admission
+    policies (with their bindings and the ConfigMap of the plan's bounds,
+    :func:`resize_bounds`) that let the account resize its own pod's training container
+    only, within the plan (:func:`optimizer.reports.k8s_access.access_objects`)."""
+    return access_objects(name, bounds=resize_bounds(plan), namespace=namespace)
 
 
 def _job_comment(plan: LivePlan, comment: str, image: str | None, lifetime: str) -> list[str]:
@@ -239,24 +265,25 @@ def k8s_live_job_yaml(plan: LivePlan, env: Mapping[str, str], *, name: str,
                       image: str | None = None, namespace: str | None = None,
                       comment: str = "", sla_time_s: float | None = None,
                       predicted_time_s: float | None = None,
-                      ttl_s: int = TTL_AFTER_FINISHED_S) -> str:
+                      ttl_s: int = TTL_AFTER_FINISHED_S, shm: bool = False) -> str:
     """``k8s-job.yaml`` for a live plan: the plan's ConfigMap and the Job (see
     :func:`live_job_objects`), with a comment on which phase changes grow the pod."""
     objects = live_job_objects(plan, env, name=name, command=command, args=args, image=image,
                                namespace=namespace, sla_time_s=sla_time_s,
-                               predicted_time_s=predicted_time_s, ttl_s=ttl_s)
+                               predicted_time_s=predicted_time_s, ttl_s=ttl_s, shm=shm)
     _, lifetime = job_lifetime(sla_time_s, predicted_time_s, ttl_s)
     return to_yaml(objects, header=_job_comment(plan, comment, image, lifetime))
 
 
-def k8s_live_rbac_yaml(name: str, *, namespace: str | None = None) -> str:
+def k8s_live_rbac_yaml(name: str, plan: LivePlan, *, namespace: str | None = None) -> str:
     """``k8s-live-rbac.yaml``: :func:`live_rbac_objects` as one multi-document YAML, after a
     header saying what each object allows."""
-    return to_yaml(live_rbac_objects(name, namespace=namespace),
+    return to_yaml(live_rbac_objects(name, plan, namespace=namespace),
                    header=access_header(name, namespace))
 
 
 __all__ = ["KUBECONFIG_PATH", "LOG_DIR", "PLAN_DIR", "RESIZE_POLICY", "k8s_live_job_yaml", "k8s_live_rbac_yaml",
            "live_job_objects", "live_limits", "live_rbac_objects", "live_recommendation",
-           "live_requests", "live_transitions", "phase_requests", "resize_patch_json",
+           "live_requests", "live_transitions", "phase_requests", "resize_bounds",
+           "resize_patch_json",
            "service_account_name", "start_phase", "to_yaml"]

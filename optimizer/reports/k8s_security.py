@@ -56,6 +56,27 @@ def scratch_volume(name: str, path: str, size: str) -> tuple[dict[str, Any], dic
     return ({"name": name, "emptyDir": {"sizeLimit": size}}, {"name": name, "mountPath": path})
 
 
+SHM_DIR = "/dev/shm"
+SHM_SHARE = 0.25
+"""The share of the container's memory ``/dev/shm`` may fill (its pages count against the
+memory limit, so it is bounded by it): DataLoader workers hand each batch to the training
+process through shared memory, and a container's own ``/dev/shm`` is 64 MiB, which a few
+prefetched batches of images outgrow (``Bus error`` in the worker)."""
+MIN_SHM_MIB = 64
+
+
+def shm_size(memory_gb: float) -> str:
+    """``/dev/shm``'s ``sizeLimit`` for a container of ``memory_gb``: :data:`SHM_SHARE` of it
+    in MiB, never under the runtime's own 64 MiB."""
+    return f"{max(MIN_SHM_MIB, int(memory_gb * 1024 * SHM_SHARE))}Mi"
+
+
+def shm_volume(size: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A memory-backed emptyDir of at most ``size`` and its mount on ``/dev/shm``."""
+    return ({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": size}},
+            {"name": "dshm", "mountPath": SHM_DIR})
+
+
 def writable_dirs() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Volumes and mounts for what any Python job writes under a read-only root: ``/tmp``
     (``tempfile``, DataLoader workers' shared files) and ``HOME`` (caches)."""
@@ -143,7 +164,7 @@ def security_note() -> str:
 
 
 __all__ = ["DEADLINE_FACTOR", "DEFAULT_DEADLINE_S", "HOME_DIR", "MIN_DEADLINE_S",
-           "PLACEHOLDER_IMAGE", "PULL_POLICY", "RUN_AS_ID", "SCRATCH_SIZES", "TMP_DIR",
+           "PLACEHOLDER_IMAGE", "PULL_POLICY", "RUN_AS_ID", "SCRATCH_SIZES", "SHM_DIR", "TMP_DIR",
            "TTL_AFTER_FINISHED_S", "container_security_context", "home_env", "image_tag",
            "job_deadline", "job_lifetime", "pinned_image", "pod_security_context",
-           "scratch_volume", "security_note", "writable_dirs"]
+           "scratch_volume", "security_note", "shm_size", "shm_volume", "writable_dirs"]

@@ -3,7 +3,10 @@
 A job of ``replicas`` torchrun workers runs on Kubernetes as a ``trainer.kubeflow.org/v1alpha1``
 TrainJob (Kubeflow Trainer v2.2) on the ``torch-distributed`` ClusterTrainingRuntime: one node
 (pod) per worker, ``numProcPerNode`` 1 (left unset, the runtime would start one process per
-CPU on a CPU node), each node with the allocation's even share of CPUs, memory and GPUs.
+CPU on a CPU node), each node with the allocation's even share of CPUs and GPUs. Memory comes
+from the ranks' own peaks where the records hold them (rank 0, which evaluates and saves,
+often holds more): requests at the largest other rank's need, limits at the largest need, so
+rank 0 is not killed at an even share; else the even share.
 
 The TrainJob names its image, command, env and resources itself; the pod settings of the
 single-pod Job (:mod:`optimizer.reports.k8s_security`: restricted security contexts, a
@@ -33,6 +36,7 @@ from optimizer.reports.k8s_security import (
     pinned_image,
     pod_security_context,
     security_note,
+    shm_volume,
     writable_dirs,
 )
 from optimizer.reports.k8s_yaml import comment_lines, to_yaml
@@ -42,8 +46,10 @@ RUNTIME = {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime",
            "name": "torch-distributed"}
 NODE = "node"
 """The runtime's replicated job and its trainer container: both are called ``node``."""
-PATCH_MANAGER = "cloudopt"
-"""``runtimePatches[].manager``: who owns the patch (Kueue, say, adds its own beside it)."""
+PATCH_MANAGER = "cloudopt.io/optimizer"
+"""``runtimePatches[].manager``: who owns the patch (Kueue, say, adds its own beside it).
+Trainer's webhook refuses a manager that is not a domain-prefixed path (``kueue.x-k8s.io/
+manager``); :mod:`optimizer.reports.cluster.trainer_rules` holds its rules."""
 RESERVED_ENV = frozenset({"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK",
                           "PET_MASTER_ADDR", "PET_MASTER_PORT"})
 """Set by the torch runtime for torchrun; Trainer refuses a TrainJob that sets them."""
@@ -70,20 +76,33 @@ def node_share(allocation: Allocation) -> Allocation:
                    memory_gb=allocation.memory_gb / n, replicas=1)
 
 
-def resources_per_node(allocation: Allocation) -> dict[str, Any]:
-    """``trainer.resourcesPerNode``: requests equal limits (Guaranteed QoS) for CPU and memory,
-    GPUs in limits only, as in the single-pod Job."""
+def resources_per_node(allocation: Allocation,
+                       rank_memory_gb: Sequence[float] | None = None) -> dict[str, Any]:
+    """``trainer.resourcesPerNode``: CPU requests equal limits, GPUs in limits only, as in the
+    single-pod Job. Memory: with ``rank_memory_gb`` (each rank's need, rank 0 first, peaks
+    with their margin), requests at the largest need of the ranks after 0 and limits at the
+    largest of all (one size fits every node, so every node may grow to rank 0's); without,
+    the even share as request and limit (Guaranteed QoS)."""
     share = node_share(allocation)
     cpu, mem = cpu_quantity(share.cpus), memory_quantity(share.memory_gb)
-    limits = {"cpu": cpu, "memory": mem}
+    mem_request = mem_limit = mem
+    needs = [float(g) for g in rank_memory_gb or () if g and g > 0]
+    if len(needs) == int(allocation.replicas) and needs:
+        rest = needs[1:] or needs
+        mem_request, mem_limit = memory_quantity(max(rest)), memory_quantity(max(needs))
+    limits = {"cpu": cpu, "memory": mem_limit}
     if share.gpus > 0:
         limits["nvidia.com/gpu"] = str(share.gpus)
-    return {"requests": {"cpu": cpu, "memory": mem}, "limits": limits}
+    return {"requests": {"cpu": cpu, "memory": mem_request}, "limits": limits}
 
 
-def _runtime_patch(label: str) -> dict[str, Any]:
-    """The restricted pod settings and writable emptyDirs, patched onto the ``node`` job."""
+def _runtime_patch(label: str, shm: str | None = None) -> dict[str, Any]:
+    """The restricted pod settings and writable emptyDirs (``/dev/shm`` too with ``shm``),
+    patched onto the ``node`` job."""
     volumes, mounts = writable_dirs()
+    if shm:
+        volume, mount = shm_volume(shm)
+        volumes, mounts = [*volumes, volume], [*mounts, mount]
     pod = {"securityContext": pod_security_context(), "volumes": volumes,
            "containers": [{"name": NODE, "securityContext": container_security_context(),
                            "volumeMounts": mounts}]}
@@ -97,8 +116,12 @@ def trainjob_object(allocation: Allocation, env: Mapping[str, str], *, name: str
                     image: str | None = None, namespace: str | None = None,
                     command: Sequence[str] = ("torchrun", "train.py"),
                     args: Sequence[str] | None = None, sla_time_s: float | None = None,
-                    predicted_time_s: float | None = None) -> dict[str, Any]:
-    """The TrainJob as a dict: ``allocation.replicas`` nodes of one torchrun worker each.
+                    predicted_time_s: float | None = None,
+                    rank_memory_gb: Sequence[float] | None = None,
+                    shm: str | None = None) -> dict[str, Any]:
+    """The TrainJob as a dict: ``allocation.replicas`` nodes of one torchrun worker each
+    (``rank_memory_gb``: see :func:`resources_per_node`; ``shm``: a ``/dev/shm`` of that
+    size for DataLoader workers).
 
     ``command`` starts with ``torchrun``: the runtime passes the nodes, rank and rendezvous
     through ``PET_*`` variables, which torchrun reads. ``env`` is the measured run's (thread,
@@ -115,7 +138,7 @@ def trainjob_object(allocation: Allocation, env: Mapping[str, str], *, name: str
         trainer["args"] = list(args)
     trainer["env"] = [{"name": k, "value": str(env[k])} for k in sorted(env)] + home_env(env)
     trainer.update(numNodes=int(allocation.replicas), numProcPerNode=1,
-                   resourcesPerNode=resources_per_node(allocation))
+                   resourcesPerNode=resources_per_node(allocation, rank_memory_gb))
     metadata: dict[str, Any] = {"name": label}
     if namespace:
         metadata["namespace"] = namespace
@@ -124,13 +147,17 @@ def trainjob_object(allocation: Allocation, env: Mapping[str, str], *, name: str
     return {"apiVersion": API_VERSION, "kind": "TrainJob", "metadata": metadata,
             "spec": {"runtimeRef": dict(RUNTIME), "trainer": trainer,
                      "activeDeadlineSeconds": deadline,
-                     "runtimePatches": [_runtime_patch(label)]}}
+                     "runtimePatches": [_runtime_patch(label, shm)]}}
 
 
 def _header(allocation: Allocation, obj: dict[str, Any], comment: str, why: str,
             image_notes: Iterable[str]) -> list[str]:
     trainer, n = obj["spec"]["trainer"], int(allocation.replicas)
-    each = ", ".join(f"{v} {k}" for k, v in trainer["resourcesPerNode"]["limits"].items())
+    res = trainer["resourcesPerNode"]
+    each = ", ".join(f"{v} {k}" for k, v in res["limits"].items())
+    if res["requests"]["memory"] != res["limits"]["memory"]:
+        each += (f" (memory requested {res['requests']['memory']}: the other ranks' peak; "
+                 "the limit is rank 0's)")
     batch = ("the script's own batch per worker" if allocation.batch_size is None else
              f"batch {allocation.batch_size} per worker ({allocation.batch_size * n} in all)")
     ns = f" -n {obj['metadata']['namespace']}" if "namespace" in obj["metadata"] else ""
@@ -154,12 +181,15 @@ def k8s_trainjob_yaml(allocation: Allocation, env: Mapping[str, str], *, name: s
                       command: Sequence[str] = ("torchrun", "train.py"),
                       args: Sequence[str] | None = None, comment: str = "",
                       sla_time_s: float | None = None,
-                      predicted_time_s: float | None = None) -> str:
+                      predicted_time_s: float | None = None,
+                      rank_memory_gb: Sequence[float] | None = None,
+                      shm: str | None = None) -> str:
     """``trainjob.yaml``: :func:`trainjob_object` after a header saying what it runs, how to
     apply it and which of the single-pod Job's settings it cannot carry."""
     obj = trainjob_object(allocation, env, name=name, image=image, namespace=namespace,
                           command=command, args=args, sla_time_s=sla_time_s,
-                          predicted_time_s=predicted_time_s)
+                          predicted_time_s=predicted_time_s, rank_memory_gb=rank_memory_gb,
+                          shm=shm)
     _, why = job_deadline(sla_time_s, predicted_time_s)
     _, image_notes = pinned_image(image)
     return to_yaml([obj], header=_header(allocation, obj, comment, why, image_notes))
@@ -204,8 +234,9 @@ def _path(parts: Iterable[Any]) -> str:
 
 def validate_trainjob(obj: Mapping[str, Any]) -> list[str]:
     """What in ``obj`` the TrainJob CRD's schema refuses, one ``path: message`` each (empty:
-    valid). CEL rules (``x-kubernetes-validations``) are the API server's and not run here.
-    Needs ``jsonschema`` (a dev dependency)."""
+    valid). The CRD's CEL rules and Trainer's webhook are mirrored apart
+    (:func:`optimizer.reports.cluster.trainer_rules.trainjob_admission_errors`). Needs
+    ``jsonschema`` (a dev dependency)."""
     try:
         import jsonschema
     except ImportError as exc:

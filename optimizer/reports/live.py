@@ -18,10 +18,11 @@ from optimizer.trials.live.plan import LivePlan
 
 def write_live_k8s(run_dir: Path, live: dict[str, Any] | None, env: dict[str, str], *,
                    name: str, command: list[str], image: str | None,
-                   sla_time_s: float | None = None,
-                   predicted_time_s: float | None = None) -> dict[str, Path]:
+                   sla_time_s: float | None = None, predicted_time_s: float | None = None,
+                   shm: bool = False) -> dict[str, Path]:
     """For a live plan: ``k8s-live-job.yaml`` (the plan's ConfigMap and a Job whose pod is
-    resized in place at stage changes) and ``k8s-live-rbac.yaml`` (the resize permissions);
+    resized in place at stage changes; ``shm``: with ``/dev/shm`` for DataLoader workers)
+    and ``k8s-live-rbac.yaml`` (the resize permissions, bounded to the plan);
     ``live["kubernetes"]`` gets the per-stage requests for ``recommendation.json``."""
     if not live or not live.get("plan"):
         return {}
@@ -32,8 +33,8 @@ def write_live_k8s(run_dir: Path, live: dict[str, Any] | None, env: dict[str, st
     atomic_write_text(job, k8s_live_job_yaml(
         plan, env, name=name, command=command, image=image,
         comment=f"cloudopt live plan ({plan.source}); {verdict}", sla_time_s=sla_time_s,
-        predicted_time_s=predicted_time_s))
-    atomic_write_text(rbac, k8s_live_rbac_yaml(name))
+        predicted_time_s=predicted_time_s, shm=shm))
+    atomic_write_text(rbac, k8s_live_rbac_yaml(name, plan))
     return {"k8s_live_job": job, "k8s_live_rbac": rbac}
 
 

@@ -16,11 +16,11 @@ import pandas as pd
 from optimizer.foundation.allocation import Allocation, describe_allocation
 from optimizer.foundation.atomic_files import atomic_write_json, atomic_write_text
 from optimizer.foundation.memory import right_size_memory
+from optimizer.reports.cluster import JobShape, write_cluster_outputs
 from optimizer.reports.decision import answer as _answer
 from optimizer.reports.decision import rounds_section
 from optimizer.reports.goodput import goodput_section, plot_efficiency
-from optimizer.reports.k8s import k8s_job_yaml, k8s_resources_yaml
-from optimizer.reports.k8s_trainjob import k8s_trainjob_yaml
+from optimizer.reports.k8s import k8s_resources_yaml
 from optimizer.reports.live import live_section, plot_live, write_live_k8s
 from optimizer.reports.plots import (
     plot_allocation,
@@ -38,12 +38,13 @@ from optimizer.trials.resources import ResourceManager
 from optimizer.trials.sla import calculate_sla_violations
 
 
-def _write_k8s_job(opt: Any, result: Any, rec: dict[str, Any], alloc: Allocation,
-                   env: dict[str, str], args: list[str] | None, run_dir: Path,
-                   opts: Any, profile: Any = None) -> Path:
-    """``k8s-job.yaml``: the Job to run and its VPA, bounded by the measured peaks, and by the
-    phases where they differ: a Job's pods keep their first request for the whole run, so the
-    CPU floor is what the busiest phase uses, not the run's mean."""
+def _job_shape(opt: Any, result: Any, rec: dict[str, Any], alloc: Allocation,
+               env: dict[str, str], args: list[str] | None, run_dir: Path,
+               opts: Any, profile: Any = None) -> JobShape:
+    """The recommended job as the cluster outputs write it: its command as the trials ran it,
+    the VPA's bounds from the measured peaks, and by the phases where they differ: a Job's
+    pods keep their first request for the whole run, so the CPU floor is what the busiest
+    phase uses, not the run's mean."""
 
     trials = [t for t in iter_trials(run_dir) if t.ok and t.mem_gb_peak > 0]
     final = result.optimized
@@ -63,16 +64,23 @@ def _write_k8s_job(opt: Any, result: Any, rec: dict[str, Any], alloc: Allocation
             f"{fmt(r.cpu_cores, '.2f')} cores, {fmt(r.mem_gb, '.2f')} GB"
             for r in needs.itertuples())
     mgr = opt.training_manager
-    script = Path(mgr.module_path).name if mgr is not None else "train.py"
+    script = str(mgr.module_path) if mgr is not None else "train.py"
     job_args = args if args is not None else (list(mgr.train_args) if mgr is not None else [])
-    path = run_dir / "k8s-job.yaml"
-    atomic_write_text(path, k8s_job_yaml(
-        alloc, env, name=Path(result.run_dir).name, command=["python", script],
-        args=job_args or None, image=getattr(opts, "image", None),
-        memory_bounds_gb=(peak, top),
-        cpu_bounds=(round(used, 1), opt.config.resources.cpu_count_max), comment=comment,
-        sla_time_s=opt.config.sla.time_max, predicted_time_s=_predicted_job_s(rec)))
-    return path
+    workers = alloc.workers
+    if workers is None and mgr is not None and getattr(mgr, "workers_arg", None):
+        try:
+            workers = mgr.default_workers()
+        except Exception:  # noqa: BLE001 - unknown: the workers flag alone decides /dev/shm
+            workers = None
+    ranks = (final.model_info or {}).get("rank_mem_gb_peak") if final is not None else None
+    return JobShape(
+        alloc, env, name=Path(result.run_dir).name, script=script, args=list(job_args),
+        launcher=getattr(mgr, "launcher", "python") if mgr is not None else "python",
+        loader_workers=workers, workers_flag=getattr(mgr, "workers_arg", None),
+        rank_peaks_gb=list(ranks) if ranks else None, memory_bounds_gb=(peak, top),
+        cpu_bounds=(round(used, 1), opt.config.resources.cpu_count_max),
+        image=getattr(opts, "image", None), sla_time_s=opt.config.sla.time_max,
+        predicted_time_s=_predicted_job_s(rec), comment=comment)
 
 
 def _predicted_job_s(rec: dict[str, Any]) -> float | None:
@@ -161,21 +169,14 @@ def write_outputs(opt: Any, result: Any, reference: TrialSummary, profile: Any,
         alloc, env, name=Path(result.run_dir).name, args=args,
         comment=f"cloudopt recommendation ({rec['agent']}, preference {result.preference})"))
     paths["k8s"] = run_dir / "k8s-resources.yaml"
-    paths["k8s_job"] = _write_k8s_job(opt, result, rec, alloc, env, args, run_dir, opts,
-                                      profile)
-    script = Path(mgr.module_path).name if mgr is not None else "train.py"
-    job_args = args if args is not None else (list(mgr.train_args) if mgr is not None else [])
-    if getattr(alloc, "replicas", 1) > 1:  # DDP workers: a Kubeflow TrainJob beside the Job
-        paths["trainjob"] = run_dir / "trainjob.yaml"
-        atomic_write_text(paths["trainjob"], k8s_trainjob_yaml(
-            alloc, per_worker_env(env, alloc), name=Path(result.run_dir).name, image=getattr(opts, "image", None),
-            command=["torchrun", script], args=job_args or None,
-            sla_time_s=opt.config.sla.time_max, predicted_time_s=_predicted_job_s(rec)))
-    paths.update(write_live_k8s(run_dir, rec.get("live"), env, name=Path(result.run_dir).name,
-                                command=["python", script, *job_args],
-                                image=getattr(opts, "image", None),
-                                sla_time_s=opt.config.sla.time_max,
-                                predicted_time_s=_predicted_job_s(rec)))
+    shape = _job_shape(opt, result, rec, alloc, env, args, run_dir, opts, profile)
+    # k8s-job.yaml; a data-parallel pick: trainjob.yaml and ray_train_job.py beside it
+    paths.update(write_cluster_outputs(run_dir, shape))
+    paths.update(write_live_k8s(run_dir, rec.get("live"), env, name=shape.name,
+                                command=["python", Path(shape.script).name, *shape.args],
+                                image=shape.image, sla_time_s=shape.sla_time_s,
+                                predicted_time_s=shape.predicted_time_s,
+                                shm=shape.uses_loader_workers))
     paths["recommendation"] = _write_recommendation(run_dir, result, reference, rec, sla_rows)
 
     figs = _figures(plots, result, reference, profile, decisions, sweep, curves, rec, run_dir)
@@ -264,16 +265,6 @@ def _write_recommendation(run_dir: Path, result: Any, reference: TrialSummary,
     path = run_dir / "recommendation.json"
     atomic_write_json(path, body)
     return path
-
-
-def per_worker_env(env: dict[str, str], alloc: Any) -> dict[str, str]:
-    """``env`` with each data-parallel worker's threads: its share of the job's cores."""
-    out = dict(env)
-    threads = str(max(int(alloc.cpus) // max(int(getattr(alloc, "replicas", 1)), 1), 1))
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        if var in out:
-            out[var] = threads
-    return out
 
 
 def _figures(plots: Path, result: Any, reference: TrialSummary, profile: Any,

@@ -29,6 +29,7 @@ from optimizer.search.budget import probes_within
 from optimizer.search.choice import resource_share
 from optimizer.search.goodput.probe_target import loss_target_from_trials
 from optimizer.trials.executors import LocalExecutor, TrialExecutor, TrialRequest
+from optimizer.trials.failures import failing_alike
 from optimizer.trials.records import TrialSummary, summaries_to_frame, write_trials_csv
 from optimizer.trials.sla import calculate_sla_violations
 from optimizer.trials.training import TrainingModuleManager
@@ -159,6 +160,29 @@ def probe_folder(run_dir: str | os.PathLike, index: int, allocation: Allocation)
     return mine
 
 
+def _requests(manager: TrainingModuleManager, allocations: Sequence[Allocation], run_dir: Path,
+              config: OptimizerConfig, probe_seconds: float | None,
+              total_samples: float | None, goodput: bool,
+              ) -> tuple[list[TrialSummary | None], list[TrialRequest], list[int]]:
+    """The recorded trial of each allocation (None: to run), the requests of those to run and
+    their places among the allocations."""
+    out: list[TrialSummary | None] = []
+    requests, slots = [], []
+    for i, alloc in enumerate(allocations):
+        trial_dir = probe_folder(run_dir, i, alloc)
+        out.append(manager.recorded_trial(trial_dir))  # None: not recorded, or stale
+        if out[-1] is None:
+            requests.append(TrialRequest(
+                alloc, trial_dir, probe_seconds=probe_seconds,
+                timeout_s=config.run.trial_timeout_s,
+                monitor_interval=config.run.monitor_interval,
+                total_samples=total_samples or next(
+                    (t.total_samples for t in out if t is not None and t.ok and t.total_samples),
+                    None), until_box=goodput and i == 0))
+            slots.append(i)
+    return out, requests, slots
+
+
 def run_baseline(
     manager: TrainingModuleManager,
     allocations: Sequence[Allocation],
@@ -182,39 +206,38 @@ def run_baseline(
     script's default where allocations leave it unset) runs first, the first such probe for
     its whole time box; the probes of other batch sizes then train until they reach its loss
     (:mod:`optimizer.trials.probe.loss_target`), so that their efficiencies compare training as far.
+
+    Trials that fail alike (:func:`optimizer.trials.failures.failing_alike`: two crashed on
+    the same exception and none gave a rate) stop the baseline there: the rest would fail the
+    same way, and the error says what to try after two runs instead of after all of them.
     """
     run_dir = Path(run_dir)
     executor = executor or LocalExecutor()
-    out: list[TrialSummary | None] = []
-    requests, slots = [], []
     goodput = bool(config.run.goodput and probe_seconds)
-    for i, alloc in enumerate(allocations):
-        trial_dir = probe_folder(run_dir, i, alloc)
-        out.append(manager.recorded_trial(trial_dir))  # None: not recorded, or stale
-        if out[-1] is None:
-            requests.append(TrialRequest(
-                alloc, trial_dir, probe_seconds=probe_seconds,
-                timeout_s=config.run.trial_timeout_s,
-                monitor_interval=config.run.monitor_interval,
-                total_samples=total_samples or next(
-                    (t.total_samples for t in out if t is not None and t.ok and t.total_samples),
-                    None), until_box=goodput and i == 0))
-            slots.append(i)
+    out, requests, slots = _requests(manager, allocations, run_dir, config, probe_seconds,
+                                     total_samples, goodput)
     own = [k for k, i in enumerate(slots)
            if not goodput or allocations[i].batch_size in (None, ref_batch)]
     waves = [own, [k for k in range(len(requests)) if k not in own]]
     bar = tqdm(total=len(requests), desc=f"baseline trials ({executor.name})", unit="trial",
                disable=(quiet or not requests) or None, leave=False)
+    launcher = getattr(manager, "launcher", "python")
+    alike = None
     for n, wave in enumerate(waves):
-        if not wave:
+        if not wave or alike:
             continue
         target = loss_target_from_trials([t for t in out if t is not None], run_dir,
                                          ref_batch) if n else None
         batch = [dataclasses.replace(requests[k], loss_target=target) for k in wave]
-        for j, summary in executor.run(manager, batch, config.resources):
+        running = iter(executor.run(manager, batch, config.resources))
+        for j, summary in running:
             out[slots[wave[j]]] = summary
             bar.set_postfix_str(summary.allocation.key())
             bar.update()
+            alike = failing_alike([t for t in out if t is not None], launcher)
+            if alike:
+                getattr(running, "close", lambda: None)()  # an executor ends its running ones
+                break
     bar.close()
     write_trials_csv(run_dir)
     return [t for t in out if t is not None]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,9 +23,12 @@ import pandas as pd
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import OptimizerConfig
 from optimizer.foundation.memory import right_size_memory
+from optimizer.search.goodput.batch_judge import Judgement, judge, whole_job_seconds
 from optimizer.search.goodput.heldout import (
+    HELDOUT,
     beyond_worse,
     heldout_words,
+    loss_kind,
     trains_as_well,
     trains_worse,
 )
@@ -77,9 +81,7 @@ def objective_table(trials: Sequence[TrialSummary], config: OptimizerConfig,
     """
     rows = []
     evidence = list(trials if evidence is None else evidence)
-    on, ref = getattr(efficiency, "on", False), getattr(efficiency, "ref_batch", None)
-    worse = trains_worse(evidence, ref) if on else {}
-    as_well = trains_as_well(evidence, ref) if on else {}
+    judges = _judges(efficiency, evidence, trials)
     for t in trials:
         seconds = job_time(t) if t.ok else None
         if seconds is None or not np.isfinite(seconds) or seconds <= 0:
@@ -87,22 +89,16 @@ def objective_table(trials: Sequence[TrialSummary], config: OptimizerConfig,
         a = t.allocation
         gb = a.global_batch  # statistical efficiency is the whole step's: per worker x workers
         eff, measured = assured_efficiency(efficiency, gb)
-        confirmed = gb is not None and int(gb) in as_well and eff < 1.0
-        if confirmed:
-            eff = 1.0  # its whole runs reach the own batch's held-out loss: no longer job
-        raw, seconds, epochs = seconds, seconds / max(eff, 1e-9), None
-        job = getattr(efficiency, "job", None)
-        if _set_aside(efficiency, gb, worse, as_well):
-            continue
-        if job is not None and on:
-            seconds, epochs = job.job_seconds(raw, (t.startup_s or 0.0) + (t.exit_s or 0.0),
-                                              eff, gb == efficiency.ref_batch)
-            if not np.isfinite(seconds):
-                continue  # its whole job trains worse, and its length cannot be set
+        confirmed = gb is not None and int(gb) in judges.as_well and eff < 1.0
+        verdict = _verdict(t, seconds, eff, efficiency, judges)
+        if verdict is None or not verdict.kept:
+            continue  # set aside, or its whole job trains less and its length cannot be set
+        seconds = verdict.seconds
         memory = memory_request(t, evidence)[0]
-        rows.append({"efficiency": eff, "efficiency_estimate": measured,
-                     "heldout_confirmed": confirmed,
-                     "raw_job_time_s": raw, "epochs": epochs,
+        rows.append({"efficiency": 1.0 if confirmed else eff, "efficiency_estimate": measured,
+                     "heldout_confirmed": confirmed, "progress": verdict.progress,
+                     "batch_ratio": verdict.batch_ratio, "judged_by": verdict.judged_by,
+                     "raw_job_time_s": verdict.raw, "length": verdict.length,
                      "trial_id": t.trial_id, "started_at": t.started_at or "",
                      "alone": not t.concurrent_with,
                      "gpus": a.gpus, "cpus": a.cpus, "batch_size": a.batch_size,
@@ -116,6 +112,86 @@ def objective_table(trials: Sequence[TrialSummary], config: OptimizerConfig,
         return frame
     frame["objective"] = score(frame, config, preference)
     return frame
+
+
+@dataclass(frozen=True)
+class _Judges:
+    """What every trial's batch is judged against: the batches whose whole runs ended worse
+    or as well (by the loss ``kind``), the job's length knob, and for an efficiency that is
+    off on a job of steps (``blind``), whether only the script's own batch can be kept."""
+
+    worse: dict[int, Any]
+    as_well: dict[int, Any]
+    kind: str
+    job: Any
+    blind: bool
+    own_only: bool
+
+
+def _judges(efficiency: Any, evidence: Sequence[TrialSummary],
+            trials: Sequence[TrialSummary]) -> _Judges:
+    on, ref = getattr(efficiency, "on", False), getattr(efficiency, "ref_batch", None)
+    job = getattr(efficiency, "job", None)
+    # Efficiency off, a job of steps: a batch's whole job is still its own steps' samples, so
+    # batches are compared as making equal progress per sample (the own batch's known) or not
+    # at all (only the script's own batch kept where it ran; nothing to judge the others by).
+    blind = not on and job is not None and job.unit == "steps"
+    return _Judges(trains_worse(evidence, ref) if on else {},
+                   trains_as_well(evidence, ref) if on else {},
+                   loss_kind(evidence, ref) if on else HELDOUT, job, blind,
+                   blind and not ref and any(t.allocation.global_batch is None for t in trials))
+
+
+def _verdict(t: TrialSummary, seconds: float, eff: float, efficiency: Any,
+             judges: _Judges) -> Judgement | None:
+    """How trial ``t`` (its job ``seconds``) is judged; None where its batch is set aside
+    before any job length is considered."""
+    gb = t.allocation.global_batch
+    if _set_aside(efficiency, gb, judges.worse, judges.as_well) or \
+            (judges.own_only and gb is not None):
+        return None
+    if getattr(efficiency, "on", False) or judges.blind:
+        return judge(t, whole_job_seconds(t, seconds, judges.job),
+                     getattr(efficiency, "ref_batch", None) or None, eff, judges.job,
+                     judges.worse, judges.as_well, judges.kind)
+    return Judgement(seconds / max(eff, 1e-9), seconds)
+
+
+def rejected_batches(trials: Sequence[TrialSummary], efficiency: Any,
+                     cheaper_than: float | None = None) -> dict[int, str]:
+    """Why each measured batch that no recommendation may use was set aside (its whole runs
+    ended worse, its whole job makes less training and its length cannot be set, nothing
+    measured how it trains): ``{batch: why}``; with ``cheaper_than``, only batches whose
+    whole job at the script's length costs less than that many dollars."""
+    on, ref = getattr(efficiency, "on", False), getattr(efficiency, "ref_batch", None)
+    if not on:
+        return {}
+    judges = _judges(efficiency, trials, trials)
+    out: dict[int, str] = {}
+    for t in trials:
+        seconds, gb = (job_time(t) if t.ok else None), t.allocation.global_batch
+        if seconds is None or gb is None or int(gb) == ref or int(gb) in out:
+            continue
+        raw = whole_job_seconds(t, seconds, judges.job)
+        if cheaper_than is not None and raw * (t.hourly_cost or 0.0) / 3600 >= cheaper_than:
+            continue
+        verdict = _verdict(t, seconds, assured_efficiency(efficiency, gb)[0], efficiency, judges)
+        if verdict is None:
+            out[int(gb)] = ("nothing measured how it trains"
+                            if getattr(efficiency, "untried_batches", False)
+                            else "its whole runs ended worse, or it lies beyond a batch whose "
+                            "whole runs did")
+        elif not verdict.kept:
+            out[int(gb)] = verdict.why
+    return out
+
+
+def rejected_words(rejected: dict[int, str]) -> str:
+    """One sentence for the report naming each cheaper batch not recommended, and why."""
+    if not rejected:
+        return ""
+    return ("Not recommended although cheaper: " + "; ".join(
+        f"batch {b}: {why}" for b, why in sorted(rejected.items())) + ".")
 
 
 def _set_aside(efficiency: Any, gb: int | None, worse: dict[int, Any],
@@ -155,7 +231,8 @@ def _pool_replicates(frame: pd.DataFrame, config: OptimizerConfig) -> pd.DataFra
         memory = g["memory_gb"].max()
         seconds = float(g["job_time_s"].mean())
         spread = float(g["job_time_s"].std(ddof=1) / seconds) if len(g) > 1 else float("nan")
-        last.update(job_time_s=seconds, memory_gb=memory, mem_gb_peak=g["mem_gb_peak"].max(),
+        raw = float(g["raw_job_time_s"].mean()) if "raw_job_time_s" in g else seconds
+        last.update(job_time_s=seconds, raw_job_time_s=raw, memory_gb=memory, mem_gb_peak=g["mem_gb_peak"].max(),
                     job_cost=seconds * hourly_cost(config, last["gpus"], last["cpus"],
                                                    memory) / 3600,
                     resource_share=resource_share(config, last["gpus"], last["cpus"], memory),
@@ -350,5 +427,5 @@ def goodput_comparison(trials: Sequence[TrialSummary], config: OptimizerConfig,
     if worse:
         out["heldout"] = {"set_aside": {str(b): {"loss": v, "own": own}
                                         for b, (v, own) in worse.items()},
-                          "note": heldout_words(worse)}
+                          "note": heldout_words(worse, loss_kind(trials, ref))}
     return out

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from optimizer.trials.settings.config_args import setting_value
+
 
 @dataclass
 class JobOptions:
@@ -24,6 +26,8 @@ class JobOptions:
     """The flag that sets the script's learning rate (None: it is never changed)."""
     epochs_arg: str | None = None
     """The flag that sets the job's epochs (None: the usual names; see ``job_length``)."""
+    steps_arg: str | None = None
+    """The flag that sets the job's optimizer steps, for a job measured in steps."""
     probe_seconds: float | None = None
     """None: the configuration's; 0: every trial runs to its end."""
     total_samples: float | None = None
@@ -38,7 +42,10 @@ class JobOptions:
     """Container image of the Kubernetes Job (default: a placeholder)."""
     launcher: str | None = None
     """``torchrun``: a data-parallel script, one process per worker; ``python``; None: found
-    from the script (:func:`optimizer.trials.launchers.torchrun.looks_distributed`)."""
+    from the script (:func:`optimizer.trials.launchers.launch_rule.decide_launch`)."""
+    launch_note: str | None = None
+    """Why the script is measured single-process where it has a distributed path (one line
+    for the report's notes; None otherwise)."""
     workers_max: int = 1
     """The most data-parallel workers a torchrun trial runs (``--workers-max``)."""
     live_plan: str = "measure"
@@ -65,6 +72,7 @@ class JobSpec:
     workers_max: int
     lr_arg: str | None
     epochs_arg: str | None
+    steps_arg: str | None
     total_samples: float | None
     """The job's size where given (``--total-samples``); else learned from the trials."""
 
@@ -76,12 +84,21 @@ class JobSpec:
     @classmethod
     def describe(cls, manager: Any, opts: JobOptions) -> JobSpec:
         """The job of ``manager`` (a :class:`~optimizer.trials.training.TrainingModuleManager`
-        whose script is loaded) under the command line's ``opts``."""
+        whose script is loaded) under the command line's ``opts``.
+
+        Raises
+        ------
+        CloudoptError
+            A learning-rate or workers setting in a config file that is missing or lacks the
+            key: said now, not when the setting is first used."""
+        for flag in (opts.lr_arg, manager.workers_arg):
+            if flag:
+                setting_value(list(manager.train_args), getattr(manager, "module", None), flag)
         return cls(train_file=Path(manager.module_path), train_args=tuple(manager.train_args),
                    batch_control=manager.batch_control(),
                    batch_size_arg=manager.batch_size_arg,
                    batch_size_env=manager.batch_size_env,
                    default_batch=manager.default_batch_size(), workers_arg=manager.workers_arg,
                    launcher=manager.launcher, workers_max=int(opts.workers_max or 1),
-                   lr_arg=opts.lr_arg, epochs_arg=opts.epochs_arg,
+                   lr_arg=opts.lr_arg, epochs_arg=opts.epochs_arg, steps_arg=opts.steps_arg,
                    total_samples=opts.total_samples)

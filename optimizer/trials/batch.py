@@ -4,7 +4,7 @@ A trial's batch is the one its allocation set; else the one the script reported 
 or a ``batch_size=N`` line of its output) unless that differs from a settable flag's default
 and is not what the loader served (a printed effective batch: the label stays in the flag's
 units); else the script's own default, read from its source
-(:meth:`optimizer.trials.training.TrainingModuleManager.default_batch_size`); else, for a
+(:func:`script_default_batch`, also where a config file sets it); else, for a
 batch cloudopt cannot set, the samples per optimizer step the in-process probe saw. A script
 whose batch is neither known nor settable is labelled with a nominal 1: its throughput is
 samples per second all the same, and the workload model then keeps the batch fixed.
@@ -12,10 +12,36 @@ samples per second all the same, and the workload model then keeps the batch fix
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from optimizer.trials.output import BATCH_SIZE_PATTERN
 from optimizer.trials.records import TrialSummary
+from optimizer.trials.script_scan import ScriptInfo, env_default
+from optimizer.trials.settings.config_args import SettingValue, setting_value
+
+
+def script_default_batch(script: ScriptInfo, args: Sequence[str], batch_size_arg: str | None,
+                         batch_size_env: str | None) -> SettingValue | None:
+    """The batch size the script runs with when no trial sets one (a whole number in
+    ``value``), and where it comes from, found without running it: the setting
+    ``batch_size_arg`` names as ``args`` pass it (flag, Hydra override, config file: see
+    :func:`~optimizer.trials.settings.config_args.setting_value`), else ``batch_size_env`` as
+    this process passes it on, else the fallback the source reads for that variable
+    (``OPTIMIZER_BATCH_SIZE`` without either option). None when nothing says."""
+    if batch_size_arg:
+        found = setting_value(args, script, batch_size_arg)
+        whole = found.whole(1) if found is not None else None
+        if found is not None and whole is not None:
+            return SettingValue(whole, found.source, found.file)
+    variable = batch_size_env or "OPTIMIZER_BATCH_SIZE"
+    inherited = os.environ.get(variable, "").strip() if batch_size_env else ""
+    if inherited.isdigit() and int(inherited) > 0:  # a default run inherits it
+        return SettingValue(int(inherited), f"{variable} in cloudopt's environment")
+    fallback = env_default(script.tree, variable)
+    return None if fallback is None else SettingValue(
+        fallback, f"the fallback of {variable} in the script's source")
 
 
 def _effective_batch(t: TrialSummary, trial_dir: Path | None = None) -> int | None:

@@ -1,12 +1,16 @@
-"""Why trials gave nothing usable, one line per cause, each with what to do about it."""
+"""Why trials gave nothing usable, one line per cause, each with what to do about it; and
+trials that fail alike under one launcher (:func:`failing_alike`), which stop the baseline
+with the launcher to try instead."""
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
 from optimizer.foundation.errors import CloudoptError
+from optimizer.trials.launchers.launch_rule import backend_error
 from optimizer.trials.launchers.torchrun import rank_stderr
 from optimizer.trials.oom_retry import OutgrewMemory, killed_for_memory, outgrew_message
 from optimizer.trials.records import TrialSummary
@@ -78,17 +82,68 @@ def explain_unusable(trials: Sequence[TrialSummary], probe_seconds: float | None
     return out
 
 
-__all__ = ["cause_of", "explain_unusable"]
+_ERROR_LINE = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))(?::.*)?$")
+_MEMORY = re.compile(r"out of memory|MemoryError", re.I)
+_NO_RANK = re.compile(r"KeyError: '(?:LOCAL_RANK|RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|MASTER_ADDR|"
+                      r"MASTER_PORT)'|environment variable \w+ expected, but not set|"
+                      r"Default process group has not been initialized")
+_DISTRIBUTED = re.compile(r"torch\.distributed|c10d|rendezvous|process group|ProcessGroup",
+                          re.I)
+
+
+def error_line(stderr: str) -> str | None:
+    """The exception a crashed script ended on (``KeyError: 'LOCAL_RANK'``), the ranks' own
+    under torchrun (its failure report left out); None where stderr names none."""
+    text = stderr or ""
+    if "ChildFailedError" in text:
+        cut = text.rfind("Traceback (most recent call last):")
+        text = text[:cut] if cut >= 0 else text.split("ChildFailedError", 1)[0]
+    for line in reversed(text.splitlines()):
+        if _ERROR_LINE.match(line):
+            return line.strip()
+    return None
+
+
+def failing_alike(trials: Sequence[TrialSummary], launcher: str, at_least: int = 2) -> str | None:
+    """One line when at least ``at_least`` trials ran, none usable, and all crashed on the same
+    exception (not out of memory, which another allocation may escape): the rest would fail
+    alike. It names the launcher to try where the exception is the launcher's: a process group
+    or device that cannot start on this backend under torchrun (try python), a rank variable
+    or process group missing under python (try torchrun). None otherwise."""
+    if len(trials) < at_least or any(t.ok and t.throughput for t in trials):
+        return None
+    if not all((t.reason or "").startswith("crash") for t in trials):
+        return None
+    errors = {error_line(t.stderr_tail or "") for t in trials}
+    if len(errors) != 1 or None in errors:
+        return None
+    error = errors.pop()
+    if _MEMORY.search(error):
+        return None
+    tails = " ".join(t.stderr_tail or "" for t in trials)
+    other = None
+    if launcher == "torchrun" and (backend_error(tails) or _DISTRIBUTED.search(error)):
+        other = "python"
+    elif launcher != "torchrun" and _NO_RANK.search(tails):
+        other = "torchrun"
+    line = f"{len(trials)} of {len(trials)} trials under {launcher} failed alike ({error})"
+    return f"{line}: try --launcher {other}" if other else line
+
+
+__all__ = ["cause_of", "error_line", "explain_unusable", "failing_alike"]
 
 
 def no_usable_baseline(train_file: str, baseline: Sequence[TrialSummary],
                        probe_seconds: float | None, timeout_s: float, memory_max: float,
-                       run_dir: Path) -> CloudoptError:
+                       run_dir: Path, launcher: str = "python") -> CloudoptError:
     """The error for a baseline without a usable trial: :class:`OutgrewMemory` when every
-    trial was killed at the largest memory limit on offer, else one line per cause."""
+    trial was killed at the largest memory limit on offer, else one line per cause, after the
+    launcher to try where the trials failed alike under ``launcher`` (:func:`failing_alike`)."""
     if baseline and all(killed_for_memory(t) and t.allocation.memory_gb >= memory_max
                         for t in baseline):
         return OutgrewMemory(outgrew_message(train_file, list(baseline), memory_max, run_dir))
+    alike = failing_alike(baseline, launcher)
     return CloudoptError(f"{train_file}: no baseline trial produced a throughput:\n  "
-                         + "\n  ".join(explain_unusable(baseline, probe_seconds, timeout_s))
+                         + "\n  ".join(([alike] if alike else [])
+                                       + explain_unusable(baseline, probe_seconds, timeout_s))
                          + f"\n  (trial records: {run_dir / 'trials'})")

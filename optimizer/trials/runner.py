@@ -45,6 +45,7 @@ from optimizer.trials.probe.poll import poll_probe
 from optimizer.trials.records import SUMMARY_FILE, TrialSummary, write_trials_csv
 from optimizer.trials.resources import ResourceManager
 from optimizer.trials.script_scan import ScriptInfo
+from optimizer.trials.settings.config_args import with_setting
 
 STDERR_TAIL_CHARS = 4000  # a torchrun failure report alone is about 1,700
 TRIAL_FILES = ("trace.csv", "metrics.csv", "stdout.log", "stderr.log", "probe.jsonl",
@@ -83,25 +84,13 @@ def build_command(info: ScriptInfo, args: Sequence[str]) -> list[str]:
     return [sys.executable, "-c", _BOOT, script, info.entry, *args]
 
 
-def with_flag(args: list[str], flag: str, value: int | str) -> list[str]:
+def with_flag(args: list[str], flag: str, value: int | str, copies: Path | None = None
+              ) -> list[str]:
     """``args`` with ``flag`` set to ``value``, replacing a value already there. ``flag`` is
-    ``--batch-size`` (``--batch-size 128``) or a template (``--bs={}`` gives ``--bs=128``)."""
-    if "{" in flag:
-        token = flag.replace("{batch_size}", str(value)).replace("{}", str(value))
-        prefix = token.split("=", 1)[0] + "="
-        return [a for a in args if not a.startswith(prefix)] + [token]
-    out, skip = [], False
-    for i, a in enumerate(args):
-        if skip:
-            skip = False
-            continue
-        if a == flag:
-            skip = i + 1 < len(args)
-            continue
-        if a.startswith(flag + "="):
-            continue
-        out.append(a)
-    return [*out, flag, str(value)]
+    ``--batch-size`` (``--batch-size 128``), a template (``--bs={}`` gives ``--bs=128``), a
+    Hydra key (``data.bs={}``) or a key of a config file among ``args`` (``cfg.yaml:train.bs``:
+    a copy with it set, written into ``copies``); see :mod:`optimizer.trials.settings.config_args`."""
+    return with_setting(args, flag, value, copies)
 
 
 def prepare_trial_dir(trial_dir: Path) -> Path:

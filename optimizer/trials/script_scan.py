@@ -18,7 +18,6 @@ Everything here works on the source alone; running the script is :mod:`optimizer
 from __future__ import annotations
 
 import ast
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -186,23 +185,6 @@ def _literal_int(node: ast.AST | None, minimum: int = 1) -> int | None:
         value = int(value)
     return (value if isinstance(value, int) and not isinstance(value, bool) and value >= minimum
             else None)
-
-
-def arg_or_default(args: Sequence[str], tree: ast.Module, flag: str,
-                   minimum: int = 1) -> int | None:
-    """The integer a run passes for ``flag``: its value among ``args`` (``--bs 64``,
-    ``--bs=64``), else its literal default in the source; values below ``minimum`` do not
-    count."""
-    name = flag.split("=", 1)[0]
-    for i, arg in enumerate(args):
-        value = None
-        if arg == name and i + 1 < len(args):
-            value = args[i + 1]
-        elif arg.startswith(name + "="):
-            value = arg.split("=", 1)[1]
-        if value is not None and value.strip().isdigit() and int(value) >= minimum:
-            return int(value)
-    return flag_default(tree, flag, minimum=minimum)
 
 
 def flag_default(tree: ast.Module, flag: str, minimum: int = 1) -> int | None:

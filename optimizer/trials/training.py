@@ -49,6 +49,7 @@ from optimizer.foundation.allocation import Allocation, describe_allocation
 from optimizer.foundation.atomic_files import atomic_write_json, read_json
 from optimizer.foundation.config import ResourceConfig
 from optimizer.foundation.errors import CloudoptError
+from optimizer.trials.batch import script_default_batch
 from optimizer.trials.cost import ResourceCostCalculator
 from optimizer.trials.launchers.torchrun import launch_command, launch_environment, rank_failure
 from optimizer.trials.live.session import bill_live_trial, launch_cores, start_controller
@@ -99,11 +100,10 @@ from optimizer.trials.script_scan import (
     ENTRY_NAMES,
     ScriptInfo,
     analyze_source,
-    arg_or_default,
     batch_knobs,
-    env_default,
     load_script,
 )
+from optimizer.trials.settings.config_args import SettingValue, arg_or_default
 
 __all__ = ["BATCH_SIZE_PATTERN", "ENTRY_NAMES", "STDERR_TAIL_CHARS", "RateTracker", "ScriptInfo",
            "TrainingModuleManager", "analyze_source", "describe_allocation", "load_trial_files",
@@ -123,7 +123,8 @@ class TrainingModuleManager:
         Arguments passed through to it (a string is split like a shell would).
     batch_size_arg : str, optional
         For scripts that do not read ``OPTIMIZER_BATCH_SIZE``: the flag that sets their batch
-        size (``--batch_size`` gives ``--batch_size 128``; ``--bs={}`` gives ``--bs=128``).
+        size (``--batch_size`` gives ``--batch_size 128``; ``--bs={}`` gives ``--bs=128``; Hydra
+        keys, config files: :mod:`optimizer.trials.settings.config_args`).
     batch_size_env : str, optional
         For scripts that take their batch size from their own environment variable (cluster
         launchers often set ``BATCH_SIZE``): its name. Each trial sets it.
@@ -159,6 +160,8 @@ class TrainingModuleManager:
         """``torchrun``: a trial runs ``allocation.replicas`` ranks (:mod:`~optimizer.trials.launchers.torchrun`)."""
         """Load the in-process probe into each trial (:mod:`optimizer.trials.probe`);
         ``[run].in_process_probe``."""
+        self.config_copies: Path | None = None
+        """Where copies of config files with a trial's setting go (a ``cfg.yaml:key`` form)."""
         self.module: ScriptInfo | None = None
         self.training_process: subprocess.Popen | None = None
         self.replaced: list[str] = []
@@ -216,21 +219,16 @@ class TrainingModuleManager:
             return f"--batch-size-env {knobs['env'][0]}"
         return None
 
+    def default_batch_setting(self) -> SettingValue | None:
+        """The batch size the script runs with when no trial sets one, and where it comes from
+        (its arguments, a config file, its source: :func:`script_default_batch`)."""
+        return script_default_batch(self.module or self.load_module(), self.train_args,
+                                    self.batch_size_arg, self.batch_size_env)
+
     def default_batch_size(self) -> int | None:
-        """The batch size the script runs with when no trial sets one, found without running
-        it: the flag's value among the script's arguments, else the flag's literal default in
-        the source (argparse, click), else the fallback of ``OPTIMIZER_BATCH_SIZE``."""
-        info = self.module or self.load_module()
-        if self.batch_size_arg:
-            found = self._flag_default(self.batch_size_arg, minimum=1)
-            if found is not None:
-                return found
-        if self.batch_size_env:
-            inherited = os.environ.get(self.batch_size_env, "").strip()
-            if inherited.isdigit() and int(inherited) > 0:  # a default run inherits it
-                return int(inherited)
-            return env_default(info.tree, self.batch_size_env)
-        return env_default(info.tree, "OPTIMIZER_BATCH_SIZE")
+        """:meth:`default_batch_setting`'s number, or None."""
+        found = self.default_batch_setting()
+        return None if found is None else found.value
 
     def default_workers(self) -> int | None:
         """The data-loader workers the script runs with when no trial sets them (the flag's
@@ -239,8 +237,7 @@ class TrainingModuleManager:
         return self._flag_default(self.workers_arg, minimum=0) if self.workers_arg else None
 
     def _flag_default(self, flag: str, minimum: int) -> int | None:
-        return arg_or_default(self.train_args, (self.module or self.load_module()).tree, flag,
-                              minimum)
+        return arg_or_default(self.train_args, self.module or self.load_module(), flag, minimum)
 
     def script_digest(self) -> str:
         """SHA-256 of the script's source: a trial of another version is not reused."""
@@ -295,9 +292,9 @@ class TrainingModuleManager:
         and the script (what a Kubernetes Job's ``args`` holds)."""
         args = list(self.train_args)
         if self.batch_control() == "flag" and allocation.batch_size is not None:
-            args = with_flag(args, self.batch_size_arg, allocation.batch_size)
+            args = with_flag(args, self.batch_size_arg, allocation.batch_size, self.config_copies)
         if self.workers_arg and allocation.workers is not None:
-            args = with_flag(args, self.workers_arg, allocation.workers)
+            args = with_flag(args, self.workers_arg, allocation.workers, self.config_copies)
         return args
 
     # -- running -------------------------------------------------------------------------

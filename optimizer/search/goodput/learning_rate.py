@@ -15,7 +15,6 @@ the report says the batch change keeps it.
 from __future__ import annotations
 
 import math
-import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from optimizer.search.loop.port import SearchPort
 from optimizer.trials.probe import EVENTS_FILE, read_probe
 from optimizer.trials.records import TrialSummary
 from optimizer.trials.runner import with_flag
-from optimizer.trials.script_scan import flag_float_default
+from optimizer.trials.settings.config_args import parse_form, setting_value
 from optimizer.trials.training import TrainingModuleManager
 
 RULES = {"linear": lambda ratio: ratio, "square root": math.sqrt}
@@ -34,31 +33,26 @@ MIN_POINTS = 4
 
 
 def script_lr(manager: Any, flag: str) -> tuple[float | None, str]:
-    """The learning rate the script runs with: ``flag`` in its arguments, else the flag's
+    """The learning rate the script runs with: ``flag``'s value as its arguments pass it (a
+    flag, a Hydra override, a config file's key: :func:`setting_value`), else the flag's
     literal default in its source; (None, why) when neither says."""
-    args = list(manager.train_args)
-    for i, a in enumerate(args):
-        name, _, value = a.partition("=")
-        if name == flag:
-            value = value or (args[i + 1] if i + 1 < len(args) else "")
-            try:
-                return float(value), f"{flag} in the script's arguments"
-            except ValueError:
-                return None, f"{flag} {value!r} in the script's arguments is not a number"
-    info = getattr(manager, "module", None)
-    default = flag_float_default(info.tree, flag) if info is not None else None
-    if default is None:
+    found = setting_value(list(manager.train_args), getattr(manager, "module", None), flag)
+    if found is None:
         return None, f"no numeric default of {flag} in the script's source"
-    return default, f"the default of {flag} in the script's source"
+    if found.number is None or found.number <= 0:
+        return None, f"{flag} {found.value!r} ({found.source}) is not a number"
+    return float(found.number), found.source
 
 
 def _with_lr(manager: Any, flag: str, lr: float) -> TrainingModuleManager:
     """A manager for the same script whose runs get ``flag lr`` (replacing a given one)."""
     twin = TrainingModuleManager(manager.module_path,
-                                 with_flag(list(manager.train_args), flag, f"{lr:.6g}"),
+                                 with_flag(list(manager.train_args), flag, f"{lr:.6g}",
+                                           getattr(manager, "config_copies", None)),
                                  manager.batch_size_arg, manager.batch_size_env,
                                  manager.workers_arg)
     twin.in_process_probe = manager.in_process_probe
+    twin.config_copies = getattr(manager, "config_copies", None)
     twin.module = manager.module
     return twin
 
@@ -152,10 +146,12 @@ def _decide(runs: dict[str, dict[str, Any]], flag: str, lr: float, batch: int,
 
 
 def lr_args(flag: str | None, decision: dict[str, Any]) -> list[str]:
-    """The arguments that carry the decision into the Job's command (none when kept)."""
-    if not flag or not decision.get("rule"):
+    """The arguments that carry the decision into the Job's command (none when kept), in the
+    flag's own form (``--lr 0.04``, ``--lr=0.04``, ``optim.lr=0.04``). A key of a config file
+    (``cfg.yaml:optim.lr``) gives none: appended arguments cannot change a file."""
+    if not flag or not decision.get("rule") or parse_form(flag).kind == "file":
         return []
-    return shlex.split(f"{flag} {decision['lr']:.6g}")
+    return with_flag([], flag, f"{decision['lr']:.6g}")
 
 
 __all__ = ["lr_args", "script_lr", "tune_learning_rate"]

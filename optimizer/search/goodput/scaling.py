@@ -28,6 +28,7 @@ from optimizer.foundation.allocation import Allocation, describe_allocation
 from optimizer.search.budget import runoff_reserve
 from optimizer.search.choice import hourly_cost, objective_table
 from optimizer.search.loop.state import Proposal, SearchState, drive, sweep_row
+from optimizer.trials.launchers.launch_rule import backend_error
 from optimizer.trials.records import TrialSummary, job_time
 
 PREFIX = "replicas"
@@ -70,7 +71,9 @@ def scaled_settings(best: Allocation, levels: Sequence[int],
 
 class ScalingSweep:
     """The best measured one-worker setting at :func:`scaled_settings`, one per proposal; none
-    for a script not launched by torchrun or with ``--workers-max`` 1."""
+    for a script not launched by torchrun or with ``--workers-max`` 1, and none after a
+    multi-worker trial failed on the distributed backend (:func:`backend_fallback`): the
+    others would fail alike, and the search goes on with one worker."""
 
     name = PROPOSER
 
@@ -78,7 +81,22 @@ class ScalingSweep:
         self.queue = _proposals(state)
 
     def propose(self, state: SearchState) -> Proposal | None:
+        if backend_fallback(state.trials) is not None:
+            self.queue.clear()
         return self.queue.pop(0) if self.queue else None
+
+
+def backend_fallback(trials: Sequence[TrialSummary]) -> str | None:
+    """The note for a multi-worker trial that failed on the distributed backend
+    (:func:`optimizer.trials.launchers.launch_rule.backend_error`): the workers were not
+    measured further and the job is chosen among one-worker settings; None where none did."""
+    for t in trials:
+        why = None if t.ok or t.allocation.replicas < 2 else backend_error(t.stderr_tail or "")
+        if why is not None:
+            return (f"measured single-process: the {t.allocation.replicas}-worker trial "
+                    f"{t.trial_id} failed on the distributed backend ({why}), so no more "
+                    "workers were tried")
+    return None
 
 
 def _proposals(state: SearchState) -> list[Proposal]:
@@ -215,5 +233,5 @@ def scaling_curve(model: Any, best: Allocation, trials: Sequence[TrialSummary],
             "modelled": modelled, "measured": measured}
 
 
-__all__ = ["PREFIX", "PROPOSER", "ScalingSweep", "fit_sync", "replica_levels",
-           "scaled_settings", "scaling_curve", "sweep_replicas", "sync_points"]
+__all__ = ["PREFIX", "PROPOSER", "ScalingSweep", "backend_fallback", "fit_sync",
+           "replica_levels", "scaled_settings", "scaling_curve", "sweep_replicas", "sync_points"]

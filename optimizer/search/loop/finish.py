@@ -23,9 +23,15 @@ from optimizer.search.choice import (
     goodput_comparison,
     memory_entry,
     recommended_allocation,
+    rejected_batches,
+    rejected_words,
     same_setting,
 )
-from optimizer.search.goodput.job_length import figures_words, job_length_decision
+from optimizer.search.goodput.job_length import (
+    JobLength,
+    figures_words,
+    job_length_decision,
+)
 from optimizer.search.goodput.learning_rate import lr_args, tune_learning_rate
 from optimizer.search.goodput.scaling import PROPOSER as SCALING
 from optimizer.search.goodput.scaling import scaling_curve, sweep_replicas
@@ -101,9 +107,14 @@ def recommendation(state: SearchState, final: TrialSummary, best_row: dict[str, 
     allocation = recommended_allocation(final, trials, job.batch_settable)
     from_plan = state.proposer.get(final.trial_id) or None
     goodput = goodput_comparison(trials, cfg, preference, final, eff)
-    job_length = job_length_decision(getattr(eff, "job", None), best_row, eff)
+    length_knob = eff.job if eff is not None else None
+    job_length = job_length_decision(length_knob, best_row, eff)
     if job_length:
         notes.append(job_length["note"])
+        rejected = rejected_batches(trials, eff, float(best_row["job_cost"]))
+        job_length["rejected"] = {str(b): why for b, why in rejected.items()}
+        if rejected:
+            notes.append(rejected_words(rejected))
     learning_rate = _learning_rate(state, final, goodput)
     if goodput.get("note"):
         notes.append(goodput["note"])
@@ -115,7 +126,7 @@ def recommendation(state: SearchState, final: TrialSummary, best_row: dict[str, 
         search["budget_note"] = port.budget.note
     table = standings(trials, block, cfg, preference, eff)
     choice = choice_words(preference, allocation, best_row, measured["time_is"], from_plan,
-                          block, table, trials)
+                          block, table, trials, length_knob)
     notes += [choice, search["note"]]
     return SearchRecommendation(
         plan=plan, allocation=allocation, agent=from_plan or "baseline-trial",
@@ -146,6 +157,8 @@ def _measured_figures(final: TrialSummary, best_row: dict[str, Any]) -> dict[str
             "time_is": "measured" if final.status == "completed" else
             "predicted from a probe",
             "efficiency": float(best_row.get("efficiency", 1.0)),
+            "progress": float(best_row.get("progress", 1.0)),
+            "judged_by": str(best_row.get("judged_by") or ""),
             "whole_job_s": float(best_row.get("raw_job_time_s", best_row["job_time_s"]))}
 
 
@@ -189,7 +202,7 @@ def _live(state: SearchState, allocation: Allocation) -> dict[str, Any] | None:
 
 def choice_words(preference: Any, allocation: Allocation, row: dict[str, Any], time_is: str,
                  from_plan: str | None, block: Sequence[str], table: list[dict[str, Any]],
-                 trials: Sequence[TrialSummary]) -> str:
+                 trials: Sequence[TrialSummary], job: JobLength | None = None) -> str:
     """The final choice as a person reads it: the setting in words with the job's dollars and
     seconds there, and how it won (the run-off's rivals likewise); the trial ids and objectives
     stay in ``final_trial`` and ``runoff_standings``."""
@@ -200,7 +213,7 @@ def choice_words(preference: Any, allocation: Allocation, row: dict[str, Any], t
     how = (time_is + (f", mean of {runs} runs" if runs > 1 else "")
            + (f", standard deviation {spread:.1%}" if shown else ""))
     figures = figures_words(row, job_words(row["job_cost"], row["job_time_s"]),
-                            job_words(row["job_cost"], row["job_time_s"], whole=False))
+                            job_words(row["job_cost"], row["job_time_s"], whole=False), job)
     head = (f"the best measured setting for {_preference_words(preference)} is "
             f"{describe_allocation(allocation, gpus=gpus)}: {figures} ({how}; "
             f"{'proposed by ' + from_plan if from_plan else 'a baseline setting'})")

@@ -104,6 +104,19 @@ def job_task() -> Any:
         num_cpus=0, name="cloudopt-ddp-trial", runtime_env={"env_vars": JOB_ENV})
 
 
+def scaling_config(config_class: Any, alloc: Allocation,
+                   per_worker: Mapping[str, float]) -> Any:
+    """Ray Train's ``ScalingConfig`` for ``alloc``'s ranks. Train V1 gives its trainer actor
+    a CPU unless told otherwise (:data:`V1_TRAINER`); V2, Ray's default, has no such actor and
+    refuses the field, which is how the two are told apart with public API only."""
+    fields = {"num_workers": alloc.replicas, "use_gpu": alloc.gpus > 0,
+              "resources_per_worker": dict(per_worker)}
+    try:
+        return config_class(**fields, **V1_TRAINER)
+    except (DeprecationWarning, TypeError, ValueError):
+        return config_class(**fields)
+
+
 class Mailbox:
     """Where the ranks leave their results (a Ray actor made by :func:`run_job`)."""
 
@@ -126,7 +139,6 @@ def run_job(spec: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
     import ray
     from ray.train import FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
-    from ray.train.v2._internal.constants import is_v2_enabled
 
     alloc = Allocation(**request["allocation"])
     mailbox = ray.remote(num_cpus=0)(Mailbox).remote()
@@ -135,9 +147,7 @@ def run_job(spec: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
         trainer = TorchTrainer(
             train_loop, train_loop_config={"spec": spec, "request": request,
                                            "mailbox": mailbox},
-            scaling_config=ScalingConfig(num_workers=alloc.replicas, use_gpu=alloc.gpus > 0,
-                                         resources_per_worker=request["per_worker"],
-                                         **({} if is_v2_enabled() else V1_TRAINER)),
+            scaling_config=scaling_config(ScalingConfig, alloc, request["per_worker"]),
             # gloo even beside GPUs: NCCL would hold GPU memory in each worker while it runs
             torch_config=TorchConfig(backend="gloo"),
             run_config=RunConfig(name=request["name"], storage_path=storage,
@@ -325,6 +335,10 @@ def whole_job(s: TrialSummary, allocation: Allocation, ranks: Mapping[int, dict[
         scale = merged.samples / alone.samples
         s.samples, s.throughput = s.samples * scale, s.throughput * scale
     s.allocation = allocation
+    # Each rank's own peak, rank 0 first, before they are summed: rank 0 (evaluation,
+    # checkpoints) often holds more, and a node per rank is sized from its own.
+    s.model_info["rank_mem_gb_peak"] = [s.mem_gb_peak] + [
+        o.mem_gb_peak if o is not None else 0.0 for o in others]
     for f in ("cpu_cores_mean", "cpu_cores_peak", "mem_gb_mean", "mem_gb_peak"):
         setattr(s, f, getattr(s, f) + sum(getattr(o, f) for o in others if o is not None))
     gpu = [o.gpu_mem_gb_peak for o in [s, *others] if o is not None and o.gpu_mem_gb_peak]

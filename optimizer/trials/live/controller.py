@@ -288,9 +288,17 @@ class Controller(threading.Thread):
         """Give the job the largest allocation (:attr:`largest`): the most cores, and the
         most memory where memory is limited or requested (never a limit the job did not
         have). ``lock_timeout``: how long to wait for a decision under way (None: as long
-        as it takes); past it, restore anyway, since a hung decision must not hold the job
-        small."""
+        as it takes); past it, the resize under way is cancelled (``live.cancel_pending``)
+        and its call in flight waited for (``live.patch_timeout_s``), so the restore's patch
+        lands after it, never under it; then restore anyway, since a hung decision must not
+        hold the job small."""
         acquired = self._lock.acquire(timeout=-1 if lock_timeout is None else lock_timeout)
+        if not acquired:
+            cancel = getattr(self.live, "cancel_pending", None)
+            if cancel is not None:
+                cancel()
+            acquired = self._lock.acquire(
+                timeout=float(getattr(self.live, "patch_timeout_s", 0.0)))
         try:
             memory = self.held.memory_gb
             unlimited = self.governor is not None and not self.governor.had_limit

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -36,6 +37,9 @@ from optimizer.trials.live.pod_spec import container_of, pod_requests, resize_pa
 
 KEPT = ("infeasible", "failed")
 """Outcomes after which the container still has its old requests."""
+CANCELLED = "cancelled"
+"""A resize a restore took over (:meth:`PodResizer.cancel`): its patch went out, nothing
+after it (status reads, a put-back, threads) is done."""
 _UNSETTLED = ("deferred", "in-progress", "sent")
 
 
@@ -84,6 +88,16 @@ class PodResizer:
         self.requests: dict[str, str] | None = None
         """The spec's requests as last patched (None until read or patched)."""
         self._seq = 0
+        self._calls = threading.Lock()
+        """One kubectl call at a time: a restore's patch reaches the API server after the
+        patch in flight, never before it (the later patch is the one that holds)."""
+        self._generation = 0
+
+    def cancel(self) -> None:
+        """Stop the resize under way after its kubectl call in flight: a restore takes over
+        (the watchdog, the process exiting), and a status read, put-back or thread change
+        of the old resize must not land after it."""
+        self._generation += 1
 
     def now(self) -> float:
         return round(time.monotonic() - self.t0, 3)
@@ -99,6 +113,7 @@ class PodResizer:
         """As :meth:`resize`; None keeps that resource's request as it is."""
         change = Change(self.now(), cause, phase, memory_request_gb=memory_gb,
                         status="failed")
+        generation = self._generation
         try:
             if self.limits is None or self.requests is None:
                 spec = container_of(self._get(), self.container, "spec")
@@ -116,10 +131,16 @@ class PodResizer:
             change.skipped.append(str(exc))
             return self._done(change, log)
         self.requests = dict(change.requests)
-        change.status, message, pod = self._settle(change)
+        if generation != self._generation:
+            change.status = CANCELLED
+            change.skipped.append("patched; a restore took over before its status was read")
+            return self._done(change, log)
+        change.status, message, pod = self._settle(change, generation)
         if message:
             change.skipped.append(message)
-        if change.status == "infeasible":
+        if change.status == CANCELLED:
+            change.skipped.append("a restore took over while its status was read")
+        elif change.status == "infeasible":
             self._keep(change, pod, before)
         elif cpus is not None and self.control_file is not None:
             self._seq += 1
@@ -128,11 +149,14 @@ class PodResizer:
                                                   "seq": self._seq})
         return self._done(change, log)
 
-    def _settle(self, change: Change) -> tuple[str, str, dict[str, Any] | None]:
+    def _settle(self, change: Change, generation: int | None = None
+                ) -> tuple[str, str, dict[str, Any] | None]:
         state, message, pod = "sent", "", None
         for attempt in range(self.retries + 1):
             if attempt:
                 self.sleep(self.interval_s)
+            if generation is not None and generation != self._generation:
+                return CANCELLED, "", pod
             try:
                 pod = self._get()
             except KubectlError as exc:
@@ -176,8 +200,9 @@ class PodResizer:
     def _kubectl(self, *args: str) -> str:
         cmd = [self.kubectl, *args]
         try:
-            proc = self.runner(cmd, capture_output=True, text=True, timeout=self.timeout_s,
-                               check=False)
+            with self._calls:
+                proc = self.runner(cmd, capture_output=True, text=True,
+                                   timeout=self.timeout_s, check=False)
         except (OSError, subprocess.SubprocessError) as exc:
             raise KubectlError(f"kubectl {args[0]}: cannot run {self.kubectl!r}: {exc}") from None
         if proc.returncode != 0:
@@ -216,6 +241,15 @@ class ResizingTrial:
     def had_limit(self) -> bool:
         return self.live.had_limit
 
+    @property
+    def patch_timeout_s(self) -> float:
+        """The longest a resize's kubectl call in flight can take (kubectl's time box)."""
+        return self.resizer.timeout_s + 1.0
+
+    def cancel_pending(self) -> None:
+        """A restore takes over: the resize under way stops after its call in flight."""
+        self.resizer.cancel()
+
     def enforced_limit_gb(self) -> float | None:
         return self.live.enforced_limit_gb()
 
@@ -252,7 +286,7 @@ class ResizingTrial:
                                         log=False)
         if note:
             change.skipped.insert(0, note)
-        if change.status not in KEPT:
+        if change.status not in (*KEPT, CANCELLED):
             change.tasks, skipped = set_tree_affinity(self.live.root_pid, cores)
             change.cpus = cores
             change.skipped += skipped
@@ -272,4 +306,4 @@ class ResizingTrial:
         return self.live.set_memory_limit(gb, cause=cause, phase=phase)
 
 
-__all__ = ["KEPT", "KubectlError", "PodResizer", "ResizingTrial"]
+__all__ = ["CANCELLED", "KEPT", "KubectlError", "PodResizer", "ResizingTrial"]

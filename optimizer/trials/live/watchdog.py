@@ -6,7 +6,9 @@ The controller restores the plan's largest allocation itself when it leaves its 
 job still held small), nor one stuck in a call that never returns (a decider waiting on a
 lock, kubectl past its timeout): a later, larger stage of the job would then be killed at the
 last stage's memory limit, or run on the last stage's cores. The watchdog is a second thread
-that notices either, from outside the controller, and restores.
+that notices either, from outside the controller, and restores. A resize the controller has
+in flight is cancelled and waited for first (:meth:`Controller.restore_largest`): a patch
+that reached the API server after the restore's would hold the job small again.
 """
 
 from __future__ import annotations

@@ -14,6 +14,9 @@ from optimizer.trials.probe.events import ProbeRecord
 
 MIN_STEPS = 3
 """Fewer optimizer steps than this measure nothing: the figures come from other sources."""
+FINAL_SHARE, FINAL_READINGS = 0.1, 5
+"""A whole run's final training loss is the mean of its readings over the last tenth of its
+steps, and of at least five readings."""
 PRINTED_GAP = 0.05
 """A printed rate further than this from the probe's is shown beside it."""
 MIN_WINDOW_S = 0.2
@@ -60,6 +63,8 @@ def probe_figures(record: ProbeRecord | None, tree: ast.Module | None, train_arg
     if record.losses:
         info["loss_first"], info["loss_last"] = record.losses[0][2], record.losses[-1][2]
         info["loss_samples"] = len(record.losses)
+        if status == "completed":
+            info.update(final_training_loss(record))
     loader = record.train_loader
     if loader is not None:
         info.update(dataset_len=loader.get("dataset_len"), train_epochs=loader["train_epochs"],
@@ -102,6 +107,25 @@ def probe_figures(record: ProbeRecord | None, tree: ast.Module | None, train_arg
             out.total_samples = record.job_samples(found[0])
             out.total_source = "probe: dataset x epochs"
     return out
+
+
+def final_training_loss(record: ProbeRecord) -> dict[str, float]:
+    """A whole run's training loss at its end, smoothed: the mean of the loss readings over its
+    last :data:`FINAL_SHARE` of steps (at least :data:`FINAL_READINGS` of them), with its
+    standard error. One batch's loss is noise (a batch of 4 swings by 10%); a script that
+    prints no held-out loss is judged by this (:mod:`optimizer.search.goodput.heldout`).
+    Empty with fewer readings than that."""
+    rows = [(s, v) for s, _, v in record.losses if np.isfinite(v)]
+    if len(rows) < FINAL_READINGS:
+        return {}
+    last = rows[-1][0]
+    tail = [v for s, v in rows if s >= (1.0 - FINAL_SHARE) * last]
+    if len(tail) < FINAL_READINGS:
+        tail = [v for _, v in rows[-FINAL_READINGS:]]
+    values = np.asarray(tail, dtype=float)
+    se = float(values.std(ddof=1) / np.sqrt(len(values)))
+    return {"loss_final": round(float(values.mean()), 6), "loss_final_se": round(se, 6),
+            "loss_final_readings": len(values)}
 
 
 def same_windows(record: ProbeRecord, windows: Sequence[tuple[float, float, bool]]

@@ -267,15 +267,16 @@ def _check_control(s, torch, force=False):
     s.control_mtime = mtime
     with open(s.control, encoding="utf-8") as fh:
         order = json.load(fh)
-    cores = order.get("cpus")
-    if isinstance(cores, list) and cores and hasattr(os, "sched_getaffinity") \
-            and os.sched_getaffinity(0) != set(cores):
-        # Where the controller's pinning raced this process's own after loading torch.
-        import _cloudopt_probe_load as load
+    if not isinstance(order, dict):
+        return
+    import _cloudopt_probe_load as load
 
-        load.pin_own_threads(set(cores))
+    cores = load._cores(order.get("cpus"))
+    if cores and hasattr(os, "sched_getaffinity") and os.sched_getaffinity(0) != cores:
+        # Where the controller's pinning raced this process's own after loading torch.
+        load.pin_own_threads(cores)
     n = order.get("num_threads")
-    if isinstance(n, int) and n >= 1:
+    if type(n) is int and n >= 1:
         # Never more threads than cores the process may run on: a control file is input.
         n = min(n, len(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else n
         # Called from the training thread: OpenMP's thread count is per calling thread.
@@ -403,7 +404,10 @@ class _TorchFinder(importlib.abc.MetaPathFinder):
             try:
                 original(module)
             finally:
-                load.restore(token)
+                try:
+                    load.restore(token)
+                except Exception:  # noqa: BLE001 - the script's import torch must not fail
+                    token = None
             try:
                 _install(module)
                 if token is not None:  # no more threads than the cores it is back on

@@ -16,15 +16,26 @@ import os
 
 
 def _control():
+    """The control file's order, or {} for anything else: the file is input, and whatever it
+    holds (any JSON, half a write, bytes, a folder) must not fail the job's ``import torch``."""
     path = os.environ.get("CLOUDOPT_PROBE_CONTROL")
     if not path:
         return {}
     try:
         with open(path, encoding="utf-8") as fh:
             order = json.load(fh)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
     return order if isinstance(order, dict) else {}
+
+
+def _cores(value):
+    """``value`` as a set of CPU numbers, or None unless it is a non-empty list of them."""
+    if not isinstance(value, list) or not value:
+        return None
+    if not all(type(c) is int and 0 <= c < 1 << 16 for c in value):  # bool is not a CPU
+        return None
+    return set(value)
 
 
 def widen():
@@ -53,8 +64,12 @@ def restore(token):
         return
     before, seq = token
     order = _control()
-    cores = order.get("cpus") if order.get("seq") != seq else None
-    pin_own_threads(set(cores) if isinstance(cores, list) and cores else before)
+    try:
+        moved = order.get("seq") != seq
+    except Exception:  # noqa: BLE001 - a seq whose comparison raises: taken as unmoved
+        moved = False
+    cores = _cores(order.get("cpus")) if moved else None
+    pin_own_threads(cores or before)
 
 
 def pin_own_threads(cores):
@@ -67,5 +82,5 @@ def pin_own_threads(cores):
     for tid in tids:
         try:
             os.sched_setaffinity(tid, cores)
-        except (OSError, ValueError):
+        except (OSError, ValueError, TypeError, OverflowError):
             continue
