@@ -190,6 +190,9 @@ def test_whole_runs_are_judged_by_their_smoothed_training_loss():
     assert set(trains_worse(runs, 64)) == {4}
     # as well only beyond twice the standard error of the difference: 16's mean is too noisy
     assert set(trains_as_well(runs, 64)) == {32}
+    why = rejected_batches(runs, _Eff({4: 7.76}, JobLength(None, 300.0, unit="steps")))
+    assert why[4] == ("its whole runs ended at a training loss over the last tenth of steps "
+                      "of 2.626 against the own batch's 2.504")
     # a printed held-out loss decides over the training loss where the own batch has one
     held = [_trial("own", 64, 12.0, loss=2.5), _trial("small", 4, 5.0, loss=2.9)]
     held[0].model_info["heldout_loss"], held[1].model_info["heldout_loss"] = 1.0, 1.0

@@ -177,13 +177,25 @@ def rejected_batches(trials: Sequence[TrialSummary], efficiency: Any,
             continue
         verdict = _verdict(t, seconds, assured_efficiency(efficiency, gb)[0], efficiency, judges)
         if verdict is None:
-            out[int(gb)] = ("nothing measured how it trains"
-                            if getattr(efficiency, "untried_batches", False)
-                            else "its whole runs ended worse, or it lies beyond a batch whose "
-                            "whole runs did")
+            out[int(gb)] = _set_aside_words(int(gb), efficiency, judges)
         elif not verdict.kept:
             out[int(gb)] = verdict.why
     return out
+
+
+def _set_aside_words(batch: int, efficiency: Any, judges: _Judges) -> str:
+    """Why :func:`_set_aside` left ``batch`` out, with the losses where whole runs decided."""
+    if getattr(efficiency, "untried_batches", False):
+        return "nothing measured how it trains"
+    loss = HELDOUT if judges.kind == HELDOUT else "training loss over the last tenth of steps"
+    if batch in judges.worse:
+        v, own = judges.worse[batch]
+        return f"its whole runs ended at a {loss} of {v:.4g} against the own batch's {own:.4g}"
+    if judges.own_only:
+        return "the script's own batch is unknown, so nothing says how much it trains"
+    near = min(judges.worse, key=lambda w: abs(w - batch), default=None)
+    return (f"it lies beyond batch {near}, whose whole runs ended at a worse {loss}"
+            if near is not None else "set aside")
 
 
 def rejected_words(rejected: dict[int, str]) -> str:
