@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 import pytest
+from test_job_length import _Eff
 
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import OptimizerConfig
@@ -124,18 +125,6 @@ def _trial(name, batch, seconds, status="completed", *, per_step=None, loss=None
                         samples=300.0 * batch, throughput=300.0 * batch / (seconds - 2.5),
                         total_samples=300.0 * 64, predicted_total_time_s=seconds,
                         hourly_cost=0.04, startup_s=2.0, exit_s=0.5, probe=probe)
-
-
-class _Eff:
-    """An efficiency as the search carries it: on, the script's batch, a value per batch."""
-
-    on, ref_batch = True, 64
-
-    def __init__(self, values, job):
-        self.values, self.job = values, job
-
-    def __call__(self, batch):
-        return self.values.get(batch, 1.0)
 
 
 def test_issue_76_the_small_batch_at_the_same_steps_is_never_recommended():
