@@ -195,6 +195,7 @@ class CloudResourceOptimizer:
         manager.config_copies = run_dir / "configs"  # a cfg.yaml:key form's per-value copies
         launch = decide_launch(opts.launcher, manager.load_module().source)
         manager.launcher, launch_note = launch.launcher, opts.launch_note or launch.note
+        manager.launch_required = launch.required
         if not launch.workers:  # a 2-worker trial would not start here (launch_rule)
             opts = dataclasses.replace(opts, workers_max=1)
         if launch_note:

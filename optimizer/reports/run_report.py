@@ -32,6 +32,7 @@ from optimizer.reports.plots import (
 from optimizer.reports.render import Report, dollars, fmt, format_value
 from optimizer.reports.scaling import plot_scaling, scaling_section
 from optimizer.reports.sources import sources_section
+from optimizer.trials.launchers.torchrun import under_torchrun
 from optimizer.trials.phase_profile import phase_needs
 from optimizer.trials.records import TrialSummary, iter_trials, job_cost, job_time
 from optimizer.trials.resources import ResourceManager
@@ -75,7 +76,9 @@ def _job_shape(opt: Any, result: Any, rec: dict[str, Any], alloc: Allocation,
     ranks = (final.model_info or {}).get("rank_mem_gb_peak") if final is not None else None
     return JobShape(
         alloc, env, name=Path(result.run_dir).name, script=script, args=list(job_args),
-        launcher=getattr(mgr, "launcher", "python") if mgr is not None else "python",
+        # as the trials ran it: torchrun for several workers, one only where it is required
+        launcher="torchrun" if mgr is not None and under_torchrun(
+            mgr.launcher, alloc.replicas, mgr.launch_required) else "python",
         loader_workers=workers, workers_flag=getattr(mgr, "workers_arg", None),
         rank_peaks_gb=list(ranks) if ranks else None, memory_bounds_gb=(peak, top),
         cpu_bounds=(round(used, 1), opt.config.resources.cpu_count_max),

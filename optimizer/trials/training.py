@@ -51,7 +51,7 @@ from optimizer.foundation.config import ResourceConfig
 from optimizer.foundation.errors import CloudoptError
 from optimizer.trials.batch import script_default_batch
 from optimizer.trials.cost import ResourceCostCalculator
-from optimizer.trials.launchers.torchrun import launch_command, launch_environment, rank_failure
+from optimizer.trials.launchers import torchrun
 from optimizer.trials.live.session import bill_live_trial, launch_cores, start_controller
 from optimizer.trials.monitor import CSVMonitor
 from optimizer.trials.output import (
@@ -156,8 +156,8 @@ class TrainingModuleManager:
         self.batch_size_env = batch_size_env or None
         self.workers_arg = workers_arg or None
         self.in_process_probe = True
-        self.launcher = "python"
-        """``torchrun``: a trial runs ``allocation.replicas`` ranks (:mod:`~optimizer.trials.launchers.torchrun`)."""
+        self.launcher, self.launch_required = "python", False
+        """``torchrun``: a trial of 2+ workers runs its ranks under it (:mod:`~optimizer.trials.launchers.torchrun`); of 1, only where ``launch_required``."""
         """Load the in-process probe into each trial (:mod:`optimizer.trials.probe`);
         ``[run].in_process_probe``."""
         self.config_copies: Path | None = None
@@ -285,7 +285,8 @@ class TrainingModuleManager:
         """The command line of a run: the script, its arguments, the batch-size flag and the
         workers' flag (where the allocation sets them)."""
         cmd = build_command(self.module or self.load_module(), self.run_args(allocation))
-        return launch_command(cmd, allocation.replicas) if self.launcher == "torchrun" else cmd
+        ranked = torchrun.under_torchrun(self.launcher, allocation.replicas, self.launch_required)
+        return torchrun.launch_command(cmd, allocation.replicas) if ranked else cmd
 
     def run_args(self, allocation: Allocation) -> list[str]:
         """The script's arguments for ``allocation``: :meth:`command` without the interpreter
@@ -382,10 +383,10 @@ class TrainingModuleManager:
             # a loop without a DataLoader shows the probe no batch: this one counts a step
             env["CLOUDOPT_PROBE_BATCH"] = str(int(probe_batch))
         cpus = sorted(cpu_ids) if cpu_ids is not None else cpu_affinity_set(allocation.cpus)
-        if self.launcher == "torchrun":
-            env = launch_environment(env, cpus, allocation.replicas)
+        ranked = torchrun.under_torchrun(self.launcher, allocation.replicas, self.launch_required)
+        env = torchrun.launch_environment(env, cpus, allocation.replicas) if ranked else env
         env.update(rank_env or {})
-        if live is not None and self.launcher != "torchrun":  # see _cloudopt_probe_load
+        if live is not None and not ranked:  # see _cloudopt_probe_load
             env["CLOUDOPT_LOAD_CORES"] = ",".join(str(c) for c in (live.cores or cpus))
         cmd = self.command(allocation)
         started_at = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
@@ -403,7 +404,7 @@ class TrainingModuleManager:
         run = start_trial(cmd, env, launch_cores(live, cpus), work, trial_id, allocation,
                           monitor_interval, metrics_part)
         run.probe_path, run.probe_batch, run.job_samples = probe_events, probe_batch, total_samples
-        run.probe_world = allocation.replicas if self.launcher == "torchrun" else \
+        run.probe_world = allocation.replicas if ranked else \
             int((rank_env or {}).get("WORLD_SIZE", 1))
         if loss_target is not None and probe_events is not None and probe_seconds is not None:
             run.loss_watch = LossWatch(loss_target)
@@ -474,7 +475,7 @@ class TrainingModuleManager:
         stats, stderr = run.monitor.stats(startup), tail(work / "stderr.log")
         if status == "probe" and thr is None:
             reason = "no throughput measured before the time box ended"
-        if reason.startswith("crash") and (rank := rank_failure(stderr, run.probe_world)):
+        if reason.startswith("crash") and (rank := torchrun.rank_failure(stderr, run.probe_world)):
             reason = f"crash ({rank})"
         model_info = self.get_model_info(work / "metrics.csv", stdout_text)
         if run.batch_size is not None:  # the allocation's, else what the script printed

@@ -47,6 +47,10 @@ class LaunchDecision:
     note: str | None = None
     """One line for the report where the script is measured single-process against what was
     asked or what it is written for (None otherwise)."""
+    required: bool = False
+    """The script cannot run without torchrun: a 1-worker trial runs under it too. Otherwise a
+    1-worker trial runs as plain python, as its users run it (torchrun's launcher and
+    rendezvous cost torchvision_ref's 13 s job 2 to 3 s more)."""
 
 
 def cuda_available() -> bool:
@@ -81,12 +85,13 @@ def decide_launch(asked: str | None, source: str, cuda: bool | None = None) -> L
     if block is not None and (asked == "torchrun" or need or joins):
         if need:
             return LaunchDecision("torchrun", False, f"measured with 1 torchrun worker: {block} "
-                                  "and this machine has no CUDA, so 2 workers would not start")
+                                  "and this machine has no CUDA, so 2 workers would not start",
+                                  required=True)
         return LaunchDecision("python", False, f"measured single-process (python, 1 worker): "
                               f"{block} and this machine has no CUDA, so 2 workers would not "
                               "start")
     if asked == "torchrun" or need or joins:
-        return LaunchDecision("torchrun", True)
+        return LaunchDecision("torchrun", True, required=bool(need))
     return LaunchDecision("python", False)
 
 

@@ -41,6 +41,13 @@ def looks_distributed(source: str) -> bool:
     return bool(DISTRIBUTED_MARKERS.search(source))
 
 
+def under_torchrun(launcher: str, replicas: int, required: bool) -> bool:
+    """Whether a trial of ``replicas`` workers starts under torchrun: several always; one only
+    where the script cannot run without it (``required``), else as plain python, the way its
+    users run it on one process."""
+    return launcher == "torchrun" and (int(replicas) > 1 or required)
+
+
 def rank_events_path(path: str | os.PathLike, rank: int) -> Path:
     """Where rank ``rank`` writes its probe events: ``path`` itself for rank 0,
     ``probe.rank{r}.jsonl`` beside it for the others (the probe's site module names it the
