@@ -15,6 +15,7 @@ import pandas as pd
 
 from optimizer.foundation.allocation import Allocation, describe_allocation
 from optimizer.foundation.atomic_files import atomic_write_json, atomic_write_text
+from optimizer.foundation.errors import CloudoptError
 from optimizer.foundation.memory import right_size_memory
 from optimizer.reports.cluster import JobShape, write_cluster_outputs
 from optimizer.reports.decision import answer as _answer
@@ -71,7 +72,7 @@ def _job_shape(opt: Any, result: Any, rec: dict[str, Any], alloc: Allocation,
     if workers is None and mgr is not None and getattr(mgr, "workers_arg", None):
         try:
             workers = mgr.default_workers()
-        except Exception:  # noqa: BLE001 - unknown: the workers flag alone decides /dev/shm
+        except CloudoptError:  # its config file went since the start: the flag alone decides
             workers = None
     ranks = (final.model_info or {}).get("rank_mem_gb_peak") if final is not None else None
     return JobShape(
