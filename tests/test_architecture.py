@@ -15,7 +15,10 @@ Inside the orchestrator, between its rooms (:data:`ROOMS`):
 - ``search`` never imports ``reports``, ``offline`` or the doors: what is chosen does not depend
   on how it is shown;
 - ``reports`` read records: ``trials`` and the foundation, never ``search`` or ``offline``;
-- ``offline`` reads records and renders pages: ``trials.records``, ``reports.render``;
+- ``offline`` reads records and renders pages: ``trials.records``, ``reports.render``, and the
+  history of runs (``history``);
+- ``history`` (runs read from Prometheus, MLflow, TensorBoard, logs and traces into one form)
+  imports only itself: where a run came from is known there and nowhere else;
 - ``commands`` and the two doors (``optimizer.cli``, ``optimizer.pipeline``) may import any room.
 
 Inside ``phases``, the evaluation of autoscaling policies (``phases.evaluation``) is a room that
@@ -47,12 +50,13 @@ PARTS = ("phases", "envs", "agents", "optimizer")
 MAX_LINES = 500
 MAX_MODULES = 15
 DOORS = frozenset({"optimizer", "optimizer.__main__", "optimizer.cli", "optimizer.pipeline"})
-ROOMS = ("foundation", "trials", "search", "offline", "reports", "commands")
+ROOMS = ("foundation", "trials", "search", "offline", "reports", "commands", "history")
 ROOM_MAY_IMPORT = {
     "trials": {"trials"},
     "search": {"trials", "search"},
     "reports": {"trials", "reports"},
-    "offline": {"trials.records", "reports.render", "offline"},
+    "offline": {"trials.records", "reports.render", "offline", "history"},
+    "history": {"history"},
 }
 """Rooms of the orchestrator and what each may import besides the foundation and the libraries
 (``phases``, ``envs``, ``agents``); ``commands`` and the doors may import anything."""
