@@ -29,7 +29,10 @@ from optimizer.history.prometheus import (
 )
 from optimizer.history.sources import read_history
 
-EXECUTIONS = [f"d{i:03d}" for i in range(12)]
+EXECUTIONS = [f"d{i:03d}" for i in range(12)] + ["d015"]
+RERUN = "d015"
+"""Runs under d010's pod name after a gap of more than five minutes, as a StatefulSet's or a
+training operator's pod does when its job runs again."""
 GAP_S = 60.0
 RAND = "bcdfghjklmnpqrstvwxz2456789"
 
@@ -61,23 +64,28 @@ def _traces(shared_data: Path) -> tuple[dict[str, list[dict]], dict[str, dict]]:
 
 def _openmetrics(rows, executions, base: float) -> tuple[str, dict[str, dict]]:
     """OpenMetrics text for ``promtool tsdb create-blocks-from openmetrics``, and per pod what
-    the traces say (start, peak memory, CPU p95)."""
+    the traces say (start, peak memory, CPU p95), by run id less the namespace."""
     cpu, mem, owner, requests, limits = [], [], [], [], []
     placed, start = {}, base
     for i, exec_id in enumerate(EXECUTIONS):
         samples = rows[exec_id]
         pod = _pod_name(exec_id, executions[exec_id]["workload"], i)
+        if exec_id == RERUN:
+            pod = _pod_name("d010", "mlp_tabular", 10)
+            start += 400.0
         labels = f'namespace="ml",pod="{pod}",container="trainer"'
         counter, prev = 0.0, 0.0
         for r in samples:
             t = float(r["time_s"])
             counter += float(r["cpu_cores"]) * (t - prev)
             prev = t
-            cpu.append(f"container_cpu_usage_seconds_total{{{labels}}} {counter:.6f} {start + t:.3f}")
+            cpu.append(f"container_cpu_usage_seconds_total{{{labels}}} {counter:.6f} "
+                       f"{start + t:.3f}")
             mem.append(f"container_memory_working_set_bytes{{{labels}}} "
                        f"{float(r['mem_gb']) * 2**30:.0f} {start + t:.3f}")
         end = start + float(samples[-1]["time_s"])
-        if i % 4 == 0:  # kube-state-metrics for every fourth pod, scraped every 5 s
+        owned = i % 4 == 0 and exec_id != RERUN
+        if owned:  # kube-state-metrics for every fourth pod, scraped every 5 s
             for t in np.arange(start, end, 5.0):
                 owner.append(f'kube_pod_owner{{namespace="ml",pod="{pod}",owner_kind="Job",'
                              f'owner_name="owned-{exec_id}"}} 1 {t:.3f}')
@@ -85,12 +93,13 @@ def _openmetrics(rows, executions, base: float) -> tuple[str, dict[str, dict]]:
                                 f'unit="core"}} {executions[exec_id]["threads"]} {t:.3f}')
                 limits.append(f'kube_pod_container_resource_limits{{{labels},resource="memory",'
                               f'unit="byte"}} {2 * 2**30} {t:.3f}')
-        placed[pod] = {"exec_id": exec_id, "start": start + float(samples[0]["time_s"]),
-                       "peak_mem_gb": max(float(r["mem_gb"]) for r in samples),
-                       "cpu_p95": float(np.quantile([float(r["cpu_cores"]) for r in samples],
-                                                    0.95)),
-                       "wall_s": float(samples[-1]["time_s"]) - float(samples[0]["time_s"]),
-                       "owned": i % 4 == 0, "threads": float(executions[exec_id]["threads"])}
+        cores = [float(r["cpu_cores"]) for r in samples]
+        placed[pod + ("#2" if exec_id == RERUN else "")] = {
+            "exec_id": exec_id, "start": start + float(samples[0]["time_s"]),
+            "peak_mem_gb": max(float(r["mem_gb"]) for r in samples),
+            "cpu_p95": float(np.quantile(cores, 0.95)),
+            "wall_s": float(samples[-1]["time_s"]) - float(samples[0]["time_s"]),
+            "owned": owned, "threads": float(executions[exec_id]["threads"])}
         start = end + GAP_S
     text = ["# TYPE container_cpu_usage_seconds counter", *cpu,
             "# TYPE container_memory_working_set_bytes gauge", *mem,
@@ -149,24 +158,28 @@ def prom(tmp_path_factory, shared_data):
 def test_each_pod_reads_back_as_its_trace(prom):
     url, placed, first, last = prom
     history = read_prometheus(PrometheusQuery(url, '{namespace="ml"}', first, last, step_s=1.0))
-    assert {r.tags["pod"] for r in history} == set(placed)
+    assert {r.run_id for r in history} == {f"ml/{key}" for key in placed}
     for run in history:
-        trace = placed[run.tags["pod"]]
-        assert run.run_id == f"ml/{run.tags['pod']}" and run.source == f"prometheus:{url}"
+        trace = placed[run.run_id.removeprefix("ml/")]
+        assert run.run_id.startswith(f"ml/{run.tags['pod']}") and run.source == f"prometheus:{url}"
         # max_over_time over windows that tile the range keeps every scrape's memory
         assert run.value("peak_mem_gb") == pytest.approx(trace["peak_mem_gb"], rel=1e-6)
         # a 2 s rate averages four 0.5 s samples, which lowers the p95 by 0.3-2% here
         assert run.value("cpu_p95_cores") == pytest.approx(trace["cpu_p95"], rel=0.05, abs=0.02)
         assert run.value("wall_s") == pytest.approx(trace["wall_s"], abs=2.5)
         assert run.started_at == pytest.approx(trace["start"], abs=2.5)
-    assert [r.tags["pod"] for r in history] == sorted(placed, key=lambda p: placed[p]["start"])
+    assert [r.run_id for r in history] == [f"ml/{key}" for key in
+                                           sorted(placed, key=lambda p: placed[p]["start"])]
+    rerun = [r for r in history if r.tags["pod"] == _pod_name("d010", "mlp_tabular", 10)]
+    assert [r.run_id.endswith("#2") for r in rerun] == [False, True]
+    assert rerun[1].started_at - rerun[0].started_at > 400
 
 
 def test_jobs_come_from_owners_or_pod_names(prom):
     url, placed, first, last = prom
     history = read_prometheus(PrometheusQuery(url, '{namespace="ml"}', first, last, step_s=1.0))
     for run in history:
-        trace = placed[run.tags["pod"]]
+        trace = placed[run.run_id.removeprefix("ml/")]
         if trace["owned"]:
             assert run.job == f"owned-{trace['exec_id']}"
             assert run.params == {"cpus": trace["threads"], "memory_gb": 2.0}
@@ -174,7 +187,7 @@ def test_jobs_come_from_owners_or_pod_names(prom):
             assert run.params == {}
             assert run.job in ("mlp-tabular", "cnn-images", "transformer-seq",
                                "autoencoder-stream", "mlp-workers")
-    unowned = [r for r in history if not placed[r.tags["pod"]]["owned"]]
+    unowned = [r for r in history if not placed[r.run_id.removeprefix("ml/")]["owned"]]
     assert len({r.job for r in unowned}) == 5  # the five workloads, whichever controller
 
 

@@ -36,7 +36,9 @@ suffixes Kubernetes' controllers append, removed from the end in this order:
 
 So ``resnet-7d9f8c6b5-x7k2p``, ``resnet-x7k2p``, ``resnet-3-x7k2p`` and ``resnet-worker-1``
 all belong to job ``resnet``. Samples are joined on the times both series have; a pod's first
-window (before its rate has two samples) is left out.
+window (before its rate has two samples) is left out. A pod whose samples stop for longer than
+ten steps and five minutes and then resume (a StatefulSet's or a training operator's pod
+names recur across runs) is read as two runs, the later ``namespace/pod#2``.
 """
 
 from __future__ import annotations
@@ -64,6 +66,9 @@ GIB = float(2**30)
 MAX_POINTS = 10_000
 """Points per series per range query; Prometheus refuses more than 11,000, so longer ranges
 are read in pieces."""
+
+GAP_STEPS, GAP_MIN_S = 10, 300.0
+"""A pod's samples further apart than this many steps, and than these seconds, are two runs."""
 
 _RAND = "bcdfghjklmnpqrstvwxz2456789"
 _GENERATED = re.compile(rf"-[{_RAND}]{{5}}$")
@@ -156,18 +161,23 @@ def read_prometheus(query: PrometheusQuery, *, timeout_s: float = 30.0,
         shared, in_mem, in_cpu = np.intersect1d(np.round(mem_t * 1000).astype(np.int64),
                                                 np.round(cpu_t * 1000).astype(np.int64),
                                                 return_indices=True)
-        if len(shared) == 0:
-            continue
+        times, cores, gib = shared / 1000.0, cpu_v[in_cpu], mem_v[in_mem] / GIB
+        # a pod name that comes back (a StatefulSet's, a training operator's) after a gap is
+        # another run of the job
+        gap = max(GAP_STEPS * step, GAP_MIN_S)
+        cuts = np.flatnonzero(np.diff(times) > gap) + 1
         namespace, pod = key
-        times = shared / 1000.0
         kind, owner = owners.get(key, (None, None))
-        runs.append(HistoryRun(
-            run_id=f"{namespace}/{pod}", job=job_of_pod(pod, kind, owner),
-            source=f"prometheus:{query.url}", started_at=float(times[0]),
-            params=settings.get(key, {}),
-            usage=UsageSeries(time_s=times - times[0], cpu_cores=cpu_v[in_cpu],
-                              mem_gb=mem_v[in_mem] / GIB),
-            tags={"namespace": namespace, "pod": pod}))
+        for n, (t, c, m) in enumerate(zip(np.split(times, cuts), np.split(cores, cuts),
+                                          np.split(gib, cuts), strict=True)):
+            if len(t) == 0:
+                continue
+            runs.append(HistoryRun(
+                run_id=f"{namespace}/{pod}" + (f"#{n + 1}" if n else ""),
+                job=job_of_pod(pod, kind, owner), source=f"prometheus:{query.url}",
+                started_at=float(t[0]), params=settings.get(key, {}),
+                usage=UsageSeries(time_s=t - t[0], cpu_cores=c, mem_gb=m),
+                tags={"namespace": namespace, "pod": pod}))
     if not runs:
         raise HistoryError(
             f"Prometheus at {api.where}: pods matching {query.selector} have memory samples "
