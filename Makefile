@@ -1,6 +1,7 @@
 # Both targets set themselves up: a virtual environment in .venv with CPU torch first
 # (the pin keeps pip from pulling CUDA wheels), then this package with its dev, bench and ray
-# extras (the tests cover the Ray executor), and the frameworks of the wild corpus.
+# extras (the tests cover the Ray executor), the frameworks of the wild corpus, and the
+# history readers' MLflow and TensorBoard.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
@@ -13,7 +14,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e '.[dev,bench,ray,wild]'
+	$(PY) -m pip install -q -e '.[dev,bench,ray,wild,history]'
 	touch $(STAMP)
 
 demo: $(STAMP)

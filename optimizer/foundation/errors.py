@@ -28,6 +28,11 @@ class ModelFileError(CloudoptError):
     """A saved model directory that is missing, corrupted or does not match."""
 
 
+class HistoryError(CloudoptError):
+    """History of runs that cannot be read: a store that is unreachable or holds no matching
+    runs, a range or selector that selects nothing, a corrupt file."""
+
+
 class TrainingScriptError(CloudoptError):
     """A training script that cannot be loaded (missing file, syntax error, no entry point)."""
 
