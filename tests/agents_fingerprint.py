@@ -110,8 +110,7 @@ def _env_fn() -> Any:
 
 def registry_fingerprints() -> dict[str, Any]:
     """Every registered agent trained for :data:`EPISODES` through the registry."""
-    from agents.registry import Budget, TrainSetup, registered
-    from agents.train import cloud_action_factors
+    from agents.registry import Budget, TrainSetup, cloud_action_factors, registered
 
     config = load_config(None)
     setup = TrainSetup("cost", config.rl, config.multi_objective,
@@ -143,15 +142,19 @@ def plan_fingerprint() -> dict[str, Any]:
 
 
 def variants() -> dict[str, Any]:
-    from agents.recipes import MORLTrainConfig, cloud_action_factors
-    from agents.train import train_morl, train_reinforce
-    from optimizer.foundation.config import RLConfig
+    """The loops' other settings, through each algorithm's own training function."""
+    from agents.morl import MORLConfig
+    from agents.morl import train as train_morl
+    from agents.registry import cloud_action_factors
+    from agents.reinforce import ReinforceConfig
+    from agents.reinforce import train as train_reinforce
 
     factors = cloud_action_factors(_env_fn())
     out: dict[str, Any] = {}
-    plain = train_reinforce(_env_fn, RLConfig(seed=4, hidden_dim=32, gamma=0.99, lr_actor=3e-4,
-                            lr_critic=1e-3, entropy_coef=0.01, exploration_noise=0.1),
-                            episodes=64, n_envs=8)
+    plain = train_reinforce(_env_fn, ReinforceConfig(
+        seed=4, hidden_dim=32, gamma=0.99, lr_actor=3e-4, lr_critic=1e-3, entropy_coef=0.01,
+        exploration_noise=0.1, episodes=64, n_envs=8, anneal_fraction=0.0, anneal_lr=False,
+        exploring_starts=0.0))
     out["reinforce-plain"] = {"weights": weights(plain.agent),
                               "curve": curve_tail(plain.curve)}
     rl = dict(hidden_dim=32, actor_activation="relu", dropout_rate=0.1, lr_actor=3e-4,
@@ -163,14 +166,14 @@ def variants() -> dict[str, Any]:
     for name, seed, extra in (
         ("morl-projection-nstep", 5, dict(actor_update="projection", n_step=3)),
         ("morl-expected-q-auto-alpha", 6, dict(actor_update="expected_q",
-                                           target_entropy=0.5, critic_combine="mean",
-                                           anneal_fraction=0.5)),
+                                               target_entropy=0.5, critic_combine="mean",
+                                               anneal_fraction=0.5)),
         ("morl-advantage-gae", 7, dict(actor_update="advantage", gae_lambda=0.9,
-                                    critic_fit_epochs=2, exploring_starts=0.3,
-                                    anneal_fraction=0.8, anneal_power=2.0)),
+                                       critic_fit_epochs=2, exploring_starts=0.3,
+                                       anneal_fraction=0.8, anneal_power=2.0)),
     ):
-        result = train_morl(_env_fn, "time", RLConfig(seed=seed, **rl),
-                            MORLTrainConfig(**{**loop, **extra}), action_factors=factors)
+        config = MORLConfig(seed=seed, **{**rl, **loop, **extra})
+        result = train_morl(_env_fn, "time", config, action_factors=factors)
         out[name] = {"weights": weights(result.agent), "curve": curve_tail(result.curve),
                      "episodes": result.episodes}
     return out
