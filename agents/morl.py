@@ -1,8 +1,8 @@
 """The multi-objective actor-critic, registered as ``morl``: its settings and training loop.
 
-One soft actor-critic pair per preference vector (:class:`agents.morl_agent.MultiObjectiveRLAgent`,
-multi-objective RL by linear scalarisation); each pair's updates and their equations are in
-:mod:`agents.policy_pair`. This file reads as CleanRL's do: the settings (:class:`MORLConfig`,
+One soft actor-critic pair per preference vector, multi-objective RL by linear scalarisation
+(:class:`agents.morl_agent.MultiObjectiveRLAgent`); each pair's updates and their equations are
+in :mod:`agents.policy_pair`. This file reads as CleanRL's do: the settings (:class:`MORLConfig`,
 whose defaults train the agent on ``CloudEnvironment`` within a minute on CPU), the training
 loop (:func:`train`: on-policy batches for ``actor_update="advantage"``, the settings' default;
 replayed actor updates otherwise) and the registry's entry (:func:`registry_entry`, the greedy

@@ -122,7 +122,8 @@ class ReinforceConfig:
             ("exploring_starts", 0 <= self.exploring_starts <= 1, "in [0, 1]"),
         ):
             if not ok:
-                raise ValueError(f"ReinforceConfig.{name} must be {rule} (got {getattr(self, name)})")
+                raise ValueError(
+                    f"ReinforceConfig.{name} must be {rule} (got {getattr(self, name)})")
 
     @classmethod
     def from_rl(cls, rl: RLConfig) -> ReinforceConfig:
