@@ -4,7 +4,7 @@
 episode per seed, several environments at a time, and returns each episode's return, length,
 summed reward vector and last ``info``. The same seeds give every policy (agents, baselines of
 :mod:`agents.baselines`) the same episodes. :func:`heldout_seeds` lists seeds disjoint from
-every training seed of :mod:`agents.train`. The policy acts on a batch of observations at a
+every training seed (:mod:`agents.rollout`). The policy acts on a batch of observations at a
 time, but each environment steps through its own ``env.step`` (not the arrays of
 :func:`envs.lockstep`), because evaluation reports each episode's ``info``.
 """
@@ -18,10 +18,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from agents.morl import MultiObjectiveRLAgent
-from agents.reinforce import SimplePolicy
-from envs import stacked_masks
-
 EnvFn = Callable[[], gym.Env]
 """A factory for one fresh environment."""
 ActFn = Callable[[np.ndarray, Sequence[gym.Env]], np.ndarray]
@@ -31,8 +27,8 @@ HELDOUT_SEED_BASE = 2_000_000_000
 
 
 def heldout_seeds(n: int, offset: int = 0) -> list[int]:
-    """Evaluation seeds: far above every training seed ``seed * 1_000_003 + k`` of
-    :mod:`agents.train`."""
+    """Evaluation seeds: far above every training seed ``seed * 1_000_003 + k``
+    (:func:`agents.rollout.training_seeds`)."""
     return [HELDOUT_SEED_BASE + offset + i for i in range(n)]
 
 
@@ -79,20 +75,6 @@ def evaluate(act_fn: ActFn, env_fn: EnvFn, seeds: Sequence[int], n_envs: int = 1
     dim = len(next(iter(vec_sums.values()))) if vec_sums else 0
     sums = np.array([vec_sums.get(k, np.zeros(dim)) for k in range(len(seeds))]).reshape(-1, dim)
     return EvalResult(returns, infos, lengths, sums)
-
-
-def reinforce_act(agent: SimplePolicy) -> ActFn:
-    """Greedy evaluation policy of a trained :class:`SimplePolicy` (among the valid actions
-    where the environments give masks)."""
-    return lambda obs, envs: agent.select_action(obs, evaluate=True, mask=stacked_masks(envs))
-
-
-def morl_act(agent: MultiObjectiveRLAgent, policy: str | int) -> ActFn:
-    """Greedy evaluation policy of one of a :class:`MultiObjectiveRLAgent`'s policies (among
-    the valid actions where the environments give masks)."""
-    return lambda obs, envs: agent.select_action(
-        obs, policy, evaluate=True, uncertainty=False, mask=stacked_masks(envs)
-    ).action
 
 
 def random_act(seed: int = 0) -> ActFn:

@@ -2,13 +2,16 @@
 
 :func:`exploration_scale` is the factor, falling from 1 over training, that scales an agent's
 exploration (epsilon, entropy bonus) and the share of exploring starts;
-:class:`ExploringStarts` starts that share of training episodes at random allocations.
+:class:`ExploringStarts` starts that share of training episodes at random allocations;
+:func:`training_progress` is how far a run is (episodes or wall time, whichever is further) and
+:func:`anneal` applies the schedule at that point to an agent and its exploring starts.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -69,3 +72,26 @@ class ExploringStarts:
                 for env, s in zip(envs, seeds, strict=True)
             ]
         )
+
+
+class Explorer(Protocol):
+    """An agent whose exploration the training loop scales (epsilon, entropy bonus)."""
+
+    def set_exploration(self, scale: float) -> None: ...
+
+
+def training_progress(done: int, total: int, started: float, budget_s: float | None) -> float:
+    """The share of a run done, in [0, 1]: ``done`` of ``total`` episodes, or the share of
+    ``budget_s`` seconds since ``started`` (``time.perf_counter()``) where that is further."""
+    frac = done / total
+    if budget_s:
+        frac = max(frac, (time.perf_counter() - started) / budget_s)
+    return min(frac, 1.0)
+
+
+def anneal(agent: Explorer, starts: ExploringStarts, progress: float, fraction: float,
+           power: float) -> None:
+    """Scale the agent's exploration and the exploring-starts share together to
+    :func:`exploration_scale` at ``progress``."""
+    starts.scale = exploration_scale(progress, fraction, power=power)
+    agent.set_exploration(starts.scale)

@@ -92,6 +92,23 @@ def mask_probs(probs: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     return kept / kept.sum(dim=-1, keepdim=True).clamp_min(1e-12)
 
 
+def mask_tensor(mask: np.ndarray | None, n: int, n_actions: int,
+                device: torch.device) -> torch.Tensor | None:
+    """``mask`` (bool, ``(n_actions,)`` or ``(n, n_actions)``) as an ``(n, n_actions)`` tensor
+    on ``device``; None stays None (every action valid)."""
+    if mask is None:
+        return None
+    return torch.as_tensor(np.asarray(mask, dtype=bool).reshape(n, n_actions), device=device)
+
+
+def sample_rows(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One action per row of ``probs`` ``(n, n_actions)``, by inverse-CDF sampling with ``rng``:
+    one vectorised draw for the whole batch."""
+    cdf = np.cumsum(probs, axis=1)
+    u = rng.random((len(probs), 1)) * cdf[:, -1:]
+    return np.minimum((u > cdf).sum(axis=1), probs.shape[1] - 1)
+
+
 def make_adam(params: Iterable[nn.Parameter], lr: float) -> torch.optim.Optimizer:
     """Adam, fused where this torch build supports it (about 3x faster steps on small CPU nets)."""
     params = list(params)

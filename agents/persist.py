@@ -51,6 +51,24 @@ def load_state(path: str | os.PathLike, expected_shape: tuple[int, ...] | None =
     return state
 
 
+def save_parts(path: str | os.PathLike, shape: Sequence[int], parts: dict[str, Any],
+               **values: torch.Tensor) -> None:
+    """Save each part's ``state_dict()`` (networks, optimizers) under its key, then ``values``
+    and ``shape``, atomically."""
+    state = {k: part.state_dict() for k, part in parts.items()}
+    save_state(path, {**state, **values, "shape": torch.tensor(list(shape))})
+
+
+def load_parts(path: str | os.PathLike, shape: Sequence[int],
+               parts: dict[str, Any]) -> dict[str, Any]:
+    """Load what :func:`save_parts` wrote into ``parts`` (the file must be for ``shape``);
+    returns the whole state, for its other values."""
+    state = load_state(path, expected_shape=tuple(shape))
+    for key, part in parts.items():
+        part.load_state_dict(state[key])
+    return state
+
+
 def check_policies(
     path: str | os.PathLike, state: dict[str, Any], names: Sequence[str], preferences: np.ndarray
 ) -> None:

@@ -1,8 +1,8 @@
 """Does the phase in ``CloudEnvironment``'s state change a decision? (issue 21)
 
 The observation carries a one-hot of the next chunk's phase (``phase_0 .. phase_{max-1}``,
-envs/state.py). This ablation trains the project's two agents with the recipes of
-agents/recipes.py, on the same episode budget and the same seeds, in four arms:
+envs/state.py). This ablation trains the registered agents (agents/registry) with their configs'
+defaults, on the same episode budget and the same seeds, in four arms:
 
 * ``phase``: the environment as it is;
 * ``masked``: the same environment behind :class:`PhaseMask`, a Gymnasium
@@ -57,30 +57,19 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 
 from agents.baselines import static_act  # noqa: E402
-from agents.train import (  # noqa: E402
-    ActFn,
-    cloud_action_factors,
-    evaluate,
-    heldout_seeds,
-    morl_act,
-    morl_train_kwargs,
-    recommended_config,
-    reinforce_act,
-    reinforce_train_kwargs,
-    train_morl,
-    train_reinforce,
-)
+from agents.evaluate import ActFn, evaluate, heldout_seeds  # noqa: E402
+from agents.registry import REGISTRY, Budget, TrainSetup, cloud_action_factors, get  # noqa: E402
 from envs import CloudEnvironment, EnvConfig  # noqa: E402
 from envs.masks import MASKED_FIELDS, FieldMask, PhaseMask  # noqa: E402,F401
 from envs.oracle import optimal_policy, rollout  # noqa: E402
 from optimizer.foundation.allocation import Allocation  # noqa: E402
 from optimizer.foundation.atomic_files import atomic_write_json  # noqa: E402
-from optimizer.foundation.config import SLAConfig  # noqa: E402
+from optimizer.foundation.config import MultiObjectiveConfig, RLConfig, SLAConfig  # noqa: E402
 from optimizer.trials.phase_profile import profile_trace  # noqa: E402
 
 PRESET = "autoencoder-stream-cpu"
 CONTROL = "mlp-cpu"
-AGENTS = ("reinforce", "morl")
+AGENTS = tuple(REGISTRY)
 ARMS = {"phase": (), "masked": ("phase",), "clockless": ("clock",), "blind": ("phase", "clock")}
 """Each arm and the observation groups it hides: the 2 x 2 of phase one-hot x clock."""
 DATA = REPO.parent / "shared" / "data" / "dl-traces"
@@ -277,16 +266,12 @@ def optimal_plan(config: EnvConfig) -> tuple[list[tuple], list[int], list[int]]:
 def train_agent(
     agent: str, env_fn: Callable[[], gym.Env], preference: str, seed: int, episodes: int
 ) -> tuple[ActFn, float]:
-    """Train ``agent`` with its recipe for ``episodes`` episodes; its greedy policy and seconds."""
-    factors = cloud_action_factors(env_fn())
-    config = recommended_config(agent, seed)
-    if agent == "reinforce":
-        kwargs = {**reinforce_train_kwargs(), "episodes": episodes}
-        result = train_reinforce(env_fn, config, action_factors=factors, **kwargs)
-        return reinforce_act(result.agent), result.train_seconds
-    kwargs = {**morl_train_kwargs(), "episodes": episodes}
-    result = train_morl(env_fn, preference, config, action_factors=factors, **kwargs)
-    return morl_act(result.agent, preference), result.train_seconds
+    """Train the registered ``agent`` with its config's defaults for ``episodes`` episodes;
+    its greedy policy and seconds."""
+    setup = TrainSetup(preference, RLConfig(seed=seed), MultiObjectiveConfig(),
+                       cloud_action_factors(env_fn()))
+    result = get(agent).train(env_fn, setup, Budget(episodes=episodes))
+    return result.agent.act, result.train_seconds
 
 
 def run_workload(workload: str, args: argparse.Namespace) -> list[dict[str, Any]]:

@@ -6,13 +6,14 @@ import pytest
 from toy_envs import ChainMDP
 
 from agents.buffer import NStepAccumulator, ReplayBuffer
-from agents.evaluate import evaluate, heldout_seeds, morl_act, reinforce_act
-from agents.morl import MultiObjectiveRLAgent
-from agents.recipes import cloud_action_factors, morl_train_kwargs, recommended_config
-from agents.reinforce import SimplePolicy
-from agents.train import train_morl, train_reinforce
+from agents.evaluate import evaluate, heldout_seeds
+from agents.morl import MORLAgent, MORLConfig
+from agents.morl import train as train_morl
+from agents.morl_agent import MultiObjectiveRLAgent
+from agents.registry import cloud_action_factors
+from agents.reinforce import ReinforceAgent, ReinforceConfig, SimplePolicy
+from agents.reinforce import train as train_reinforce
 from envs import CloudEnvironment, EnvConfig, lockstep
-from optimizer.foundation.config import RLConfig
 
 
 def _phased() -> EnvConfig:
@@ -55,7 +56,7 @@ def test_gym_lockstep_reads_masks_through_wrappers_and_none_without():
 
 
 def test_reinforce_acts_only_among_valid_actions():
-    agent = SimplePolicy(4, 6, RLConfig(seed=0, exploration_noise=1.0))  # all exploration
+    agent = SimplePolicy(4, 6, ReinforceConfig(seed=0, exploration_noise=1.0))  # all exploration
     states = np.zeros((500, 4), dtype=np.float32)
     mask = np.zeros((500, 6), dtype=bool)
     mask[:, [1, 4]] = True
@@ -70,15 +71,18 @@ def test_reinforce_acts_only_among_valid_actions():
 
 def test_masked_reinforce_plans_never_run_out_of_memory():
     env_fn = lambda: CloudEnvironment(_phased())  # noqa: E731
-    result = train_reinforce(env_fn, RLConfig(seed=0), episodes=64, n_envs=16,
-                             action_factors=cloud_action_factors(env_fn()))
+    # The design's generic settings and the plain loop (no annealing, no exploring starts).
+    config = ReinforceConfig(seed=0, hidden_dim=128, gamma=0.99, lr_actor=3e-4, lr_critic=1e-3,
+                             entropy_coef=0.01, exploration_noise=0.1, episodes=64, n_envs=16,
+                             anneal_fraction=0.0, anneal_lr=False, exploring_starts=0.0)
+    result = train_reinforce(env_fn, config, action_factors=cloud_action_factors(env_fn()))
     ooms = [info["oom"] for info in
-            evaluate(reinforce_act(result.agent), env_fn, heldout_seeds(8)).final_infos]
+            evaluate(ReinforceAgent(result.agent).act, env_fn, heldout_seeds(8)).final_infos]
     assert not any(ooms)
 
 
 def test_morl_acts_and_reports_probabilities_only_among_valid_actions():
-    agent = MultiObjectiveRLAgent(4, 6, RLConfig(seed=0, exploration_noise=1.0))
+    agent = MultiObjectiveRLAgent(4, 6, MORLConfig(seed=0, exploration_noise=1.0))
     states = np.zeros((500, 4), dtype=np.float32)
     mask = np.zeros((500, 6), dtype=bool)
     mask[:, [1, 4]] = True
@@ -116,15 +120,15 @@ def test_replay_buffer_and_n_step_transitions_carry_masks():
 @pytest.mark.parametrize("actor_update", ["advantage", "projection"])
 def test_masked_morl_plans_never_run_out_of_memory(actor_update):
     env_fn = lambda: CloudEnvironment(_phased())  # noqa: E731
-    kwargs = {**morl_train_kwargs(), "n_envs": 16, "learning_starts": 64, "episodes": 64}
+    kwargs = {"n_envs": 16, "learning_starts": 64, "episodes": 64}
     if actor_update == "projection":  # the replayed actor update, n-step transitions
         kwargs.update(actor_update="projection", n_step=3, updates_per_step=1)
-    result = train_morl(env_fn, "resource", recommended_config("morl", 0),
-                        action_factors=cloud_action_factors(env_fn()), **kwargs)
+    result = train_morl(env_fn, "resource", MORLConfig(seed=0, **kwargs),
+                        action_factors=cloud_action_factors(env_fn()))
     # Masked actions weigh nothing in the losses: a masked logit (-1e9) that leaked into one
     # would put the loss near 1e9.
     losses = result.curve.dropna()[["actor_loss", "critic_loss"]].to_numpy()
     assert len(losses) and np.isfinite(losses).all() and np.abs(losses).max() < 1e3
-    ooms = [info["oom"] for info in evaluate(morl_act(result.agent, "resource"), env_fn,
-                                             heldout_seeds(8)).final_infos]
+    greedy = MORLAgent(result.agent, result.agent.policy_index("resource")).act
+    ooms = [info["oom"] for info in evaluate(greedy, env_fn, heldout_seeds(8)).final_infos]
     assert not any(ooms)

@@ -4,20 +4,22 @@ import torch
 from torch import nn
 from toy_envs import ChainMDP
 
-from agents.morl import MultiObjectiveRLAgent, soft_update
-from agents.train import (
-    MORLTrainConfig,
-    evaluate,
-    heldout_seeds,
-    morl_act,
-    morl_train_config,
-    morl_train_kwargs,
-    train_morl,
-)
-from optimizer.foundation.config import MultiObjectiveConfig, RLConfig
+from agents.evaluate import evaluate, heldout_seeds
+from agents.morl import MORLAgent, MORLConfig
+from agents.morl import train as train_morl
+from agents.morl_agent import MultiObjectiveRLAgent
+from agents.policy_pair import soft_update
+from optimizer.foundation.config import MultiObjectiveConfig
 from optimizer.foundation.errors import ConfigError, ModelFileError
 
 torch.set_num_threads(1)
+DESIGN = dict(
+    actor_activation="relu", dropout_rate=0.1, critic_dropout=None, entropy_coef=0.01,
+    exploration_noise=0.1, actor_update="projection", critic_fit_epochs=0, n_envs=8,
+    updates_per_step=2, learning_starts=256, anneal_fraction=0.0, anneal_power=1.0,
+    anneal_lr=False, exploring_starts=0.0,
+)
+"""The design's agent and the plain loop: replayed actor updates, no annealing."""
 FAST = dict(
     hidden_dim=32,
     lr_actor=1e-3,
@@ -29,8 +31,16 @@ FAST = dict(
 )
 
 
+def design(**kw) -> MORLConfig:
+    return MORLConfig(**{**DESIGN, **FAST, **kw})
+
+
 def _agent(**kw) -> MultiObjectiveRLAgent:
-    return MultiObjectiveRLAgent(4, 3, RLConfig(**{**FAST, **kw}), MultiObjectiveConfig())
+    return MultiObjectiveRLAgent(4, 3, design(**kw), MultiObjectiveConfig())
+
+
+def _greedy(result, policy):
+    return MORLAgent(result.agent, result.agent.policy_index(policy)).act
 
 
 def test_soft_update_arithmetic():
@@ -141,52 +151,38 @@ def test_save_load_round_trip_gives_identical_actions(tmp_path):
         np.testing.assert_array_equal(a.action, b.action)
         np.testing.assert_array_equal(a.probs, b.probs)
     with pytest.raises(ModelFileError):
-        MultiObjectiveRLAgent(5, 3, RLConfig(**FAST)).load(path)
+        MultiObjectiveRLAgent(5, 3, design()).load(path)
 
 
 def test_learns_chain_mdp():
     env = ChainMDP()
-    cfg = RLConfig(**FAST, exploration_noise=0.2, entropy_coef=0.01, seed=0)
-    result = train_morl(ChainMDP, "balanced", cfg, MORLTrainConfig(episodes=600, n_envs=8))
-    ev = evaluate(morl_act(result.agent, "balanced"), ChainMDP, heldout_seeds(2))
+    cfg = design(exploration_noise=0.2, seed=0, episodes=600, n_envs=8)
+    result = train_morl(ChainMDP, "balanced", cfg)
+    ev = evaluate(_greedy(result, "balanced"), ChainMDP, heldout_seeds(2))
     assert ev.mean_return == pytest.approx(env.optimal_return)
 
 
-def test_settings_as_a_config_or_as_keywords_train_the_same():
-    """The keyword form (the benchmarks') maps onto MORLTrainConfig's fields, on top of the
-    settings given; an unknown one is refused as an unknown keyword was."""
-    import dataclasses
-
-    import pandas as pd
-
-    cfg = RLConfig(**FAST, seed=0)
-    settings = MORLTrainConfig(episodes=48, n_envs=8, learning_starts=32, n_step=2)
-    by_config = train_morl(ChainMDP, "balanced", cfg, settings)
-    by_keywords = train_morl(ChainMDP, "balanced", cfg, episodes=48, n_envs=8,
-                             learning_starts=32, n_step=2)
-    on_top = train_morl(ChainMDP, "balanced", cfg, MORLTrainConfig(episodes=48, n_envs=8),
-                        learning_starts=32, n_step=2)
-    for other in (by_keywords, on_top):
-        pd.testing.assert_frame_equal(by_config.curve.drop(columns="wall_s"),
-                                      other.curve.drop(columns="wall_s"))
-    with pytest.raises(TypeError, match="n_stepz"):
-        train_morl(ChainMDP, "balanced", cfg, n_stepz=2)
-    # The defaults are the loop's as it took them one keyword each; the recipe as it was.
-    assert MORLTrainConfig() == MORLTrainConfig(
-        episodes=None, n_envs=8, updates_per_step=2, learning_starts=256, anneal_fraction=0.0,
-        anneal_power=1.0, anneal_lr=False, exploring_starts=0.0, n_step=1, gae_lambda=1.0,
-        actor_update="projection", critic_combine="min", critic_dropout=None,
-        target_entropy=None, critic_fit_epochs=0)
-    recipe = {"n_envs": 32, "episodes": 200_000, "updates_per_step": 0.1,
-              "anneal_fraction": 0.8, "anneal_lr": True, "critic_dropout": 0.0,
-              "actor_update": "advantage", "gae_lambda": 1.0, "exploring_starts": 0.5,
-              "critic_fit_epochs": 1, "anneal_power": 2.0}
-    assert morl_train_config() == dataclasses.replace(MORLTrainConfig(), **recipe)
-    assert morl_train_kwargs() == dataclasses.asdict(morl_train_config())
+def test_config_defaults_are_the_recipe_and_bad_values_are_refused():
+    """The defaults are the recipe that was measured (agents_quality); a setting out of range
+    is one ValueError naming the field and the value."""
+    recipe = {"hidden_dim": 64, "actor_activation": "tanh", "lr_actor": 1e-2, "lr_critic": 1e-2,
+              "gamma": 1.0, "tau": 0.02, "batch_size": 256, "entropy_coef": 0.3,
+              "exploration_noise": 0.0, "n_envs": 32, "episodes": 200_000,
+              "updates_per_step": 0.1, "anneal_fraction": 0.8, "anneal_lr": True,
+              "critic_dropout": 0.0, "actor_update": "advantage", "gae_lambda": 1.0,
+              "exploring_starts": 0.5, "critic_fit_epochs": 1, "anneal_power": 2.0,
+              "learning_starts": 256, "n_step": 1, "critic_combine": "min",
+              "target_entropy": None}
+    config = MORLConfig()
+    assert {k: getattr(config, k) for k in recipe} == recipe
+    with pytest.raises(ValueError, match=r"MORLConfig\.n_step must be >= 1 \(got 0\)"):
+        MORLConfig(n_step=0)
+    with pytest.raises(ValueError, match="actor_update must be one of"):
+        MORLConfig(actor_update="ppo")
 
 
 def test_n_step_accumulator():
-    from agents.train import NStepAccumulator
+    from agents.buffer import NStepAccumulator
 
     acc = NStepAccumulator(2, gamma=0.5)
     s = [np.full(1, i, dtype=np.float32) for i in range(4)]
@@ -204,9 +200,7 @@ def test_automatic_temperature_follows_target_entropy():
     rng = np.random.default_rng(0)
 
     def trained_alphas(target: float, peaked: bool) -> list[float]:
-        agent = MultiObjectiveRLAgent(
-            4, 3, RLConfig(**FAST, entropy_coef=0.01), target_entropy=target
-        )
+        agent = MultiObjectiveRLAgent(4, 3, design(target_entropy=target))
         if peaked:  # a near-deterministic actor: entropy far below any sizeable target
             with torch.no_grad():
                 agent.actors[0].net[-1].bias.copy_(torch.tensor([20.0, 0.0, 0.0]))
@@ -224,7 +218,7 @@ def test_automatic_temperature_follows_target_entropy():
     assert up[-1] > up[0]
     down = trained_alphas(0.01, peaked=False)
     assert down[-1] < down[0]
-    agent = MultiObjectiveRLAgent(4, 3, RLConfig(**FAST), target_entropy=0.5)
+    agent = MultiObjectiveRLAgent(4, 3, design(target_entropy=0.5))
     agent.set_exploration(0.0)
     assert agent.target_entropy == 0.0
 
@@ -232,9 +226,7 @@ def test_automatic_temperature_follows_target_entropy():
 @pytest.mark.parametrize("factors", [None, (2, 2)])
 def test_projection_actor_follows_the_critic_from_a_saturated_start(factors):
     # The critic is (all but) frozen and prefers action 3; the actor starts almost surely on 0.
-    cfg = RLConfig(
-        **{**FAST, "lr_critic": 1e-12, "lr_actor": 1e-2, "entropy_coef": 0.01, "dropout_rate": 0.0}
-    )
+    cfg = design(lr_critic=1e-12, lr_actor=1e-2, entropy_coef=0.01, dropout_rate=0.0)
     agent = MultiObjectiveRLAgent(4, 4, cfg, MultiObjectiveConfig(), action_factors=factors)
     pair = agent.pairs[0]
     with torch.no_grad():
@@ -258,7 +250,7 @@ def test_projection_actor_follows_the_critic_from_a_saturated_start(factors):
 
 
 def test_lambda_advantages_by_hand():
-    from agents.morl import lambda_advantages
+    from agents.episode import lambda_advantages
 
     r, v = np.array([1.0, 2.0, 3.0]), np.array([0.5, 1.0, 1.5])
     # lam = 1: Monte Carlo return minus the baseline (terminal: last value 0)
@@ -274,8 +266,8 @@ def test_lambda_advantages_by_hand():
 
 
 def _train_advantage(env_fn, policy, seed, **kw):
-    cfg = RLConfig(**{**FAST, "lr_actor": 1e-2}, entropy_coef=0.01, seed=seed)
-    return train_morl(env_fn, policy, cfg, MORLTrainConfig(actor_update="advantage", **kw))
+    return train_morl(env_fn, policy, design(lr_actor=1e-2, seed=seed, actor_update="advantage",
+                                             **kw))
 
 
 def test_advantage_actor_critic_learns_bandit_and_chain():
@@ -290,23 +282,17 @@ def test_advantage_actor_critic_learns_bandit_and_chain():
 
     env = ChainMDP()
     result = _train_advantage(ChainMDP, "balanced", 1, episodes=1600, n_envs=16, gae_lambda=0.9)
-    ev = evaluate(morl_act(result.agent, "balanced"), ChainMDP, heldout_seeds(4))
+    ev = evaluate(_greedy(result, "balanced"), ChainMDP, heldout_seeds(4))
     assert ev.mean_return == pytest.approx(env.optimal_return)
     assert {"critic_loss", "actor_loss", "entropy"} <= set(result.curve.columns)
 
 
 def test_critic_fit_regresses_q_on_the_batch_returns():
-    from agents.morl import Episode
+    from agents.episode import Episode
 
     agent = MultiObjectiveRLAgent(
-        4,
-        3,
-        RLConfig(**{**FAST, "lr_critic": 1e-2}),
-        MultiObjectiveConfig(),
-        actor_update="advantage",
-        critic_fit_epochs=4,
-        critic_dropout=0.0,
-    )
+        4, 3, design(lr_critic=1e-2, actor_update="advantage", critic_fit_epochs=4,
+                     critic_dropout=0.0), MultiObjectiveConfig())
     rng = np.random.default_rng(0)
     episodes = []
     for _ in range(8):
@@ -338,9 +324,7 @@ def test_critic_fit_regresses_q_on_the_batch_returns():
         for a, b in zip(target_before, pair.target_critic.parameters(), strict=True)
     )
     # without fitting, train_actor leaves the critic alone
-    plain = MultiObjectiveRLAgent(
-        4, 3, RLConfig(**FAST), MultiObjectiveConfig(), actor_update="advantage"
-    )
+    plain = MultiObjectiveRLAgent(4, 3, design(actor_update="advantage"), MultiObjectiveConfig())
     critic_before = [p.clone() for p in plain.pairs[0].critic.parameters()]
     assert "critic_fit_loss" not in plain.train_actor(0, episodes)
     assert all(
@@ -348,7 +332,7 @@ def test_critic_fit_regresses_q_on_the_batch_returns():
         for a, b in zip(critic_before, plain.pairs[0].critic.parameters(), strict=True)
     )
     with pytest.raises(ValueError, match="critic_fit_epochs"):
-        MultiObjectiveRLAgent(4, 3, RLConfig(**FAST), critic_fit_epochs=-1)
+        design(critic_fit_epochs=-1)
 
 
 def test_advantage_agent_with_critic_fit_learns_the_chain():
@@ -356,6 +340,6 @@ def test_advantage_agent_with_critic_fit_learns_the_chain():
     result = _train_advantage(
         ChainMDP, "balanced", 2, episodes=1600, n_envs=16, critic_fit_epochs=1, updates_per_step=0.1
     )
-    ev = evaluate(morl_act(result.agent, "balanced"), ChainMDP, heldout_seeds(4))
+    ev = evaluate(_greedy(result, "balanced"), ChainMDP, heldout_seeds(4))
     assert ev.mean_return == pytest.approx(env.optimal_return)
     assert "critic_fit_loss" in result.curve.columns

@@ -5,16 +5,12 @@ import torch
 from toy_envs import ChainMDP
 
 from agents.baselines import cloud_action_index, static_act
+from agents.evaluate import evaluate, heldout_seeds, random_act
+from agents.exploration import ExploringStarts, exploration_scale
 from agents.metrics import RLMetricsTracker
-from agents.train import (
-    ExploringStarts,
-    evaluate,
-    exploration_scale,
-    heldout_seeds,
-    random_act,
-    recommended_config,
-    train_reinforce,
-)
+from agents.morl import MORLConfig
+from agents.reinforce import ReinforceConfig
+from agents.reinforce import train as train_reinforce
 from optimizer.foundation.config import RLConfig
 
 torch.set_num_threads(1)
@@ -48,8 +44,10 @@ def test_evaluate_same_seeds_same_episodes_and_heldout():
 
 
 def test_learning_curve_and_annealing(tmp_path):
-    cfg = RLConfig(hidden_dim=16, lr_actor=3e-3, lr_critic=3e-3, gamma=1.0, seed=0)
-    result = train_reinforce(ChainMDP, cfg, episodes=64, n_envs=8, anneal_fraction=0.5)
+    cfg = ReinforceConfig(hidden_dim=16, lr_actor=3e-3, lr_critic=3e-3, gamma=1.0, seed=0,
+                          entropy_coef=0.01, exploration_noise=0.1, episodes=64, n_envs=8,
+                          anneal_fraction=0.5, anneal_lr=False, exploring_starts=0.0)
+    result = train_reinforce(ChainMDP, cfg)
     assert result.episodes == 64 and len(result.curve) == 8
     assert {"episode", "wall_s", "policy_loss", "entropy", "episode_return"} <= set(result.curve)
     assert result.agent.epsilon == 0.0 and result.agent.entropy_coef == 0.0
@@ -64,12 +62,16 @@ def test_cloud_action_index_layout():
     assert cloud_action_index((-1, -1, -1, -1), batch_actions=True) == 0
 
 
-def test_recommended_config_keeps_base_fields():
-    base = RLConfig(reset_interval=7)
-    cfg = recommended_config("morl", seed=3, base=base)
-    assert cfg.seed == 3 and cfg.reset_interval == 7 and cfg.gamma == 1.0
-    with pytest.raises(ValueError, match="unknown agent"):
-        recommended_config("dqn")
+def test_agent_configs_keep_what_rl_sets_and_their_defaults_otherwise():
+    """Each agent's defaults are its recipe; from [rl] it takes the seed and, for the
+    multi-objective agent, what the recipe leaves alone (dropout, buffer, SLA resets)."""
+    base = RLConfig(seed=3, reset_interval=7, dropout_rate=0.2, buffer_size=500, gamma=0.5,
+                    hidden_dim=256)
+    morl = MORLConfig.from_rl(base)
+    assert (morl.seed, morl.reset_interval, morl.dropout_rate, morl.buffer_size) == \
+        (3, 7, 0.2, 500)
+    assert (morl.gamma, morl.hidden_dim) == (1.0, 64)
+    assert ReinforceConfig.from_rl(base) == ReinforceConfig(seed=3)
 
 
 def test_metrics_tracker_writes_csvs(tmp_path):
@@ -147,15 +149,7 @@ def test_training_with_exploring_starts_still_learns_the_start():
     from envs.oracle import noop_return, optimal_policy
 
     cfg = EnvConfig(workload="mlp-cpu", preference="cost")
-    result = train_reinforce(
-        lambda: CloudEnvironment(cfg),
-        recommended_config("reinforce", seed=0),
-        episodes=3000,
-        n_envs=16,
-        anneal_fraction=0.8,
-        anneal_lr=True,
-        exploring_starts=0.5,
-    )
+    result = train_reinforce(lambda: CloudEnvironment(cfg), ReinforceConfig(seed=0, episodes=3000))
     ev = evaluate(
         lambda o, e: result.agent.select_action(o, evaluate=True),
         lambda: CloudEnvironment(cfg),

@@ -99,10 +99,12 @@ def test_example_cnn_trains_on_the_gpu(tmp_path, repo_root):
 
 
 def test_morl_agent_trains_on_cuda_and_loads_on_cpu(tmp_path):
-    from agents.morl import MultiObjectiveRLAgent
-    from optimizer.foundation.config import RLConfig
+    from agents.morl import MORLConfig
+    from agents.morl_agent import MultiObjectiveRLAgent
 
-    cfg = RLConfig(batch_size=32, buffer_size=512, hidden_dim=32, seed=3)
+    # The replayed actor update (the design's), so the actor trains on the GPU too.
+    cfg = MORLConfig(batch_size=32, buffer_size=512, hidden_dim=32, seed=3,
+                     actor_update="projection", critic_dropout=None)
     agent = MultiObjectiveRLAgent(6, 9, cfg, device="cuda", action_factors=(3, 3))
     rng = np.random.default_rng(0)
     for _ in range(64):
@@ -125,10 +127,9 @@ def test_morl_agent_trains_on_cuda_and_loads_on_cpu(tmp_path):
 
 
 def test_reinforce_trains_on_cuda():
-    from agents.reinforce import SimplePolicy
-    from optimizer.foundation.config import RLConfig
+    from agents.reinforce import ReinforceConfig, SimplePolicy
 
-    policy = SimplePolicy(4, 3, RLConfig(seed=0), device="cuda")
+    policy = SimplePolicy(4, 3, ReinforceConfig(seed=0), device="cuda")
     rng = np.random.default_rng(1)
     for _ in range(4):
         states = rng.random((5, 4))

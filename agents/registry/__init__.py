@@ -1,27 +1,41 @@
 """The agents the orchestrator trains and compares, by name, in the order they were registered.
 
-:func:`optimizer.search.recommend.recommend` trains every agent of :data:`REGISTRY` the same way
-(:class:`~agents.registry.interface.AgentSpec`'s ``train(env_fn, setup, budget)``), replays
-each trained one (:class:`~agents.registry.interface.TrainedAgent`) on the noise-free model and
-compares them with the best static allocation and the DP optimum; it names no agent itself.
+Everything that trains an agent gets it here: the static plan
+(:func:`optimizer.search.recommend.recommend` trains every agent of :data:`REGISTRY` the same
+way and replays each on the noise-free model), the live plan's phase-blind peer
+(:func:`optimizer.search.live.live_plan.hidden_phase_schedule` asks for ``reinforce`` by name)
+and the benchmarks. Each entry is an :class:`~agents.registry.interface.AgentSpec`: a name and
+``train(env_fn, setup, budget)``, which returns a
+:class:`~agents.registry.interface.TrainResult` holding a
+:class:`~agents.registry.interface.TrainedAgent`.
 
-To add an agent: one module in this folder whose ``train`` returns a
-:class:`agents.train.TrainResult` holding a :class:`~agents.registry.interface.TrainedAgent`
-(``reinforce_adapter.py`` puts an existing algorithm behind the interface), and one
-:func:`register` line below. An agent registered at run time (a test's, say) is trained too.
+To add an agent: one file (``agents/reinforce.py`` is the model: its config, networks, agent,
+training loop and ``registry_entry``) and one :func:`register` line below. An agent registered
+at run time (a test's, say) is trained too.
 """
 
 from __future__ import annotations
 
-from agents.registry import morl_adapter, reinforce_adapter
-from agents.registry.interface import AgentSpec, Budget, TrainedAgent, TrainSetup
+from agents.registry.interface import (
+    AgentSpec,
+    Budget,
+    EnvFn,
+    TrainedAgent,
+    TrainResult,
+    TrainSetup,
+    cloud_action_factors,
+)
 
 __all__ = [
     "REGISTRY",
     "AgentSpec",
     "Budget",
+    "EnvFn",
+    "TrainResult",
     "TrainSetup",
     "TrainedAgent",
+    "cloud_action_factors",
+    "get",
     "register",
     "registered",
     "unregister",
@@ -49,5 +63,12 @@ def registered() -> tuple[AgentSpec, ...]:
     return tuple(REGISTRY.values())
 
 
-register(AgentSpec("reinforce", reinforce_adapter.train))
-register(AgentSpec("morl", morl_adapter.train))
+def get(name: str) -> AgentSpec:
+    """The agent called ``name``; an unknown name is a ValueError that lists the known ones."""
+    if name not in REGISTRY:
+        raise ValueError(f"no agent named {name!r} is registered; known: {', '.join(REGISTRY)}")
+    return REGISTRY[name]
+
+
+register(AgentSpec("reinforce", "agents.reinforce:registry_entry"))
+register(AgentSpec("morl", "agents.morl:registry_entry"))

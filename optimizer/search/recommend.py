@@ -26,7 +26,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from agents.registry import REGISTRY, Budget, TrainedAgent, TrainSetup, registered
+from agents.registry import (
+    REGISTRY,
+    Budget,
+    TrainedAgent,
+    TrainSetup,
+    cloud_action_factors,
+    registered,
+)
 from optimizer.foundation.allocation import Allocation, describe_allocation, job_words
 from optimizer.foundation.config import OptimizerConfig
 
@@ -228,7 +235,6 @@ def recommend(env_config: Any, config: OptimizerConfig, *, time_budget_s: float 
     (argument-free callables) and returns their results in order: default one after the
     other; an executor's ``map`` trains them side by side
     (:meth:`optimizer.trials.executors.ray_executor.RayExecutor.map`), each for the same budget."""
-    from agents.train import cloud_action_factors
     from envs import CloudEnvironment
     from envs.oracle import best_static, optimal_policy
 
@@ -244,8 +250,8 @@ def recommend(env_config: Any, config: OptimizerConfig, *, time_budget_s: float 
     def graded(name: str, total: float, rows: list[dict[str, Any]]) -> PolicyOutcome:
         return _outcome(name, total, rows, optimum.total_return, sla, startup)
 
-    # Every agent gets the same setup and budget; its own recipe (agents.recipes,
-    # benchmarks/agents_quality.py measures it) goes on top of [rl] inside its train.
+    # Every agent gets the same setup and budget; its own config's defaults (measured by
+    # benchmarks/agents_quality.py) take from [rl] what they leave to it, inside its train.
     setup = TrainSetup(env_config.preference, config.rl, config.multi_objective,
                        cloud_action_factors(env_fn()), quiet)
     budget = Budget(time_budget_s, episodes)
@@ -280,7 +286,7 @@ def _graded_agents(specs: Sequence[Any], trained: list[Any], clean: Any,
                               dict[str, list[dict[str, Any]]]]:
     """Each trained agent replayed on the noise-free model and graded, its training time and
     episodes, its return on held-out noisy seeds; the outcomes, learning curves and plans."""
-    from agents.train import evaluate, heldout_seeds
+    from agents.evaluate import evaluate, heldout_seeds
     from envs import CloudEnvironment
 
     agents: list[PolicyOutcome] = []

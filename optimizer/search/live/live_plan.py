@@ -379,12 +379,7 @@ def hidden_phase_schedule(cfg: Any, config: OptimizerConfig, *, time_budget_s: f
     with the phase one-hot and the moves it would reveal masked; its greedy plan on the
     noise-free model as ``(share of the job's time, allocation)`` steps, and the model's
     time of that plan (the schedule's clock)."""
-    from agents.train import (
-        cloud_action_factors,
-        recommended_config,
-        reinforce_train_kwargs,
-        train_reinforce,
-    )
+    from agents.registry import Budget, TrainSetup, cloud_action_factors, get
     from envs import CloudEnvironment
     from envs.masks import FieldMask
 
@@ -394,16 +389,15 @@ def hidden_phase_schedule(cfg: Any, config: OptimizerConfig, *, time_budget_s: f
     def env_fn() -> Any:
         return FieldMask(CloudEnvironment(noisy), ("phase",))
 
-    result = train_reinforce(
-        env_fn, recommended_config("reinforce", config.rl.seed, config.rl), quiet=quiet,
-        time_budget_s=time_budget_s, action_factors=cloud_action_factors(env_fn()),
-        **reinforce_train_kwargs())
+    setup = TrainSetup(cfg.preference, config.rl, config.multi_objective,
+                       cloud_action_factors(env_fn()), quiet)
+    agent = get("reinforce").train(env_fn, setup, Budget(seconds=time_budget_s)).agent
     env = FieldMask(CloudEnvironment(clean), ("phase",))
     obs, _ = env.reset(seed=0)
     times, cpus, done = [], [], False
     elapsed = 0.0
     while not done:
-        action = int(result.agent.select_action(obs, evaluate=True, mask=env.action_masks()))
+        action = int(agent.act(obs[None], [env])[0])
         obs, _, term, trunc, info = env.step(action)
         done = term or trunc
         times.append(elapsed)
