@@ -187,3 +187,16 @@ def read_trace_history(path: str | os.PathLike) -> History:
         raise TraceFormatError(f"{p}: no trace table (executions.csv, traces.csv, or a table "
                                f"with a pod.id column)")
     return history
+
+
+def is_trace_source(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a ``dl-traces`` folder (with ``traces.csv``), or an AI4DL table or a
+    folder of them, rather than a log of whole runs."""
+    p = Path(path)
+    if p.is_dir():
+        if (p / "traces.csv").is_file():
+            return True
+        files = sorted(p.glob("*.csv"))
+    else:
+        files = [p] if p.suffix == ".csv" and p.is_file() else []
+    return bool(files) and all(_is_ai4dl(f) for f in files)

@@ -36,7 +36,8 @@ from optimizer.trials.records import TrialSummary
 
 __all__ = ["CHARACTERISTIC_KEYS", "COLUMN_ALIASES", "NUMERIC", "REQUIRED_GROUPS", "TEXT",
            "LogReport", "characteristics_frame", "discover_logs", "empty_history",
-           "flatten_result", "match_columns", "missing_groups", "model_keys", "normalise_frame",
+           "flatten_result", "match_columns", "missing_groups", "model_characteristics",
+           "model_keys", "normalise_frame",
            "normalise_name", "read_csv_table"]
 
 
@@ -92,3 +93,21 @@ def characteristics_frame(model_characteristics: Mapping[str, Any]) -> pd.DataFr
     row["work"] = work.where(work > 0, row["samples"])
     row["model_key"] = model_keys(row)
     return row
+
+
+def model_characteristics(data: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Per model key: name, family, parameters, layers, width, data set, runs and sources
+    (each the first value the runs log)."""
+    def first(g: pd.DataFrame, c: str) -> Any:
+        return next((v for v in g[c] if v is not None and v == v), None)
+
+    out: dict[str, dict[str, Any]] = {}
+    for key, g in data.groupby("model_key", sort=True):
+        out[str(key)] = {
+            "model_name": first(g, "model_name"),
+            "model_family": first(g, "model_family"), "params": first(g, "params"),
+            "layers": first(g, "layers"), "width": first(g, "width"),
+            "dataset": first(g, "dataset"), "runs": int(len(g)),
+            "sources": sorted(set(g["source"])),
+        }
+    return out

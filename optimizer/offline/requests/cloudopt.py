@@ -89,6 +89,8 @@ def _fit_bound(uses: list[tuple[HistoryRun, RunUse]], job: str, query: Mapping[s
     """(request, limit, how) of one quantity, or None when the history cannot bound it."""
     rows = [(r, getattr(u, attr)) for r, u in uses
             if math.isfinite(getattr(u, attr)) and getattr(u, attr) > 0]
+    if sum(r.job == job for r, _ in rows) < 2 or len(rows) < 3:
+        return None
     x = config_features([r.params for r, _ in rows])
     keep = np.isfinite(x).any(axis=0)  # a feature no run gives never enters the fit
     x = x[:, keep]
@@ -118,7 +120,12 @@ def _cpu_fallback(history: Sequence[HistoryRun], job: str, params: Mapping[str, 
             continue
         ratio = params.get("cpus", math.nan) / r.params.get("cpus", math.nan)
         scaled.append(u.cpu_p95 * (ratio if math.isfinite(ratio) and ratio > 0 else 1.0))
-    return max(scaled) * (1 + MARGIN)
+    return _largest(scaled) * (1 + MARGIN)
+
+
+def _largest(values: Sequence[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    return max(finite) if finite else math.nan
 
 
 def cloudopt_request(history: Sequence[HistoryRun], job: str, params: Mapping[str, float], *,
@@ -143,16 +150,20 @@ def cloudopt_request(history: Sequence[HistoryRun], job: str, params: Mapping[st
     cpu = _fit_bound(uses, job, params, "cpu_p95", level)
     notes = []
     if mem is None:
-        peak = max(u.peak_mem_gb for u in own) * (1 + MARGIN)
+        peak = _largest([u.peak_mem_gb for u in own]) * (1 + MARGIN)
         mem = (peak, peak, "")
-        notes.append("memory: too few runs to fit, the largest peak + 15 %")
+        notes.append("memory: " + ("too few runs to fit, the largest peak + 15 %"
+                                   if math.isfinite(peak) else "no memory figure in the history"))
     if cpu is None:
-        cpu = (_cpu_fallback(history, job, params), None, "")
-        notes.append("CPU: too few runs to fit, the largest p95 per CPU x the CPUs + 15 %")
+        top = _cpu_fallback(history, job, params)
+        cpu = (top, None, "")
+        notes.append("CPU: " + ("too few runs to fit, the largest p95 per CPU x the CPUs + 15 %"
+                                if math.isfinite(top) else "no CPU usage in the history"))
     how = mem[2] or cpu[2]
     note = "; ".join(notes + ([how] if how else []))
-    return Request("cloudopt", cpu[0], None, mem[0], max(mem[1], mem[0]), len(own), hours,
-                   stage=stage, note=note)
+    limit = mem[1] if math.isfinite(mem[1]) and mem[1] > mem[0] else mem[0]
+    return Request("cloudopt", cpu[0], None, mem[0], limit, len(own), hours, stage=stage,
+                   note=note)
 
 
 def stage_requests(history: Sequence[HistoryRun], job: str, params: Mapping[str, float], *,
@@ -164,7 +175,7 @@ def stage_requests(history: Sequence[HistoryRun], job: str, params: Mapping[str,
     out = []
     for label in labels:
         req = cloudopt_request(history, job, params, stage=label, level=level)
-        if not req.defined:
+        if not (req.defined and whole.defined):
             continue
         if abs(req.mem_request_gb / whole.mem_request_gb - 1) > differ or \
                 abs(req.cpu_request / whole.cpu_request - 1) > differ:

@@ -60,6 +60,8 @@ def krr_simple(runs: Sequence[HistoryRun], *, cpu_percentile: float = 95.0,
                 if r.started_at + float(r.usage.time_s[-1]) >= latest - history_hours * 3600]
     points = sum(len(r.usage) for r in runs)
     hours = _hours(runs)
+    if not runs:
+        return undefined("krr-simple", 0, 0.0, "no usage series")
     if points < max(points_required, 1):
         return undefined("krr-simple", len(runs), hours,
                          f"not enough data ({points} points < {points_required})")

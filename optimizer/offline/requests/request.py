@@ -34,7 +34,13 @@ class Request:
 
     @property
     def defined(self) -> bool:
+        """Both requests were made."""
         return math.isfinite(self.cpu_request) and math.isfinite(self.mem_request_gb)
+
+    @property
+    def any_defined(self) -> bool:
+        """At least one request was made (a log without CPU usage still sizes memory)."""
+        return math.isfinite(self.cpu_request) or math.isfinite(self.mem_request_gb)
 
 
 def undefined(strategy: str, runs: int, hours: float, note: str) -> Request:

@@ -40,7 +40,7 @@ def right_size(history: History, next_params: Mapping[str, Mapping[str, float]] 
         own = list(history.of_job(job))
         params = dict((next_params or {}).get(job) or own[-1].params)
         whole = cloudopt_request(list(history), job, params)
-        if not whole.defined:
+        if not whole.any_defined:
             continue
         requests = (whole, krr_simple(own, points_required=krr_points), vpa_style(own))
         stages = tuple(stage_requests(list(history), job, params, whole=whole))
