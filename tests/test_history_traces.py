@@ -13,14 +13,10 @@ from optimizer.history.csv_logs import read_csv_history
 from optimizer.history.traces import read_trace_history
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared" / "data"
-needs_shared = pytest.mark.skipif(not (SHARED / "dl-traces").is_dir(),
-                                  reason="../shared/data is not checked out beside the repo")
 
 
-@needs_shared
-def test_dl_traces_are_sixty_runs_of_five_workloads_in_exec_order():
-    h = read_trace_history(SHARED / "dl-traces")
+def test_dl_traces_are_sixty_runs_of_five_workloads_in_exec_order(shared_data):
+    h = read_trace_history(shared_data / "dl-traces")
     assert len(h) == 60 and len(h.jobs()) == 5
     assert [r.run_id for r in h] == sorted(r.run_id for r in h)  # no timestamps: exec_id order
     first = h.runs[0]
@@ -35,9 +31,8 @@ def test_dl_traces_are_sixty_runs_of_five_workloads_in_exec_order():
         == 5050
 
 
-@needs_shared
-def test_dl_traces_drop_the_exit_samples_and_keep_stage_labels():
-    h = read_trace_history(SHARED / "dl-traces")
+def test_dl_traces_drop_the_exit_samples_and_keep_stage_labels(shared_data):
+    h = read_trace_history(shared_data / "dl-traces")
     dropped = [r for r in h if r.tags["exit_samples_dropped"] != "0"]
     assert len(dropped) == 5  # the README's five executions whose last sample reads 0 GiB
     for r in h:
@@ -48,9 +43,8 @@ def test_dl_traces_drop_the_exit_samples_and_keep_stage_labels():
     assert peak["d027"] == pytest.approx(1.8069)
 
 
-@needs_shared
-def test_ai4dl_pods_are_runs_of_their_service():
-    h = read_trace_history(SHARED / "ai4dl")
+def test_ai4dl_pods_are_runs_of_their_service(shared_data):
+    h = read_trace_history(shared_data / "ai4dl")
     assert sorted(r.run_id for r in h) == ["service1/exec1", "service1/exec2", "service1/exec3",
                                            "service1/exec4", "service2/exec2"]
     vr = next(r for r in h if r.job == "service2")

@@ -310,8 +310,8 @@ class OfflineDataAnalyzer:
             raise CloudoptError(f"no logged run of model {model!r}" if model else
                                 "no training runs loaded")
         started = pd.to_datetime(data["started_at"], errors="coerce", utc=True)
-        order = np.argsort(started.fillna(pd.Timestamp.max.tz_localize("UTC")).to_numpy(),
-                           kind="stable")
+        seconds = (started - pd.Timestamp(0, tz="UTC")).dt.total_seconds().to_numpy()
+        order = np.argsort(np.where(np.isfinite(seconds), seconds, np.inf), kind="stable")
         data = data.iloc[order]
         return pd.DataFrame({"wall_time_s": data["time_s"].to_numpy(dtype=float),
                              "cost": data["cost"].to_numpy(dtype=float),
