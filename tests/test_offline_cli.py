@@ -84,3 +84,47 @@ def test_cli_names_dropped_rows_on_the_console_and_leaves_no_empty_folder(repo_r
     bad.write_text("foo,bar\n1,2\n")
     assert main(["analyze", "--logs", str(bad), "--out", str(tmp_path / "o")]) == 2
     assert not (tmp_path / "o").exists()
+
+
+def small_traces(folder):
+    """Two workloads, four runs each, 30 samples a run: memory grows with the batch."""
+    folder.mkdir()
+    runs, samples = [], []
+    for w, workload in enumerate(("mlp", "cnn")):
+        for i, batch in enumerate((32, 64, 128, 256)):
+            exec_id = f"d{w}{i}"
+            runs.append({"exec_id": exec_id, "workload": workload, "n": 1000 * (w + 1),
+                         "epochs": 2, "batch": batch, "width": 64, "threads": 1 + i % 2,
+                         "seed": i, "exit_code": 0, "wall_s": 15.0, "samples": 30})
+            for k in range(30):
+                stage = "load" if k < 5 else "train"
+                samples.append({"exec_id": exec_id, "workload": workload, "time_s": 0.5 * k,
+                                "cpu_cores": 0.9 if stage == "load" else 0.95 * (1 + i % 2),
+                                "mem_gb": 0.2 if stage == "load" else 0.3 + batch / 512,
+                                "stage": stage})
+    pd.DataFrame(runs).to_csv(folder / "executions.csv", index=False)
+    pd.DataFrame(samples).to_csv(folder / "traces.csv", index=False)
+    return folder
+
+
+def test_cli_reports_right_sized_requests_and_accuracy_from_traces(tmp_path, capsys):
+    logs, out = small_traces(tmp_path / "traces"), tmp_path / "analysis"
+    assert main(["analyze", "--logs", str(logs), "--accuracy", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "right-sized requests for the next run" in text and "leave-one-out: time MAPE" in text
+    data = json.loads((out / "analysis.json").read_text())
+    rows = {(r["job"], r["strategy"], r["stage"]): r for r in data["right_sized"]}
+    assert {("mlp", s, "whole run") for s in ("cloudopt", "krr-simple", "vpa-style")} <= set(rows)
+    assert rows[("mlp", "krr-simple", "whole run")]["runs"] == 4
+    assert ("cnn", "cloudopt", "load") in rows  # the load stage needs far less memory
+    assert data["accuracy"]["runs"] == 8 and data["accuracy"]["time_coverage"] >= 0
+    md = (out / "analysis.md").read_text()
+    assert "## Right-sized requests for the next run" in md and "Prediction accuracy" in md
+
+
+def test_cli_names_a_traces_table_missing_columns(tmp_path, capsys):
+    folder = small_traces(tmp_path / "traces")
+    pd.read_csv(folder / "traces.csv").drop(columns=["mem_gb"]).to_csv(folder / "traces.csv")
+    assert main(["analyze", "--logs", str(folder), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "traces.csv: missing column(s) mem_gb" in err

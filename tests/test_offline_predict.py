@@ -1,4 +1,5 @@
-"""Predictions from training logs: scaling model, preferences, defaults, updates, SLA history."""
+"""Predictions from training logs: scaling model, intervals, preferences, defaults, updates,
+SLA history."""
 
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ from optimizer.foundation.config import ResourceConfig, SLAConfig
 from optimizer.foundation.errors import CloudoptError
 from optimizer.offline.analyzer import (
     OfflineDataAnalyzer,
+    RunPredictor,
     leave_one_out,
     loo_summary,
     predict_start_allocation,
 )
+from optimizer.offline.evaluation import leave_one_group_out
+from optimizer.offline.intervals import JobPredictor
 from optimizer.trials.records import TrialSummary
 
 RES = ResourceConfig(gpu_count_max=0, cpu_count_max=4, memory_max=16.0)
@@ -201,3 +205,92 @@ def test_bad_preference_is_a_clear_error(tmp_path):
         a.predict_resources({"model": "cnn"}, "fastest")
     with pytest.raises(CloudoptError, match="must be a number"):
         a.predict_resources({"model": "cnn", "params": "big"})
+
+
+def noisy_runs(seed: int, names=("cnn", "mlp", "gru"), noise: float = 0.1) -> pd.DataFrame:
+    """Canonical rows of three models over a grid, throughput by :func:`law` with noise and a
+    measured overhead of 2 s + 1 s per doubling of the CPUs (threads start slower); peak
+    memory 0.2 + batch / 512 GiB."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for k, name in enumerate(names):
+        params = 2e4 * 4**k
+        for cpus in (1, 2, 4):
+            for batch in (16, 32, 64, 128):
+                tp = law(params, cpus, batch) * math.exp(noise * rng.standard_normal())
+                rows.append({"model": name, "params": params, "cpus": cpus, "batch_size": batch,
+                             "throughput": tp, "total_samples": 2e4,
+                             "time_s": 2 + math.log2(cpus) + 2e4 / tp,
+                             "mem_gb_peak": (0.2 + batch / 512) * math.exp(
+                                 0.05 * rng.standard_normal())})
+    return pd.DataFrame(rows)
+
+
+def analyzer_of(frame: pd.DataFrame) -> OfflineDataAnalyzer:
+    a = OfflineDataAnalyzer(resources=RES)
+    a.add_frame(frame, "runs")
+    return a
+
+
+def test_intervals_hold_the_held_out_runs_at_about_their_level():
+    train = analyzer_of(noisy_runs(0)).combined_data
+    test = analyzer_of(noisy_runs(1)).combined_data  # the same models, fresh noise
+    model = JobPredictor(level=0.8).fit(train)
+    pred = model.predict(test)
+    assert pred["seen"].all()
+    for q in ("throughput", "time_s", "mem_gb_peak"):
+        held = (pred[f"{q}_low"] <= test[q]) & (test[q] <= pred[f"{q}_high"])
+        assert 0.6 <= held.mean() <= 1.0, q
+        assert (pred[f"{q}_low"] < pred[q]).all() and (pred[q] < pred[f"{q}_high"]).all()
+
+
+def test_a_new_model_gets_the_wider_interval_of_models_held_out_whole():
+    train = analyzer_of(noisy_runs(0)).combined_data
+    query = analyzer_of(noisy_runs(2, names=("cnn", "lstm"))).combined_data
+    pred = JobPredictor(level=0.8).fit(train).predict(query)
+    seen, new = pred[pred["seen"]], pred[~pred["seen"]]
+    assert len(seen) == len(new) == 12
+    width = (pred["throughput_high"] / pred["throughput_low"])
+    assert width[~pred["seen"]].min() > width[pred["seen"]].max()
+
+
+def test_measured_overhead_is_fitted_against_the_configuration():
+    # Time = 2 s + 1 s per doubling of the CPUs + work / throughput: the median overhead is
+    # 3 s for every run; the fit knows a 4-CPU run starts 2 s later than a 1-CPU one.
+    data = analyzer_of(noisy_runs(0, noise=0.0)).combined_data
+    test = data[(data["cpus"] == 4) & (data["model_name"] == "mlp")]
+    pred = RunPredictor().fit(data.drop(index=test.index)).predict(test)
+    truth = test["time_s"].to_numpy()
+    median_rule = 3.0 + test["work"].to_numpy() / pred["throughput"].to_numpy()
+    assert np.allclose(pred["time_s"], truth, rtol=0.03)
+    assert np.abs(median_rule - truth).mean() > 3 * np.abs(pred["time_s"] - truth).mean()
+
+
+def test_leave_one_out_with_intervals_reports_coverage_and_memory():
+    data = analyzer_of(noisy_runs(0)).combined_data
+    s = loo_summary(leave_one_out(data.iloc[::3], level=0.8))
+    assert s["runs"] == 12 and 50 <= s["time_coverage"] <= 100
+    assert s["predictor_memory_mape"] < 0.5 * s["baseline_memory_mape"]
+    assert s["predictor_time_mape"] < 0.5 * s["baseline_time_mape"]
+
+
+def test_leave_one_group_out_predicts_each_model_unseen():
+    data = analyzer_of(noisy_runs(0)).combined_data
+    out = leave_one_group_out(data, level=0.8)
+    assert len(out) == len(data) and {"pred_time_s", "time_s_covered"} <= set(out)
+    assert 0 <= out["time_s_covered"].mean() <= 1
+
+
+def test_analyzer_reads_a_traces_folder_with_usage_and_peak_memory(shared_data):
+    a = OfflineDataAnalyzer([shared_data / "dl-traces"], resources=RES)
+    assert len(a.combined_data) == 60 and (a.combined_data["mem_gb_peak"] > 0).all()
+    assert len(a.history) == 60 and all(r.usage is not None for r in a.history)
+    pred = a.predict_resources({"model": "cnn_images", "width": 256, "dataset_size": 10000,
+                                "epochs": 3}, "cost")
+    assert pred.source == "history" and pred.interval_level == 0.8
+    lo, hi = pred.peak_memory_range_gb
+    assert 0.3 < lo < pred.peak_memory_gb < hi < 1.5
+    sized = {s.job: s for s in a.right_size()}
+    assert set(sized) == {"autoencoder_stream", "cnn_images", "mlp_tabular", "mlp_workers",
+                          "transformer_seq"}
+    assert all(r.runs == 12 for s in sized.values() for r in s.requests)

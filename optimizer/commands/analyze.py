@@ -13,6 +13,7 @@ prints the per-model table (and the prediction when a model is given) and writes
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from optimizer.foundation.config import load_config
 from optimizer.foundation.errors import CloudoptError
 from optimizer.foundation.preferences import parse_preference
 from optimizer.offline.analyzer import OfflineDataAnalyzer, ResourcePrediction
+from optimizer.offline.prediction import interval_label
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -43,6 +45,10 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--config", help="TOML configuration (prices and resource bounds)")
     p.add_argument("--out", type=Path, default=Path("runs") / "analysis",
                    help="folder for analysis.md/json and plots (default: runs/analysis)")
+    p.add_argument("--accuracy", action="store_true",
+                   help="also measure the predictor leave-one-out (each run predicted from the "
+                        "others; a few seconds per 10 runs) and report it with the intervals' "
+                        "coverage")
     p.add_argument("--quiet", action="store_true", help="print only the output paths")
     return p
 
@@ -58,14 +64,18 @@ def characteristics(args: argparse.Namespace) -> dict[str, Any] | None:
 
 def format_prediction(pred: ResourcePrediction) -> str:
     a = pred.allocation
+    level = interval_label(pred.interval_level)
     lines = [f"prediction ({pred.preference}, from {pred.source}):",
              f"  allocation  {a.gpus} GPU, {a.cpus} CPU, {a.memory_gb:g} GB, "
              f"batch {a.batch_size or 'script default'}",
              f"  throughput  {pred.expected_throughput:.4g} samples/s "
-             f"(68 %: {pred.throughput_range[0]:.4g}-{pred.throughput_range[1]:.4g})",
+             f"({level}: {pred.throughput_range[0]:.4g}-{pred.throughput_range[1]:.4g})",
              f"  time        {pred.expected_time_s:.4g} s "
-             f"(68 %: {pred.time_range_s[0]:.4g}-{pred.time_range_s[1]:.4g})",
-             f"  cost        ${pred.expected_cost:.4g} (${pred.hourly_cost:.4g}/h)"]
+             f"({level}: {pred.time_range_s[0]:.4g}-{pred.time_range_s[1]:.4g})"]
+    if math.isfinite(pred.peak_memory_gb):
+        lines.append(f"  peak memory {pred.peak_memory_gb:.3g} GiB ({level}: "
+                     f"{pred.peak_memory_range_gb[0]:.3g}-{pred.peak_memory_range_gb[1]:.3g})")
+    lines.append(f"  cost        ${pred.expected_cost:.4g} (${pred.hourly_cost:.4g}/h)")
     if pred.similar_models:
         lines.append(f"  similar     {', '.join(pred.similar_models)}")
     lines += [f"  note        {n}" for n in pred.notes]
@@ -103,7 +113,9 @@ def _report_dropped(analyzer: OfflineDataAnalyzer) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from optimizer.offline.evaluation import leave_one_out, loo_summary
     from optimizer.offline.report import model_table, write_analysis
+    from optimizer.offline.requests import sizing_table
 
     preference = parse_preference(args.preference)
     config = load_config(args.config)
@@ -113,7 +125,11 @@ def _run(args: argparse.Namespace) -> int:
     chars = characteristics(args)
     if chars is not None:
         prediction = analyzer.predict_resources(chars, preference)
-    paths = write_analysis(analyzer, args.out, prediction)
+    accuracy = None
+    if args.accuracy:
+        accuracy = loo_summary(leave_one_out(analyzer.combined_data,
+                                             level=analyzer.interval_level))
+    paths = write_analysis(analyzer, args.out, prediction, accuracy)
     if not args.quiet:
         analysis = analyzer.analyze_all_logs()
         with pd.option_context("display.width", 140, "display.max_columns", 20,
@@ -121,7 +137,17 @@ def _run(args: argparse.Namespace) -> int:
             print(model_table(analysis).to_string(index=False))
         for path, reason in analyzer.rejected.items():
             print(f"skipped {path}: {reason}")
+        sizing = sizing_table(analyzer.right_size())
+        if not sizing.empty:
+            print("right-sized requests for the next run (cloudopt beside KRR simple and "
+                  "VPA-style):")
+            print(sizing.drop(columns=["note"]).to_string(index=False))
         if prediction is not None:
             print(format_prediction(prediction))
+        if accuracy is not None:
+            print(f"leave-one-out: time MAPE {accuracy['predictor_time_mape']:.1f} % vs the "
+                  f"global mean's {accuracy['baseline_time_mape']:.1f} %, "
+                  f"{interval_label(analyzer.interval_level)} interval holds "
+                  f"{accuracy['time_coverage']:.0f} % of runs")
     print(f"wrote {paths['md']}, {paths['json']} and plots in {args.out}")
     return 0

@@ -1,23 +1,28 @@
 """Offline analysis of training logs: per-model statistics and resource prediction from history.
 
 Teams keep logs of earlier training runs. :class:`OfflineDataAnalyzer` reads them (the
-``trials.csv`` run records this tool writes, and plain per-run CSVs from elsewhere), summarises
-each model, and predicts what a new job needs before anything runs;
-:func:`predict_start_allocation` is the optimizer's one-call entry to it.
+``trials.csv`` run records this tool writes, plain per-run CSVs from elsewhere, and resource
+traces: ``dl-traces`` and AI4DL tables, or any :class:`~optimizer.history.History`), summarises
+each model, predicts what a new job needs before anything runs, and right-sizes the next run of
+each recurring job; :func:`predict_start_allocation` is the optimizer's one-call entry to it.
 
-The pieces live beside this module, imported one way into it (public names re-exported):
+The pieces live beside this module, imported one way into it:
 
-- :mod:`optimizer.offline.logs`: reading and validating logs into canonical run records;
+- :mod:`optimizer.offline.logs`, :mod:`optimizer.offline.history_rows`: logs and history into
+  canonical run records;
 - :mod:`optimizer.offline.features`: log-space covariates and the neighbour search over runs;
 - :mod:`optimizer.offline.models`: the throughput and time models (the prediction's maths);
+  :mod:`optimizer.offline.intervals`: their conformal intervals, and peak memory;
 - :mod:`optimizer.offline.candidates`: the configurations a job may start with;
 - :mod:`optimizer.offline.scoring`: hourly cost, footprint and preference scores;
-- :mod:`optimizer.offline.sizing`: heuristics for a job nothing in the history resembles;
-- :mod:`optimizer.offline.evaluation`: leave-one-out evaluation of the predictor.
+- :mod:`optimizer.offline.sizing`, :mod:`optimizer.offline.prediction`: heuristics for a job
+  nothing in the history resembles, and the prediction's record;
+- :mod:`optimizer.offline.evaluation`: leave-one-out evaluation of the predictor;
+- :mod:`optimizer.offline.requests`: right-sized requests beside KRR's and the VPA's.
 
 Prediction (:meth:`OfflineDataAnalyzer.predict_resources`)
-    Throughput and time of candidate configurations come from
-    :class:`~optimizer.offline.models.RunPredictor`. A configuration is then chosen among the
+    Throughput, time and peak memory of candidate configurations, with intervals, come from
+    :class:`~optimizer.offline.intervals.JobPredictor`. A configuration is then chosen among the
     configurations seen for similar models (never beyond what was measured: the scaling is
     only trusted inside the history) by the preference's (cost, time, resource) weights from
     :class:`~optimizer.foundation.config.MultiObjectiveConfig`. With no similar model,
@@ -30,7 +35,6 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -39,28 +43,33 @@ import pandas as pd
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import ResourceConfig, SLAConfig
 from optimizer.foundation.errors import CloudoptError, TraceFormatError
+from optimizer.history import History
+from optimizer.history.csv_logs import frame_to_history
+from optimizer.history.traces import is_trace_source, read_trace_history
 from optimizer.offline.candidates import candidate_runs
-from optimizer.offline.evaluation import leave_one_out, loo_summary, nearest_run_values
+from optimizer.offline.evaluation import leave_one_out, loo_summary
 from optimizer.offline.features import CHAR_FEATURES, CONFIG_FEATURES, feature_matrix
+from optimizer.offline.history_rows import history_frame
+from optimizer.offline.intervals import JobPredictor
 from optimizer.offline.logs import (
-    CHARACTERISTIC_KEYS,
-    COLUMN_ALIASES,
-    NUMERIC,
-    REQUIRED_GROUPS,
-    TEXT,
     LogReport,
     characteristics_frame,
     discover_logs,
     empty_history,
     flatten_result,
     match_columns,
-    missing_groups,
-    model_keys,
+    model_characteristics,
     normalise_frame,
     normalise_name,
     read_csv_table,
 )
-from optimizer.offline.models import PRIOR_SLOPES, LocalScalingModel, RunPredictor
+from optimizer.offline.models import LocalScalingModel, RunPredictor
+from optimizer.offline.prediction import (
+    ResourcePrediction,
+    default_prediction,
+    history_prediction,
+)
+from optimizer.offline.requests import JobSizing, right_size
 from optimizer.offline.scoring import (
     PREFERENCES,
     config_dict,
@@ -69,56 +78,14 @@ from optimizer.offline.scoring import (
     preference_weights,
     resource_footprint,
 )
-from optimizer.offline.sizing import (
-    BYTES_PER_PARAM_TRAINING,
-    CPU_FLOPS_PER_CORE,
-    FRAMEWORK_MEMORY_GB,
-    GPU_FLOPS,
-    TSHIRT_SIZES,
-    default_size,
-    heuristic_memory_gb,
-    rough_throughput,
-)
 from optimizer.trials.records import TrialSummary
 
 __all__ = [
-    "BYTES_PER_PARAM_TRAINING", "CHARACTERISTIC_KEYS", "CHAR_FEATURES", "COLUMN_ALIASES",
-    "CONFIG_FEATURES", "CPU_FLOPS_PER_CORE", "FRAMEWORK_MEMORY_GB", "GPU_FLOPS", "NUMERIC",
-    "PREFERENCES", "PRIOR_SLOPES", "REQUIRED_GROUPS", "TEXT", "TSHIRT_SIZES",
-    "LocalScalingModel", "LogReport", "OfflineDataAnalyzer", "ResourcePrediction",
-    "RunPredictor", "characteristics_frame", "discover_logs", "feature_matrix",
-    "flatten_result", "heuristic_memory_gb", "hourly_cost", "leave_one_out", "loo_summary",
-    "match_columns", "missing_groups", "model_keys", "nearest_run_values", "normalise_frame",
-    "normalise_name", "predict_start_allocation", "preference_scores", "read_csv_table",
-    "resource_footprint",
+    "PREFERENCES", "JobSizing", "LocalScalingModel", "LogReport", "OfflineDataAnalyzer",
+    "ResourcePrediction", "RunPredictor", "discover_logs", "leave_one_out", "loo_summary",
+    "match_columns", "normalise_frame", "normalise_name", "predict_start_allocation",
+    "read_csv_table",
 ]
-
-
-@dataclass
-class ResourcePrediction:
-    """A predicted configuration for a job and what it should give.
-
-    ``uncertainty`` is the log-space standard deviation of the throughput prediction: the
-    truth lies within ``x exp(+-uncertainty)`` about two times in three.
-    """
-
-    allocation: Allocation
-    preference: str
-    expected_throughput: float
-    expected_time_s: float
-    expected_cost: float
-    hourly_cost: float
-    uncertainty: float
-    throughput_range: tuple[float, float]
-    time_range_s: tuple[float, float]
-    source: str
-    """``history`` (similar models were logged) or ``default`` (sizing heuristics)."""
-    similar_models: list[str] = field(default_factory=list)
-    candidates_considered: int = 0
-    notes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class OfflineDataAnalyzer:
@@ -136,6 +103,8 @@ class OfflineDataAnalyzer:
     max_distance : float
         Standardised distance beyond which no logged model counts as similar, and
         :meth:`_default_prediction` answers instead.
+    interval_level : float
+        Coverage of the predictions' intervals.
 
     Attributes
     ----------
@@ -149,20 +118,24 @@ class OfflineDataAnalyzer:
         Rows read, kept and dropped (with reasons) per log.
     rejected : dict[str, str]
         Logs found by :meth:`add_logs` that could not be used, with the reason.
+    history : History
+        Every run read, with its usage series where the source has one (for right-sizing).
     """
 
     def __init__(self, log_paths: Iterable[str | os.PathLike] | None = None, *,
                  resources: ResourceConfig | None = None, n_neighbors: int = 5,
-                 max_distance: float = 4.0) -> None:
+                 max_distance: float = 4.0, interval_level: float = 0.8) -> None:
         self.resources = resources
         self.n_neighbors = n_neighbors
         self.max_distance = max_distance
+        self.interval_level = interval_level
+        self.history = History(())
         self.dataframes: dict[str, pd.DataFrame] = {}
         self.combined_data = empty_history()
         self.model_characteristics: dict[str, dict[str, Any]] = {}
         self.reports: dict[str, LogReport] = {}
         self.rejected: dict[str, str] = {}
-        self._models: RunPredictor | None = None
+        self._models: JobPredictor | None = None
         self._n_updates = 0
         for spec in log_paths or []:
             self.add_logs(spec)
@@ -184,12 +157,23 @@ class OfflineDataAnalyzer:
         normalised, report = normalise_frame(frame.astype(str).where(frame.notna()), source)
         return self._add(normalised, report)
 
+    def add_history(self, history: History, source: str) -> LogReport:
+        """Add runs read from any store (traces, Prometheus, MLflow...) under a name."""
+        frame, report = history_frame(history, source)
+        self.history = self.history.merged(history)
+        return self._add(frame, report, with_history=False)
+
     def add_logs(self, spec: str | os.PathLike, strict: bool = False) -> list[LogReport]:
-        """Read every log that a file, directory or glob names (see :func:`discover_logs`).
+        """Read every log that a file, directory or glob names (see :func:`discover_logs`);
+        a folder or table of resource traces (``traces.csv``/``executions.csv``, AI4DL's
+        ``pod.id`` tables) is read as traces (:func:`~optimizer.history.traces.
+        read_trace_history`), with the usage that right-sizing needs.
 
         A file that is not a usable log is recorded in :attr:`rejected` (or raised with
         ``strict``); if no file at all is usable the error lists every file and why.
         """
+        if is_trace_source(spec):
+            return [self.add_history(read_trace_history(spec), str(spec))]
         reports, errors = [], {}
         for path in discover_logs(spec):
             try:
@@ -204,7 +188,10 @@ class OfflineDataAnalyzer:
             raise TraceFormatError(f"{spec}: no usable training log ({detail})")
         return reports
 
-    def _add(self, frame: pd.DataFrame, report: LogReport) -> LogReport:
+    def _add(self, frame: pd.DataFrame, report: LogReport,
+             with_history: bool = True) -> LogReport:
+        if with_history:
+            self.history = self.history.merged(frame_to_history(frame))
         self.dataframes[report.path] = frame
         self.reports[report.path] = report
         self._rebuild()
@@ -240,24 +227,8 @@ class OfflineDataAnalyzer:
         data["cost"] = data["cost"].where(data["cost"].notna(),
                                           data["hourly_cost"] * data["time_s"] / 3600.0)
         self.combined_data = data
-        self.model_characteristics = self._characteristics(data)
+        self.model_characteristics = model_characteristics(data)
         self._models = None
-
-    @staticmethod
-    def _characteristics(data: pd.DataFrame) -> dict[str, dict[str, Any]]:
-        out: dict[str, dict[str, Any]] = {}
-        def first(g: pd.DataFrame, c: str) -> Any:
-            return next((v for v in g[c] if v is not None and v == v), None)
-
-        for key, g in data.groupby("model_key", sort=True):
-            out[str(key)] = {
-                "model_name": first(g, "model_name"),
-                "model_family": first(g, "model_family"), "params": first(g, "params"),
-                "layers": first(g, "layers"), "width": first(g, "width"),
-                "dataset": first(g, "dataset"), "runs": int(len(g)),
-                "sources": sorted(set(g["source"])),
-            }
-        return out
 
     # ---------------------------------------------------------------- statistics
     def analyze_all_logs(self) -> dict[str, Any]:
@@ -339,8 +310,8 @@ class OfflineDataAnalyzer:
             raise CloudoptError(f"no logged run of model {model!r}" if model else
                                 "no training runs loaded")
         started = pd.to_datetime(data["started_at"], errors="coerce", utc=True)
-        order = np.argsort(started.fillna(pd.Timestamp.max.tz_localize("UTC")).to_numpy(),
-                           kind="stable")
+        seconds = (started - pd.Timestamp(0, tz="UTC")).dt.total_seconds().to_numpy()
+        order = np.argsort(np.where(np.isfinite(seconds), seconds, np.inf), kind="stable")
         data = data.iloc[order]
         return pd.DataFrame({"wall_time_s": data["time_s"].to_numpy(dtype=float),
                              "cost": data["cost"].to_numpy(dtype=float),
@@ -362,15 +333,19 @@ class OfflineDataAnalyzer:
         return forecast
 
     # ---------------------------------------------------------------- prediction
-    def _fitted(self) -> RunPredictor:
+    def _fitted(self) -> JobPredictor:
         if self._models is None:
-            self._models = RunPredictor(self.n_neighbors).fit(self.combined_data)
+            self._models = JobPredictor(self.interval_level, self.n_neighbors).fit(
+                self.combined_data)
         return self._models
 
     def predict_runs(self, runs: pd.DataFrame) -> pd.DataFrame:
-        """Predicted throughput and time of runs described by canonical rows (see
-        :meth:`RunPredictor.predict`)."""
-        return self._fitted().predict(runs)
+        """Predicted throughput, time and peak memory of runs described by canonical rows,
+        with intervals (:meth:`JobPredictor.predict`) and the scaling model's ``sigma``,
+        ``distance`` and ``time_sigma`` (:meth:`RunPredictor.predict`)."""
+        model = self._fitted()
+        base = model.predictor_.predict(runs)[["sigma", "distance", "time_sigma"]]
+        return pd.concat([model.predict(runs), base], axis=1)
 
     def predict_resources(self, model_characteristics: Mapping[str, Any],
                           preference: str | Sequence[float] = "balanced") -> ResourcePrediction:
@@ -392,7 +367,7 @@ class OfflineDataAnalyzer:
         if self.combined_data.empty:
             return self._default_prediction(model_characteristics, pref_name,
                                             "no training logs loaded")
-        tp_model = self._fitted().throughput_
+        tp_model = self._fitted().predictor_.throughput_
         dist, idx = tp_model.neighbors_.query(query, feature_matrix(query, False)[0])
         similar = tp_model.data_.iloc[idx[0]]
         ok = [self._is_similar(query.iloc[0], run, d) for (_, run), d in
@@ -430,51 +405,28 @@ class OfflineDataAnalyzer:
         weights = preference if preference in PREFERENCES else \
             [float(w) for w in preference.split(",")]
         i = int(np.argmin(preference_scores(hourly * rank_time, rank_time, foot, weights)))
-        row, p = rows.iloc[i], pred.iloc[i]
-        sig = float(p["sigma"])
-        tsig = float(p["time_sigma"])
-        alloc = Allocation(gpus=int(np.nan_to_num(row["gpus"])),
-                           cpus=int(row["cpus"]) if np.isfinite(row["cpus"]) else 1,
-                           memory_gb=float(row["memory_gb"]),
-                           batch_size=int(row["batch_size"]) if np.isfinite(row["batch_size"])
-                           else None)
+        row = rows.iloc[i]
         notes = []
         if not np.isfinite(query["work"].iloc[0]):
             notes.append("job size not given: time and cost assume the work of the most "
                          f"similar model's runs ({row['work']:.0f} samples)")
-        return ResourcePrediction(
-            allocation=alloc, preference=preference,
-            expected_throughput=float(p["throughput"]), expected_time_s=float(p["time_s"]),
-            expected_cost=float(hourly[i] * p["time_s"] / 3600.0), hourly_cost=float(hourly[i]),
-            uncertainty=sig,
-            throughput_range=(float(p["throughput"] * math.exp(-sig)),
-                              float(p["throughput"] * math.exp(sig))),
-            time_range_s=(float(p["time_s"] * math.exp(-tsig)),
-                          float(p["time_s"] * math.exp(tsig))),
-            source="history", similar_models=list(dict.fromkeys(similar["model_key"])),
-            candidates_considered=len(rows), notes=notes)
+        return history_prediction(
+            row, pred.iloc[i], float(hourly[i]), preference=preference,
+            level=self.interval_level, similar=list(dict.fromkeys(similar["model_key"])),
+            candidates=len(rows), notes=notes)
 
     def _default_prediction(self, model_characteristics: Mapping[str, Any],
                             preference: str | Sequence[float] = "balanced",
                             reason: str = "no similar model in the history") -> ResourcePrediction:
-        """Sizing heuristics for a job nothing in the history resembles (see
-        :mod:`optimizer.offline.sizing`), with an uncertainty of a factor of ten."""
-        r = self._resources()
-        query = characteristics_frame(model_characteristics)
-        params = float(query["params"].iloc[0])
-        work = float(query["work"].iloc[0])
         pref = preference if isinstance(preference, str) else "balanced"
-        gpus, cores, mem = default_size(r, params, pref)
-        tp = rough_throughput(params, gpus, cores)
-        time_s = work / tp if np.isfinite(work) and tp > 0 else math.nan
-        hourly = float(hourly_cost(gpus, cores, mem, r.prices()))
-        sig = math.log(10.0)
-        return ResourcePrediction(
-            allocation=Allocation(gpus=gpus, cpus=cores, memory_gb=mem, batch_size=None),
-            preference=pref, expected_throughput=tp, expected_time_s=time_s,
-            expected_cost=hourly * time_s / 3600.0, hourly_cost=hourly, uncertainty=sig,
-            throughput_range=(tp / 10, tp * 10), time_range_s=(time_s / 10, time_s * 10),
-            source="default", notes=[reason])
+        return default_prediction(self._resources(), model_characteristics, pref, reason)
+
+    # ---------------------------------------------------------------- right-sizing
+    def right_size(self, next_params: Mapping[str, Mapping[str, float]] | None = None
+                   ) -> list[JobSizing]:
+        """Requests for each recurring job's next run: cloudopt's beside KRR simple and the
+        VPA's (:func:`optimizer.offline.requests.right_size`), from :attr:`history`."""
+        return right_size(self.history, next_params)
 
 
 def predict_start_allocation(logs: str | os.PathLike | Sequence[str | os.PathLike],

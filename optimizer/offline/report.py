@@ -2,8 +2,9 @@
 
 :func:`write_analysis` renders what :class:`~optimizer.offline.analyzer.OfflineDataAnalyzer` found: the
 per-model table, the best measured configuration per preference, the SLA forecast from the
-history (:meth:`~optimizer.foundation.config.SLAConfig.forecast_sla_values`), an optional prediction
-for a new job, and two figures: time against cost per configuration, and throughput against
+history (:meth:`~optimizer.foundation.config.SLAConfig.forecast_sla_values`), right-sized
+requests for each job's next run beside KRR's and the VPA's, an optional prediction for a new
+job (with intervals) and the predictor's leave-one-out accuracy, and two figures: time against cost per configuration, and throughput against
 CPU threads and GPUs (batch size where no run used a GPU).
 """
 
@@ -28,6 +29,8 @@ from optimizer.offline.analyzer import (  # noqa: E402
     OfflineDataAnalyzer,
     ResourcePrediction,
 )
+from optimizer.offline.prediction import interval_label  # noqa: E402
+from optimizer.offline.requests import sizing_table  # noqa: E402
 from optimizer.reports.render import Report  # noqa: E402
 
 TABLE_COLUMNS = ("model", "runs", "configs", "params", "mean_time_s", "mean_cost",
@@ -134,12 +137,16 @@ def _save(fig: Any, path: Path) -> Path:
 
 def _prediction_rows(pred: ResourcePrediction) -> list[dict[str, Any]]:
     a = pred.allocation
+    level = pred.interval_level
     return [
         {"quantity": "allocation", "value": f"{a.gpus} GPU, {a.cpus} CPU, {a.memory_gb:g} GB, "
                                             f"batch {a.batch_size or 'script default'}"},
         {"quantity": "throughput (samples/s)", "value": _with_range(
-            pred.expected_throughput, pred.throughput_range)},
-        {"quantity": "time (s)", "value": _with_range(pred.expected_time_s, pred.time_range_s)},
+            pred.expected_throughput, pred.throughput_range, level)},
+        {"quantity": "time (s)", "value": _with_range(pred.expected_time_s, pred.time_range_s,
+                                                      level)},
+        {"quantity": "peak memory (GiB)", "value": _with_range(
+            pred.peak_memory_gb, pred.peak_memory_range_gb, level)},
         {"quantity": "cost ($)", "value": f"{pred.expected_cost:.4g}"},
         {"quantity": "hourly cost ($/h)", "value": f"{pred.hourly_cost:.4g}"},
         {"quantity": "source", "value": pred.source},
@@ -147,15 +154,41 @@ def _prediction_rows(pred: ResourcePrediction) -> list[dict[str, Any]]:
     ]
 
 
-def _with_range(value: float, rng: tuple[float, float]) -> str:
+def _with_range(value: float, rng: tuple[float, float], level: float) -> str:
     if not math.isfinite(value):
         return "unknown"
-    return f"{value:.4g} (68 %: {rng[0]:.4g} to {rng[1]:.4g})"
+    return f"{value:.4g} ({interval_label(level)}: {rng[0]:.4g} to {rng[1]:.4g})"
+
+
+SIZING_TEXT = (
+    "For the next run of each recurring job (configured as its latest run): cloudopt's "
+    "requests, fitted to the run's configuration and bounded at 95 % by the history's own "
+    "misses (per stage where a stage's needs differ by over 10 %), beside what Robusta KRR's "
+    "simple strategy (CPU: the largest run's p95, no limit; memory: the peak + 15 %, as limit "
+    "too) and the Kubernetes VPA recommender (90th percentile of decaying histograms + 15 %) "
+    "would request from the same series. Runs and hours: what each rests on. "
+    "benchmarks/history_backtest.py replays a history to show which requests held.")
+
+
+def _accuracy_rows(summary: dict[str, float], level: float) -> list[dict[str, Any]]:
+    rows = []
+    for name, key in (("time", "time"), ("throughput", "throughput"), ("peak memory", "memory")):
+        pred = summary.get(f"predictor_{key}_mape", math.nan)
+        if math.isfinite(pred):
+            rows.append({"quantity": name, "MAPE %": round(pred, 1),
+                         "global mean MAPE %": round(summary[f"baseline_{key}_mape"], 1),
+                         f"{interval_label(level)} interval coverage %":
+                             round(summary.get(f"{key}_coverage", math.nan), 1)})
+    return rows
 
 
 def write_analysis(analyzer: OfflineDataAnalyzer, out_dir: str | os.PathLike,
-                   prediction: ResourcePrediction | None = None) -> dict[str, Path]:
+                   prediction: ResourcePrediction | None = None,
+                   accuracy: dict[str, float] | None = None) -> dict[str, Path]:
     """Write ``analysis.md``, ``analysis.html``, ``analysis.json`` and the two plots.
+
+    ``accuracy``: the leave-one-out summary (:func:`~optimizer.offline.evaluation.loo_summary`
+    with intervals), shown when given.
 
     Returns the paths written, by name (``md``, ``html``, ``json``, ``time_vs_cost``,
     ``throughput_scaling``).
@@ -187,11 +220,21 @@ def write_analysis(analyzer: OfflineDataAnalyzer, out_dir: str | os.PathLike,
     report.table([{"history": k, **{m: v.get(m) for m in
                   ("time", "time_se", "cost", "cost_se", "throughput", "throughput_se",
                    "n_runs")}} for k, v in forecasts.items()])
+    sizing = sizing_table(analyzer.right_size())
+    if not sizing.empty:
+        report.heading("Right-sized requests for the next run")
+        report.paragraph(SIZING_TEXT)
+        report.table(sizing)
     if prediction is not None:
         report.heading(f"Prediction for the new job (preference: {prediction.preference})")
         report.table(_prediction_rows(prediction))
         for note in prediction.notes:
             report.note(note)
+    if accuracy is not None:
+        report.heading("Prediction accuracy (leave-one-out)")
+        report.paragraph(f"Each of the {accuracy['runs']:.0f} runs predicted from the others; "
+                         "the global mean is the others' mean.")
+        report.table(_accuracy_rows(accuracy, analyzer.interval_level))
     report.heading("Figures")
     report.figure(paths["time_vs_cost"], "Time vs cost per configuration")
     report.figure(paths["throughput_scaling"], "Throughput vs threads and GPUs/batch size")
@@ -203,6 +246,7 @@ def write_analysis(analyzer: OfflineDataAnalyzer, out_dir: str | os.PathLike,
         "best": analysis["best"], "model_characteristics": analyzer.model_characteristics,
         "sla_forecast": forecasts,
         "prediction": prediction.to_dict() if prediction is not None else None,
+        "right_sized": sizing.to_dict("records"), "accuracy": accuracy,
     }
     paths["json"] = out / "analysis.json"
     atomic_write_json(paths["json"], _finite(payload))
