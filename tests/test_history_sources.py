@@ -5,25 +5,25 @@ from __future__ import annotations
 
 import pytest
 
-from optimizer.foundation.errors import HistoryError
+from optimizer.foundation.errors import CloudoptError, HistoryError
 from optimizer.history.names import canonical_curve, canonical_param, canonical_params
 from optimizer.history.sources import read_histories, read_history
 
 
-def test_csv_and_trace_specs_reach_their_readers(tmp_path):
-    # the CSV-log and trace readers are optimizer.history.csv_logs and .traces; until this
-    # build has them, each form says which reader it needs
+def test_csv_and_trace_specs_reach_their_readers(tmp_path, repo_root, shared_data):
+    logs = repo_root / "examples" / "logs"
+    for spec in (f"csv:{logs}", str(logs), str(logs / "mlp.csv")):
+        history = read_history(spec)
+        assert len(history) > 0 and {r.source.split(":")[0] for r in history} == {"csv"}
+    traces = shared_data / "dl-traces"
+    for spec in (f"traces:{traces}", str(traces)):
+        history = read_history(spec)
+        assert len(history) == 60 and all(r.usage is not None for r in history)
+    # a file that is neither names itself and what it lacks, in one line
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "run1.csv").write_text("time_s,cpu_cores\n0,1\n")
-    (tmp_path / "traces").mkdir()
-    (tmp_path / "traces" / "traces.csv").write_text("exec_id,time_s\n")
-    for spec in (f"csv:{tmp_path / 'logs'}", str(tmp_path / "logs"),
-                 str(tmp_path / "logs" / "run1.csv")):
-        with pytest.raises(HistoryError, match="read_csv_history"):
-            read_history(spec)
-    for spec in (f"traces:{tmp_path / 'traces'}", str(tmp_path / "traces")):
-        with pytest.raises(HistoryError, match="read_trace_history"):
-            read_history(spec)
+    with pytest.raises(CloudoptError, match="run1.csv"):
+        read_history(str(tmp_path / "logs" / "run1.csv"))
 
 
 def test_no_specs_is_an_empty_history():

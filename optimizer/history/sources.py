@@ -19,10 +19,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from optimizer.foundation.errors import HistoryError
+from optimizer.history.csv_logs import read_csv_history
 from optimizer.history.mlflow_runs import read_mlflow_spec
 from optimizer.history.prometheus import read_prometheus_spec
 from optimizer.history.run import History
 from optimizer.history.tensorboard_events import event_folders, read_tensorboard
+from optimizer.history.traces import read_trace_history
 
 FORMS = ("prometheus+http://HOST:PORT?selector={...}&start=...&end=...&step=...",
          "mlflow:<tracking-uri>[#experiment]", "tensorboard:<dir>", "csv:<path>",
@@ -67,10 +69,8 @@ def read_histories(specs: Iterable[str]) -> History:
 
 
 def _read_csv_logs(path: Path) -> History:
-    raise HistoryError(f"cannot read CSV logs {path} as history: this build has no CSV-log "
-                       "reader (optimizer.history.csv_logs.read_csv_history)")
+    return read_csv_history(path)
 
 
 def _read_traces(path: Path) -> History:
-    raise HistoryError(f"cannot read traces {path} as history: this build has no trace reader "
-                       "(optimizer.history.traces.read_trace_history)")
+    return read_trace_history(path)
