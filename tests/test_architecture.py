@@ -30,7 +30,7 @@ the rest of ``phases`` never imports.
   holds only the doors and its rooms.
 
 Inside ``optimizer/search``, the pipeline is a typed port
-(``optimizer.search.loop.port.SearchPort``):
+(``optimizer.search.core.port.SearchPort``):
 
 - no ``x._private`` of an object other than ``self``, ``cls`` or the module itself;
 - no parameter named ``opt``, ``port`` or ``pipeline`` annotated ``Any``;
@@ -120,7 +120,7 @@ def _part(module: str) -> str:
 
 
 def _room(module: str) -> str:
-    """``search`` for ``optimizer.search.refine``; the door's own name for a door."""
+    """``search`` for ``optimizer.search.loop.rounds``; the door's own name for a door."""
     if module in DOORS:
         return module
     return module.split(".")[1]

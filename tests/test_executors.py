@@ -12,8 +12,8 @@ from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import load_config
 from optimizer.foundation.errors import CloudoptError, ConfigError
 from optimizer.search.choice import best_measured, objective_table, separated
-from optimizer.search.loop.state import SearchJob, SearchState
-from optimizer.search.runoff import (
+from optimizer.search.core.state import SearchJob, SearchState
+from optimizer.search.after_loop.runoff import (
     contenders,
     cpu_neighbour,
     runoff,

@@ -28,8 +28,8 @@ from optimizer.search.goodput.efficiency import (
     loss_points,
 )
 from optimizer.search.goodput.probe_target import target_for_batch, trained_records
-from optimizer.search.loop.state import SearchJob, SearchState
-from optimizer.search.runoff import contenders, runoff, uncertain, with_workers
+from optimizer.search.core.state import SearchJob, SearchState
+from optimizer.search.after_loop.runoff import contenders, runoff, uncertain, with_workers
 from optimizer.trials.probe import EVENTS_FILE, ProbeRecord
 from optimizer.trials.records import TrialSummary
 

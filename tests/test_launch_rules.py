@@ -12,8 +12,8 @@ from types import SimpleNamespace
 from main_command import run_main
 
 from optimizer.foundation.allocation import Allocation
-from optimizer.search.goodput.scaling import ScalingSweep, backend_fallback
-from optimizer.search.loop.state import Proposal
+from optimizer.search.after_loop.scaling import ScalingSweep, backend_fallback
+from optimizer.search.core.state import Proposal
 from optimizer.trials.failures import failing_alike, no_usable_baseline
 from optimizer.trials.launchers import launch_rule
 from optimizer.trials.launchers.launch_rule import (

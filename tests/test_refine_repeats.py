@@ -9,9 +9,9 @@ import numpy as np
 
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import load_config
-from optimizer.search import refine as refine_module
-from optimizer.search.loop.expected import Acquisition
-from optimizer.search.loop.state import SearchJob
+from optimizer.search.loop import rounds as refine_module
+from optimizer.search.expected import Acquisition
+from optimizer.search.core.state import SearchJob
 from optimizer.search.planning import RoundPlan
 from optimizer.trials.records import TrialSummary
 

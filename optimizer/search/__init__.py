@@ -4,11 +4,11 @@ In the order the main job uses it: the baseline probes (:mod:`~optimizer.search.
 workload model fitted to the trials (:mod:`~optimizer.search.workload_fit`,
 :mod:`~optimizer.search.calibrate` for presets), one round of planning with the agents
 (:mod:`~optimizer.search.planning` over :mod:`~optimizer.search.recommend`, reused through
-:mod:`~optimizer.search.plan_cache`), the closed loop (:mod:`~optimizer.search.refine`, its parts
+:mod:`~optimizer.search.plan_cache`), the closed loop (:mod:`~optimizer.search.loop.rounds`, its parts
 in :mod:`~optimizer.search.loop`: the pipeline's typed port, the proposers, the stop rules and
 the final choice) with its expected-improvement probes (:mod:`~optimizer.search.acquisition`),
-the data-loader workers sweep (:mod:`~optimizer.search.loader_workers`), the run-off of close
-settings (:mod:`~optimizer.search.runoff`) and the choice among measured trials with its
+the data-loader workers sweep (:mod:`~optimizer.search.after_loop.workers`), the run-off of close
+settings (:mod:`~optimizer.search.after_loop.runoff`) and the choice among measured trials with its
 right-sized memory (:mod:`~optimizer.search.choice`). Batch sizes are compared by goodput, their statistical
 efficiency measured on the script (:mod:`~optimizer.search.goodput`).
 

@@ -1,6 +1,6 @@
 """Stage 4 of the main job, one round of it: fit the workload model, let the agents plan on it.
 
-:func:`plan_round` is called by the closed loop (:mod:`optimizer.search.refine`) once per round; its
+:func:`plan_round` is called by the closed loop (:mod:`optimizer.search.loop.rounds`) once per round; its
 plan is recorded in ``rl/[round-K/]`` with what it was made from (:mod:`optimizer.search.plan_cache`),
 so ``--resume`` reuses it while those inputs hold.
 """
@@ -26,7 +26,7 @@ from optimizer.search.goodput.efficiency import (
     efficiency_from_trials,
 )
 from optimizer.search.goodput.probe_target import depth_note, trained_records, training_depth
-from optimizer.search.loop.port import SearchPort
+from optimizer.search.core.port import SearchPort
 from optimizer.search.plan_cache import plan_inputs, reusable_plan
 from optimizer.trials.records import TrialSummary
 

@@ -4,9 +4,9 @@ In a round of the closed loop the controller asks, in order, :class:`BaselinePro
 when the model could not be fitted), :class:`ExpectedImprovement` (only when the plan cannot be
 trusted or is not worth a trial: the fit is poor, its setting was measured already, or a
 measured trial beats its prediction) and :class:`AgentsPlan`; the first proposal is the
-round's. After the loop, :class:`~optimizer.search.loader_workers.WorkersSweep` proposes the
+round's. After the loop, :class:`~optimizer.search.after_loop.workers.WorkersSweep` proposes the
 best setting at other data-loader worker counts and
-:class:`~optimizer.search.runoff.RunoffContenders` the run-off's back-to-back runs.
+:class:`~optimizer.search.after_loop.runoff.RunoffContenders` the run-off's back-to-back runs.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from optimizer.foundation.allocation import Allocation, describe_allocation
-from optimizer.search.loader_workers import WorkersSweep
-from optimizer.search.loop.expected import measured_setting, ruled_words
-from optimizer.search.loop.state import Proposal, RoundView, SearchState
-from optimizer.search.runoff import RunoffContenders
+from optimizer.search.after_loop.workers import WorkersSweep
+from optimizer.search.expected import measured_setting, ruled_words
+from optimizer.search.core.state import Proposal, RoundView, SearchState
+from optimizer.search.after_loop.runoff import RunoffContenders
 
 
 def _round(state: SearchState) -> RoundView:

@@ -25,7 +25,7 @@ import dataclasses
 from optimizer.foundation.allocation import describe_allocation, workers_words
 from optimizer.search.budget import runoff_reserve
 from optimizer.search.choice import objective_table
-from optimizer.search.loop.state import Proposal, SearchState, drive, sweep_row
+from optimizer.search.core.state import Proposal, SearchState, drive, sweep_row
 from optimizer.trials.records import TrialSummary
 
 PREFIX = "workers"
@@ -78,7 +78,7 @@ def _proposals(state: SearchState) -> list[Proposal]:
     cost_w, time_w, share_w = port.config.multi_objective.vector(port.user_preference)
     levels = worker_levels(best.cpus, current, more_first=bool(time_w > max(cost_w, share_w)))
     budget = port.budget
-    if budget is not None:  # the run-off's runs stay in reserve (optimizer.search.refine)
+    if budget is not None:  # the run-off's runs stay in reserve (optimizer.search.loop.rounds)
         levels = levels[: budget.limit(len(levels), runoff_reserve(port.config.run,
                                                                      budget.total))]
     return [Proposal(dataclasses.replace(best, workers=n), PROPOSER,

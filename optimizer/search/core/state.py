@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from optimizer.foundation.allocation import Allocation
-from optimizer.search.loop.port import SearchPort
+from optimizer.search.core.port import SearchPort
 from optimizer.trials.records import TrialSummary
 
 if TYPE_CHECKING:  # types only
     from optimizer.search.goodput.efficiency import TrialEfficiency
     from optimizer.search.job_options import JobOptions, JobSpec
-    from optimizer.search.loop.expected import Acquisition
+    from optimizer.search.expected import Acquisition
     from optimizer.trials.training import TrainingModuleManager
 
 

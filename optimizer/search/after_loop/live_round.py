@@ -20,7 +20,7 @@ from typing import Any
 
 from optimizer.foundation.allocation import Allocation
 from optimizer.search.live.live_plan import TIME_SLACK, PlanResult, build_live_plan
-from optimizer.search.loop.port import SearchPort
+from optimizer.search.core.port import SearchPort
 from optimizer.trials.executors.base import TrialRequest
 from optimizer.trials.live.controller import PlanDecider
 from optimizer.trials.live.plan import LivePlan

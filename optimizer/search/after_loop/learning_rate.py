@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.search.goodput.efficiency import loss_points
-from optimizer.search.loop.port import SearchPort
+from optimizer.search.core.port import SearchPort
 from optimizer.trials.probe import EVENTS_FILE, read_probe
 from optimizer.trials.records import TrialSummary
 from optimizer.trials.runner import with_flag

@@ -1,11 +1,11 @@
 """After the closed loop, down to the final choice.
 
 :func:`finish` adds the trials an earlier run of the folder measured, runs the workers sweep
-(:class:`~optimizer.search.loader_workers.WorkersSweep`) and the run-off
-(:class:`~optimizer.search.runoff.RunoffContenders`), crediting each new trial to whoever
+(:class:`~optimizer.search.after_loop.workers.WorkersSweep`) and the run-off
+(:class:`~optimizer.search.after_loop.runoff.RunoffContenders`), crediting each new trial to whoever
 proposed its setting first, pools the efficiency over the run-off's curves, and chooses the
 best *measured* trial (:func:`optimizer.search.choice.best_measured`, by the run-off's runs
-where there was one). The :class:`~optimizer.search.loop.outcome.SearchRecommendation` then
+where there was one). The :class:`~optimizer.search.core.outcome.SearchRecommendation` then
 gathers the choice, the learning rate (with ``--lr-arg``), the memory request's source, the
 measured figures, the search's cost, the choice in words and the live plan.
 """
@@ -32,14 +32,14 @@ from optimizer.search.goodput.job_length import (
     figures_words,
     job_length_decision,
 )
-from optimizer.search.goodput.learning_rate import lr_args, tune_learning_rate
-from optimizer.search.goodput.scaling import PROPOSER as SCALING
-from optimizer.search.goodput.scaling import scaling_curve, sweep_replicas
-from optimizer.search.loader_workers import PROPOSER, sweep_workers
-from optimizer.search.loop.outcome import SearchOutcome, SearchRecommendation
-from optimizer.search.loop.state import SearchState, StopReason
+from optimizer.search.after_loop.learning_rate import lr_args, tune_learning_rate
+from optimizer.search.after_loop.scaling import PROPOSER as SCALING
+from optimizer.search.after_loop.scaling import scaling_curve, sweep_replicas
+from optimizer.search.after_loop.workers import PROPOSER, sweep_workers
+from optimizer.search.core.outcome import SearchOutcome, SearchRecommendation
+from optimizer.search.core.state import SearchState, StopReason
 from optimizer.search.planning import measure_efficiency
-from optimizer.search.runoff import runoff, standings, tie_note
+from optimizer.search.after_loop.runoff import runoff, standings, tie_note
 from optimizer.trials.records import TrialSummary, iter_trials
 
 
@@ -84,7 +84,7 @@ def _credit_earlier(state: SearchState) -> None:
 
 
 def _run_off(state: SearchState) -> list[str]:
-    """The run-off (:func:`optimizer.search.runoff.runoff`), its trials credited to who
+    """The run-off (:func:`optimizer.search.after_loop.runoff.runoff`), its trials credited to who
     proposed their setting (a setting only the run-off ran: to who put it in)."""
     n_before = len(state.trials)
     block = runoff(state)
@@ -137,7 +137,7 @@ def recommendation(state: SearchState, final: TrialSummary, best_row: dict[str, 
 
 
 def _scaling(state: SearchState, final: TrialSummary) -> dict[str, Any] | None:
-    """The scaling curve (:func:`optimizer.search.goodput.scaling.scaling_curve`) of a job launched by
+    """The scaling curve (:func:`optimizer.search.after_loop.scaling.scaling_curve`) of a job launched by
     torchrun whose workers were measured, on the last round's fitted model."""
     trials = state.trials
     if not any(t.ok and t.allocation.replicas > 1 for t in trials):
@@ -194,7 +194,7 @@ def _live(state: SearchState, allocation: Allocation) -> dict[str, Any] | None:
     mode = getattr(job.opts, "live_plan", "off")
     if mode == "off" or state.round is None or state.round.env_config is None:
         return None
-    from optimizer.search.live.live_check import live_round
+    from optimizer.search.after_loop.live_round import live_round
 
     return live_round(state.port, job.manager, state.round.env_config, allocation, job.run_dir,
                       job.opts, measure=mode == "measure")

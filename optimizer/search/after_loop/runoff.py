@@ -43,9 +43,9 @@ import pandas as pd
 
 from optimizer.foundation.allocation import Allocation, describe_allocation, job_words
 from optimizer.search.choice import efficiency_source, objective_table, same_setting, separated
-from optimizer.search.loader_workers import PREFIX as WORKERS_PREFIX
-from optimizer.search.loader_workers import PROPOSER as WORKERS_PROPOSER
-from optimizer.search.loop.state import Proposal, SearchState, drive
+from optimizer.search.after_loop.workers import PREFIX as WORKERS_PREFIX
+from optimizer.search.after_loop.workers import PROPOSER as WORKERS_PROPOSER
+from optimizer.search.core.state import Proposal, SearchState, drive
 from optimizer.trials.records import TrialSummary
 
 CONFIRM_BAND = 0.15

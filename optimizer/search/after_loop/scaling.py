@@ -27,7 +27,7 @@ import numpy as np
 from optimizer.foundation.allocation import Allocation, describe_allocation
 from optimizer.search.budget import runoff_reserve
 from optimizer.search.choice import hourly_cost, objective_table
-from optimizer.search.loop.state import Proposal, SearchState, drive, sweep_row
+from optimizer.search.core.state import Proposal, SearchState, drive, sweep_row
 from optimizer.trials.launchers.launch_rule import backend_error
 from optimizer.trials.records import TrialSummary, job_time
 

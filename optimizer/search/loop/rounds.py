@@ -19,10 +19,10 @@ Round ``k`` (``[run].refine_rounds`` of them) of :func:`refine`:
 4. otherwise the proposal is run like any trial (``trials/refine-K-<key>``) and its prediction
    is set against the measurement.
 
-After the loop (:mod:`optimizer.search.loop.finish`), with ``--workers-arg`` the best setting so
-far is measured at other data-loader worker counts (:mod:`optimizer.search.loader_workers`); the
+After the loop (:mod:`optimizer.search.after_loop.recommendation`), with ``--workers-arg`` the best setting so
+far is measured at other data-loader worker counts (:mod:`optimizer.search.after_loop.workers`); the
 settings that measured within 15% of the best are decided in a run-off of back-to-back runs
-(:mod:`optimizer.search.runoff`), and the recommendation is the best *measured* trial
+(:mod:`optimizer.search.after_loop.runoff`), and the recommendation is the best *measured* trial
 (:func:`optimizer.search.choice.best_measured`), by the run-off's runs where there was one, with
 its memory right-sized, so it is never worse than a trial already run.
 """
@@ -35,17 +35,17 @@ from typing import Any
 from optimizer.foundation.allocation import Allocation
 from optimizer.search.budget import runoff_reserve
 from optimizer.search.choice import same_setting
-from optimizer.search.loop.expected import (
+from optimizer.search.expected import (
     dominating_trial,
     probe_by_improvement,
     spread_of,
     with_default_batch,
 )
-from optimizer.search.loop.finish import finish
-from optimizer.search.loop.outcome import SearchOutcome
-from optimizer.search.loop.port import SearchPort
+from optimizer.search.after_loop.recommendation import finish
+from optimizer.search.core.outcome import SearchOutcome
+from optimizer.search.core.port import SearchPort
 from optimizer.search.loop.proposers import AgentsPlan, BaselineProbes, ExpectedImprovement
-from optimizer.search.loop.state import (
+from optimizer.search.core.state import (
     Proposer,
     RoundView,
     SearchJob,

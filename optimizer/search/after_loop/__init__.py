@@ -1,0 +1,1 @@
+"""The stages after the closed loop, one module each."""
