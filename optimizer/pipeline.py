@@ -35,15 +35,15 @@ from optimizer.foundation.config import OptimizerConfig, load_config, validate_p
 from optimizer.foundation.errors import CloudoptError
 from optimizer.foundation.gpu import nvml_device_count, visible_device_indices
 from optimizer.search import baseline as probes
+from optimizer.search.after_loop.runoff import PREFIX as RUNOFF_PREFIX
+from optimizer.search.after_loop.scaling import backend_fallback
 from optimizer.search.baseline import memory_for, plan_baseline, run_baseline
 from optimizer.search.budget import RunBudget, auto_budget, make_budget, within_budget
 from optimizer.search.choice import same_setting
+from optimizer.search.core.state import SearchJob
 from optimizer.search.goodput.job_length import JobLength, job_length
 from optimizer.search.goodput.probe_target import target_for_batch
-from optimizer.search.after_loop.scaling import backend_fallback
 from optimizer.search.job_options import JobOptions, JobSpec
-from optimizer.search.core.state import SearchJob
-from optimizer.search.after_loop.runoff import PREFIX as RUNOFF_PREFIX
 from optimizer.trials import oom_retry
 from optimizer.trials.batch import label_batch
 from optimizer.trials.cost import ResourceCostCalculator, cost_time_flags, trial_figures
@@ -252,7 +252,7 @@ class CloudResourceOptimizer:
         self.config.save(run_dir / "config.json")  # as applied: the SLA the run was held to
         earlier = self._earlier_trials(manager, run_dir, usable)
         profile, phase_note = self._phases(reference, run_dir, opts)
-        from optimizer.search.loop.rounds import refine
+        from optimizer.search.stages import refine
 
         more = [a for a in self._planned_probes(manager, analysis, opts, extra=8)
                 if not any(same_setting(t.allocation, a) for t in baseline)]

@@ -13,11 +13,11 @@ from main_command import run_main
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import load_config
 from optimizer.foundation.errors import ConfigError
-from optimizer.search.loop import rounds as refine_module
+from optimizer.search.after_loop import runoff as runoff_module
 from optimizer.search.budget import RunBudget, auto_budget, make_budget, search_cost
-from optimizer.search.after_loop import recommendation as finish_module
 from optimizer.search.core.state import SearchJob
 from optimizer.search.planning import RoundPlan
+from optimizer.search.stages import refine
 from optimizer.trials.records import TrialSummary
 
 
@@ -98,12 +98,12 @@ def test_the_closed_loop_stops_when_the_budget_leaves_only_the_run_off(tmp_path,
     for tid in ("00", "01", "02"):  # the baseline's three runs
         _record(tmp_path / "trials", tid)
     port = _Port(cfg, RunBudget(8, tmp_path / "trials"))
-    monkeypatch.setattr(finish_module, "runoff", lambda *a, **k: [])
+    monkeypatch.setattr(runoff_module, "runoff", lambda *a, **k: [])
     trials = [_trial(t) for t in ("00", "01", "02")]
     more = [Allocation(0, 2, 4.0, 64 * k) for k in range(2, 12)]
     manager = SimpleNamespace(workers_arg=None, default_batch_size=lambda: 64)
     job = SearchJob(manager, tmp_path, SimpleNamespace(), 1e4, trials[0], more_probes=more)
-    outcome = refine_module.refine(port, job, trials, planner=port.plan)
+    outcome = refine(port, job, trials, planner=port.plan)
     rec = outcome.recommendation.to_dict()
     assert len(port.measured) == 3  # 8 runs - 3 made - 2 kept for one run-off round
     assert outcome.stop.rule == "budget"

@@ -20,13 +20,13 @@ from optimizer.foundation.atomic_files import atomic_write_json, read_json
 from optimizer.foundation.config import OptimizerConfig
 from optimizer.foundation.errors import CloudoptError
 from optimizer.search.baseline import rank_trials
+from optimizer.search.core.port import SearchPort
 from optimizer.search.goodput.efficiency import (
     NoiseScaleEstimate,
     TrialEfficiency,
     efficiency_from_trials,
 )
 from optimizer.search.goodput.probe_target import depth_note, trained_records, training_depth
-from optimizer.search.core.port import SearchPort
 from optimizer.search.plan_cache import plan_inputs, reusable_plan
 from optimizer.trials.records import TrialSummary
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from optimizer.search.choice import same_setting
-from optimizer.search.expected import not_worth_a_run, ruled_words, with_default_batch
 from optimizer.search.core.state import RoundView, SearchState, StopReason
+from optimizer.search.expected import not_worth_a_run, ruled_words, with_default_batch
 
 MAX_MEASUREMENTS = 4
 """The closed loop never measures a setting a fifth time: when that is all it could do, it stops
