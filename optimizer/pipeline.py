@@ -8,11 +8,11 @@ folder so that ``--resume`` continues where an interrupted run stopped:
 2. baseline trials: real, monitored, time-boxed runs under a few allocations (``trials/NN-*``,
    never rerun once recorded), each labelled with the batch size it ran with;
 3. phases of the baseline trace (shipped default phase model or ``--phase-model``);
-4. the closed loop (:mod:`optimizer.search.loop.rounds`), within the budget of real runs: the
-   workload model fitted to the trials, agents trained on a ``CloudEnvironment`` over it
-   (``rl/``), their plan (or the largest expected improvement) measured, refit, re-plan;
-5. the recommendation: the best *measured* trial by goodput, memory right-sized; for a job
-   with stages, the agents' per-stage live plan (``live-plan.json``), measured beside it;
+4. the search (:func:`optimizer.search.stages.refine`, its stages in order): the closed loop,
+   within the budget of real runs (the model fitted, agents trained on it in ``rl/``, their plan
+   or the largest expected improvement measured, refit, re-plan), the workers sweeps, the run-off;
+5. its recommendation: the best *measured* trial by goodput, memory right-sized; the learning
+   rate; for a job with stages, the per-stage live plan (``live-plan.json``), measured beside it;
 6. metric CSVs, ``recommendation.json``, ``k8s-resources.yaml`` and the report.
 
 Without an identifiable model, more probes; the best measured trial is recommended anyway.
@@ -75,7 +75,7 @@ class CloudResourceOptimizer:
     settings (``config``, ``user_preference``, ``budget``, ``quiet``, ``job_length``,
     ``log_path``) and :meth:`say`, :meth:`measure`, :meth:`label_batch`,
     :meth:`trial_executor`; what the search works out comes back from
-    :func:`optimizer.search.loop.rounds.refine`.
+    :func:`optimizer.search.stages.refine`.
 
     Parameters
     ----------

@@ -1,8 +1,8 @@
 """Stage 4 of the main job, one round of it: fit the workload model, let the agents plan on it.
 
-:func:`plan_round` is called by the closed loop (:mod:`optimizer.search.loop.rounds`) once per round; its
-plan is recorded in ``rl/[round-K/]`` with what it was made from (:mod:`optimizer.search.plan_cache`),
-so ``--resume`` reuses it while those inputs hold.
+:func:`plan_round` is called by the closed loop (:mod:`optimizer.search.loop.rounds`) once per
+round; its plan is recorded in ``rl/[round-K/]`` with what it was made from
+(:mod:`optimizer.search.plan_cache`), so ``--resume`` reuses it while those inputs hold.
 """
 
 from __future__ import annotations

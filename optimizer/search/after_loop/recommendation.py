@@ -75,8 +75,8 @@ def recommendation(state: SearchState) -> SearchRecommendation:
 
 
 def _scaling(state: SearchState, final: TrialSummary) -> dict[str, Any] | None:
-    """The scaling curve (:func:`optimizer.search.after_loop.scaling.scaling_curve`) of a job launched by
-    torchrun whose workers were measured, on the last round's fitted model."""
+    """The scaling curve (:func:`optimizer.search.after_loop.scaling.scaling_curve`) of a job
+    launched by torchrun whose workers were measured, on the last round's fitted model."""
     trials = state.trials
     if not any(t.ok and t.allocation.replicas > 1 for t in trials):
         return None

@@ -12,10 +12,11 @@ cloudopt could not.
 
 So with ``--workers-arg FLAG``, after the closed loop and before the run-off, the stage
 :class:`LoaderWorkers` measures the best setting so far at other worker counts
-(:func:`worker_levels`: none, half the CPU threads, all of them and twice as many). Those trials (``trials/workers-<key>``) compete for the final
-choice like any other trial: one that measures within the run-off's band of the best goes to
-the run-off, where the settings are measured back to back. They never feed the workload model, whose
-trials all run at the script's default (:func:`optimizer.search.workload_fit.measurements_from_trials`).
+(:func:`worker_levels`: none, half the CPU threads, all of them and twice as many). Those
+trials (``trials/workers-<key>``) compete for the final choice like any other trial: one that
+measures within the run-off's band of the best goes to the run-off, where the settings are
+measured back to back. They never feed the workload model, whose trials all run at the
+script's default (:func:`optimizer.search.workload_fit.measurements_from_trials`).
 """
 
 from __future__ import annotations

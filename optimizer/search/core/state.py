@@ -1,13 +1,14 @@
-r"""What every part of the search reads and writes: the job, the state, a proposal, a stop, a stage.
+"""What every part of the search reads and writes: the job, the state, proposals, stops, stages.
 
 :class:`SearchJob` is what one search works on (fixed for its length); :class:`SearchState`
 what it has found so far (the trials, the decisions' rows, who proposed each trial, the
 efficiency), during a round of the closed loop that round's plan (:class:`RoundView`) and
-proposal, and what the stages after the loop decided. The search is a list of :class:`Stage`\ s
-(:func:`optimizer.search.stages.stages`), each ``run(state)``; a stage that measures asks a
-:class:`Proposer`, which suggests the next trial as a :class:`Proposal` or nothing, and checks
-its :class:`StopRule`\ s, which end it with a :class:`StopReason`; :func:`drive` measures what
-one proposer proposes until it proposes nothing or a rule stops it.
+proposal, and what the stages after the loop decided. The search is a list of stages
+(:class:`Stage`, listed by :func:`optimizer.search.stages.stages`), each ``run(state)``; a
+stage that measures asks a :class:`Proposer`, which suggests the next trial as a
+:class:`Proposal` or nothing, and checks its stop rules (:class:`StopRule`), which end it with a
+:class:`StopReason`; :func:`drive` measures what one proposer proposes until it proposes
+nothing or a rule stops it.
 """
 
 from __future__ import annotations
