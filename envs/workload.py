@@ -31,7 +31,7 @@ for Goodput-Optimized Deep Learning"), extended with CPU threads and host memory
   ``r`` data-parallel CPU workers (torchrun's ranks) each run that on ``c / r`` threads and a
   local batch ``B / r``, then synchronise as GPUs do: ``T = (T_c**gamma + T_s(r)**gamma) **
   (1 / gamma)``, with ``T_s`` fitted from the measured multi-worker trials
-  (:func:`optimizer.search.goodput.scaling.fit_sync`).
+  (:func:`optimizer.search.after_loop.scaling.fit_sync`).
 
 Throughput is ``B / T`` samples per second. A batch-size change also changes statistical
 efficiency (progress per sample). We use the gradient-noise-scale form that Pollux builds on

@@ -8,11 +8,11 @@ folder so that ``--resume`` continues where an interrupted run stopped:
 2. baseline trials: real, monitored, time-boxed runs under a few allocations (``trials/NN-*``,
    never rerun once recorded), each labelled with the batch size it ran with;
 3. phases of the baseline trace (shipped default phase model or ``--phase-model``);
-4. the closed loop (:mod:`optimizer.search.refine`), within the budget of real runs: the
-   workload model fitted to the trials, agents trained on a ``CloudEnvironment`` over it
-   (``rl/``), their plan (or the largest expected improvement) measured, refit, re-plan;
-5. the recommendation: the best *measured* trial by goodput, memory right-sized; for a job
-   with stages, the agents' per-stage live plan (``live-plan.json``), measured beside it;
+4. the search (:func:`optimizer.search.stages.refine`, its stages in order): the closed loop,
+   within the budget of real runs (the model fitted, agents trained on it in ``rl/``, their plan
+   or the largest expected improvement measured, refit, re-plan), the workers sweeps, the run-off;
+5. its recommendation: the best *measured* trial by goodput, memory right-sized; the learning
+   rate; for a job with stages, the per-stage live plan (``live-plan.json``), measured beside it;
 6. metric CSVs, ``recommendation.json``, ``k8s-resources.yaml`` and the report.
 
 Without an identifiable model, more probes; the best measured trial is recommended anyway.
@@ -35,15 +35,15 @@ from optimizer.foundation.config import OptimizerConfig, load_config, validate_p
 from optimizer.foundation.errors import CloudoptError
 from optimizer.foundation.gpu import nvml_device_count, visible_device_indices
 from optimizer.search import baseline as probes
+from optimizer.search.after_loop.runoff import PREFIX as RUNOFF_PREFIX
+from optimizer.search.after_loop.scaling import backend_fallback
 from optimizer.search.baseline import memory_for, plan_baseline, run_baseline
 from optimizer.search.budget import RunBudget, auto_budget, make_budget, within_budget
 from optimizer.search.choice import same_setting
+from optimizer.search.core.state import SearchJob
 from optimizer.search.goodput.job_length import JobLength, job_length
 from optimizer.search.goodput.probe_target import target_for_batch
-from optimizer.search.goodput.scaling import backend_fallback
 from optimizer.search.job_options import JobOptions, JobSpec
-from optimizer.search.loop.state import SearchJob
-from optimizer.search.runoff import PREFIX as RUNOFF_PREFIX
 from optimizer.trials import oom_retry
 from optimizer.trials.batch import label_batch
 from optimizer.trials.cost import ResourceCostCalculator, cost_time_flags, trial_figures
@@ -71,11 +71,11 @@ class OptimizationResult:
 class CloudResourceOptimizer:
     """Optimizes the resources of training scripts (see the module docstring for the stages).
 
-    The search reaches it through :class:`optimizer.search.loop.port.SearchPort` only: the
+    The search reaches it through :class:`optimizer.search.core.port.SearchPort` only: the
     settings (``config``, ``user_preference``, ``budget``, ``quiet``, ``job_length``,
     ``log_path``) and :meth:`say`, :meth:`measure`, :meth:`label_batch`,
     :meth:`trial_executor`; what the search works out comes back from
-    :func:`optimizer.search.refine.refine`.
+    :func:`optimizer.search.stages.refine`.
 
     Parameters
     ----------
@@ -252,7 +252,7 @@ class CloudResourceOptimizer:
         self.config.save(run_dir / "config.json")  # as applied: the SLA the run was held to
         earlier = self._earlier_trials(manager, run_dir, usable)
         profile, phase_note = self._phases(reference, run_dir, opts)
-        from optimizer.search.refine import refine
+        from optimizer.search.stages import refine
 
         more = [a for a in self._planned_probes(manager, analysis, opts, extra=8)
                 if not any(same_setting(t.allocation, a) for t in baseline)]

@@ -30,11 +30,17 @@ the rest of ``phases`` never imports.
   holds only the doors and its rooms.
 
 Inside ``optimizer/search``, the pipeline is a typed port
-(``optimizer.search.loop.port.SearchPort``):
+(``optimizer.search.core.port.SearchPort``):
 
 - no ``x._private`` of an object other than ``self``, ``cls`` or the module itself;
 - no parameter named ``opt``, ``port`` or ``pipeline`` annotated ``Any``;
-- no function over 60 lines, from its ``def`` to its last line.
+- no function over 60 lines, from its ``def`` to its last line;
+- layers (:data:`SEARCH_LAYERS`, bottom first): what trials say, the fits and the choices among
+  trials; the vocabulary every stage speaks (``optimizer.search.core``: the port, the state,
+  proposals, stop rules, stages, the outcome); one round's planning; the stages (the closed
+  loop, the stages after it); their order (``optimizer.search.stages``). No module imports one
+  of a layer above its own, lazily or for types only, and every module of the search is in a
+  layer.
 """
 
 from __future__ import annotations
@@ -120,7 +126,7 @@ def _part(module: str) -> str:
 
 
 def _room(module: str) -> str:
-    """``search`` for ``optimizer.search.refine``; the door's own name for a door."""
+    """``search`` for ``optimizer.search.stages``; the door's own name for a door."""
     if module in DOORS:
         return module
     return module.split(".")[1]
@@ -391,7 +397,7 @@ def long_functions(root: Path, most: int = MAX_FUNCTION_LINES) -> dict[str, int]
 def test_the_search_reaches_no_private_name_of_another_object():
     bad = private_reaches(ROOT)
     assert not bad, ("the search reaches private names of other objects (add what it needs to "
-                     "optimizer/search/loop/port.py's SearchPort, by a public name):\n  "
+                     "optimizer/search/core/port.py's SearchPort, by a public name):\n  "
                      + "\n  ".join(bad))
 
 
@@ -424,3 +430,73 @@ def test_search_checkers_find_what_they_look_for(tmp_path):
     _tree(tmp_path, {"optimizer/search/long.py": f"def fits():\n{body}\n\n"
                                                  f"def over():\n{body}    x = 0\n"})
     assert long_functions(root) == {"optimizer/search/long.py:63 over": MAX_FUNCTION_LINES + 1}
+
+
+# Inside the search: layers, bottom first; nothing imports a layer above its own.
+SEARCH_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
+    ("measures", frozenset({"acquisition", "baseline", "budget", "calibrate", "choice",
+                            "expected", "fit_measurements", "goodput", "job_options", "live",
+                            "memory_need", "plan_cache", "recommend", "workload_fit"})),
+    ("vocabulary", frozenset({"core"})),
+    ("planning", frozenset({"planning"})),
+    ("stages", frozenset({"loop", "after_loop"})),
+    ("composition", frozenset({"stages", ""})),
+)
+"""The search's layers, bottom first, each a set of module prefixes inside ``optimizer.search``
+(``""``: the package itself); a module is in the layer of its longest matching prefix."""
+
+
+def _in_search(module: str) -> bool:
+    return module == ".".join(SEARCH) or module.startswith(".".join(SEARCH) + ".")
+
+
+def search_layer(module: str) -> int | None:
+    """The index in :data:`SEARCH_LAYERS` of a module of the search, or None: in no layer."""
+    inner = module.removeprefix(".".join(SEARCH)).removeprefix(".")
+    matches = [(len(p), i) for i, (_, prefixes) in enumerate(SEARCH_LAYERS) for p in prefixes
+               if inner == p or (p and inner.startswith(p + "."))]
+    return max(matches)[1] if matches else None
+
+
+def search_arrows_up(root: Path) -> list[str]:
+    """``path:line: source (layer) -> target (layer)`` for every import in the search of a
+    module in a higher layer, then ``path: module`` for every module of the search in none."""
+    modules = project_modules(root)
+    out = []
+    for e in import_edges(root):
+        if not (_in_search(e.source) and _in_search(e.target)):
+            continue
+        src, dst = search_layer(e.source), search_layer(e.target)
+        if src is not None and dst is not None and dst > src:
+            out.append(f"{modules[e.source].relative_to(root)}:{e.line}: {e.source} "
+                       f"({SEARCH_LAYERS[src][0]}) -> {e.target} ({SEARCH_LAYERS[dst][0]})")
+    out += [f"{path.relative_to(root)}: {name} is in no layer" for name, path in modules.items()
+            if _in_search(name) and search_layer(name) is None]
+    return out
+
+
+def test_the_search_imports_no_layer_above_its_own():
+    bad = search_arrows_up(ROOT)
+    assert not bad, ("imports against the search's layers (a shared type goes down to "
+                     "optimizer/search/core/, a stage's order up to optimizer/search/stages.py; "
+                     "a new module goes into a layer of SEARCH_LAYERS):\n  " + "\n  ".join(bad))
+
+
+def test_search_layer_checker_finds_arrows_up(tmp_path):
+    root = _tree(tmp_path, {
+        "optimizer/search/__init__.py": "",
+        "optimizer/search/choice.py": "def f():\n    from optimizer.search.core import state\n",
+        "optimizer/search/core/state.py": "from optimizer.search.choice import same_setting\n",
+        "optimizer/search/loop/rounds.py": "from optimizer.search.core.state import S\n"
+                                           "from optimizer.search.stages import stages\n",
+        "optimizer/search/stages.py": "from optimizer.search.loop import rounds\n",
+        "optimizer/search/stray.py": "",
+    })
+    assert search_layer("optimizer.search") == len(SEARCH_LAYERS) - 1
+    assert search_layer("optimizer.search.goodput.efficiency") == 0
+    assert search_arrows_up(root) == [
+        "optimizer/search/choice.py:2: optimizer.search.choice (measures) -> "
+        "optimizer.search.core.state (vocabulary)",
+        "optimizer/search/loop/rounds.py:2: optimizer.search.loop.rounds (stages) -> "
+        "optimizer.search.stages (composition)",
+        "optimizer/search/stray.py: optimizer.search.stray is in no layer"]

@@ -13,11 +13,11 @@ from main_command import run_main
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import load_config
 from optimizer.foundation.errors import ConfigError
-from optimizer.search import refine as refine_module
+from optimizer.search.after_loop import runoff as runoff_module
 from optimizer.search.budget import RunBudget, auto_budget, make_budget, search_cost
-from optimizer.search.loop import finish as finish_module
-from optimizer.search.loop.state import SearchJob
+from optimizer.search.core.state import SearchJob
 from optimizer.search.planning import RoundPlan
+from optimizer.search.stages import refine
 from optimizer.trials.records import TrialSummary
 
 
@@ -98,12 +98,12 @@ def test_the_closed_loop_stops_when_the_budget_leaves_only_the_run_off(tmp_path,
     for tid in ("00", "01", "02"):  # the baseline's three runs
         _record(tmp_path / "trials", tid)
     port = _Port(cfg, RunBudget(8, tmp_path / "trials"))
-    monkeypatch.setattr(finish_module, "runoff", lambda *a, **k: [])
+    monkeypatch.setattr(runoff_module, "runoff", lambda *a, **k: [])
     trials = [_trial(t) for t in ("00", "01", "02")]
     more = [Allocation(0, 2, 4.0, 64 * k) for k in range(2, 12)]
     manager = SimpleNamespace(workers_arg=None, default_batch_size=lambda: 64)
     job = SearchJob(manager, tmp_path, SimpleNamespace(), 1e4, trials[0], more_probes=more)
-    outcome = refine_module.refine(port, job, trials, planner=port.plan)
+    outcome = refine(port, job, trials, planner=port.plan)
     rec = outcome.recommendation.to_dict()
     assert len(port.measured) == 3  # 8 runs - 3 made - 2 kept for one run-off round
     assert outcome.stop.rule == "budget"
@@ -129,7 +129,7 @@ def test_a_run_that_costs_more_than_it_can_save_is_not_made():
     from optimizer.foundation.allocation import Allocation
     from optimizer.foundation.config import OptimizerConfig
     from optimizer.search.acquisition import ProbeChoice
-    from optimizer.search.loop.expected import not_worth_a_run
+    from optimizer.search.expected import not_worth_a_run
     from optimizer.trials.records import TrialSummary
 
     def worth(job_runs, job_s, pick, preference="cost"):
@@ -160,7 +160,7 @@ def test_a_small_budget_is_split_between_probes_the_loop_and_the_run_off():
     from types import SimpleNamespace
 
     from optimizer.search.budget import probes_within, runoff_reserve, within_budget
-    from optimizer.search.refine import reserved_runs
+    from optimizer.search.loop.rounds import reserved_runs
 
     assert [probes_within(n, 4) for n in (2, 3, 4, 5, 6, 12)] == [2, 2, 3, 4, 4, 4]
     assert probes_within(None, 4) == 4 and probes_within(3, 2) == 2

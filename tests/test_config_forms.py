@@ -402,7 +402,7 @@ def test_forms_are_told_apart():
 
 def test_learning_rate_in_a_config_file_is_read_and_checked_before_any_trial(tmp_path,
                                                                           monkeypatch):
-    from optimizer.search.goodput.learning_rate import script_lr
+    from optimizer.search.after_loop.learning_rate import script_lr
     from optimizer.search.job_options import JobOptions, JobSpec
 
     monkeypatch.chdir(tmp_path)
@@ -416,7 +416,7 @@ def test_learning_rate_in_a_config_file_is_read_and_checked_before_any_trial(tmp
 
 
 def test_the_recommended_learning_rate_reaches_the_job_in_the_flags_form():
-    from optimizer.search.goodput.learning_rate import lr_args
+    from optimizer.search.after_loop.learning_rate import lr_args
 
     win = {"rule": "linear", "lr": 0.04}
     assert lr_args("--lr", win) == ["--lr", "0.04"]

@@ -11,9 +11,7 @@ import pytest
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import load_config
 from optimizer.foundation.errors import CloudoptError, ConfigError
-from optimizer.search.choice import best_measured, objective_table, separated
-from optimizer.search.loop.state import SearchJob, SearchState
-from optimizer.search.runoff import (
+from optimizer.search.after_loop.runoff import (
     contenders,
     cpu_neighbour,
     runoff,
@@ -21,6 +19,8 @@ from optimizer.search.runoff import (
     still_in,
     tie_note,
 )
+from optimizer.search.choice import best_measured, objective_table, separated
+from optimizer.search.core.state import SearchJob, SearchState
 from optimizer.trials.core_lease import CoreLease
 from optimizer.trials.executors import make_executor, record_concurrency
 from optimizer.trials.executors.base import overlapping

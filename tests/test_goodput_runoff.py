@@ -18,7 +18,9 @@ import pytest
 
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import load_config
+from optimizer.search.after_loop.runoff import contenders, runoff, uncertain, with_workers
 from optimizer.search.choice import objective_table
+from optimizer.search.core.state import SearchJob, SearchState
 from optimizer.search.goodput.common_loss import pooled_ratio, samples_ratio
 from optimizer.search.goodput.efficiency import (
     Measured,
@@ -28,8 +30,6 @@ from optimizer.search.goodput.efficiency import (
     loss_points,
 )
 from optimizer.search.goodput.probe_target import target_for_batch, trained_records
-from optimizer.search.loop.state import SearchJob, SearchState
-from optimizer.search.runoff import contenders, runoff, uncertain, with_workers
 from optimizer.trials.probe import EVENTS_FILE, ProbeRecord
 from optimizer.trials.records import TrialSummary
 

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 from main_command import run_main
 
 from optimizer.foundation.allocation import Allocation
-from optimizer.search.goodput.scaling import ScalingSweep, backend_fallback
-from optimizer.search.loop.state import Proposal
+from optimizer.search.after_loop.scaling import BackendFailed, ScalingSweep, backend_fallback
+from optimizer.search.core.state import Proposal, SearchJob, SearchState, drive, sweep_row
 from optimizer.trials.failures import failing_alike, no_usable_baseline
 from optimizer.trials.launchers import launch_rule
 from optimizer.trials.launchers.launch_rule import (
@@ -228,12 +228,26 @@ def test_a_backend_failure_of_two_workers_ends_the_workers_sweep():
     note = backend_fallback([one, two])
     assert note.startswith("measured single-process: the 2-worker trial replicas-b failed "
                            "on the distributed backend (RuntimeError: Distributed package")
+    stop = BackendFailed().check(SimpleNamespace(trials=[one, two]))
+    assert BackendFailed().check(SimpleNamespace(trials=[one])) is None
+    assert stop.why == note and stop.row is None and not stop.said  # the pipeline says it
+
+    class Port:  # every 2-worker trial fails on the backend
+        def measure(self, manager, alloc, prefix, run_dir, opts, total):
+            return _failed(f"{prefix}-{len(measured)}", TORCHRUN_NCCL, "crash", alloc.replicas)
+
+        def label_batch(self, trial, trial_dir, settable):
+            measured.append(trial)
+            return trial
+
+    measured: list[TrialSummary] = []
     sweep = ScalingSweep(SimpleNamespace(job=SimpleNamespace(spec=None), port=None))
     nxt = Proposal(Allocation(0, 4, 16.0, 32, replicas=2), "workers-scaling", "why",
                    prefix="replicas")
-    sweep.queue = [nxt, nxt]
-    assert sweep.propose(SimpleNamespace(trials=[one])) is nxt
-    assert sweep.propose(SimpleNamespace(trials=[one, two])) is None and not sweep.queue
+    sweep.queue = [nxt, nxt, nxt]
+    state = SearchState(Port(), SearchJob(None, Path("run")), [one])
+    new = drive(state, sweep, sweep_row, (BackendFailed(),))
+    assert [t.trial_id for t in new] == ["replicas-0"] and measured == new  # then it stopped
 
 
 # --- the main job on this CPU machine ------------------------------------------------------

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import ResourceConfig
-from optimizer.search.goodput.learning_rate import (
+from optimizer.search.after_loop.learning_rate import (
     _decide,
     _with_lr,
     lr_args,

@@ -13,7 +13,7 @@ import pytest
 from envs import CloudEnvironment, EnvConfig
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import OptimizerConfig
-from optimizer.search.live.live_check import live_round
+from optimizer.search.after_loop.live_round import live_round
 from optimizer.search.live.stage_model import build_stage_model, trial_stage_rows
 from optimizer.trials.live.plan import LivePlan
 from optimizer.trials.records import TrialSummary
@@ -155,7 +155,7 @@ def test_a_static_request_below_a_stages_peak_still_gets_a_plan(run_dir, memory_
 
 def test_a_failure_while_planning_per_stage_leaves_the_static_recommendation(run_dir,
                                                                              monkeypatch):
-    import optimizer.search.live.live_check as live_check
+    import optimizer.search.after_loop.live_round as live_check
 
     def broken(*a, **k):
         raise ValueError("a cannot be empty")
@@ -197,7 +197,7 @@ def _planned(monkeypatch, live_check, phases):
 def test_a_plan_that_moves_only_memory_is_written_not_measured(run_dir, monkeypatch):
     """The demo's plan held its one core everywhere with 0.48 GB against 0.5 GB, and one
     pair of runs 'measured' it 3% cheaper: noise recommended as a plan."""
-    import optimizer.search.live.live_check as live_check
+    import optimizer.search.after_loop.live_round as live_check
 
     opt, opts, said = _planned(monkeypatch, live_check, {"startup": (2, 1.0), "train": (2, 2.0)})
     monkeypatch.setattr(live_check, "_run", lambda *a: pytest.fail("measured"))
@@ -210,7 +210,7 @@ def test_a_plan_that_moves_only_memory_is_written_not_measured(run_dir, monkeypa
 @pytest.mark.parametrize(("cost", "recommended"), [(0.97, False), (0.94, True)])
 def test_the_live_plan_is_recommended_only_beyond_the_noise_of_one_pair(
         run_dir, monkeypatch, cost, recommended):
-    import optimizer.search.live.live_check as live_check
+    import optimizer.search.after_loop.live_round as live_check
 
     opt, opts, said = _planned(monkeypatch, live_check, {"startup": (1, 1.0), "train": (2, 2.0)})
     runs = iter([(10.0, 1.0), (10.2, cost)])

@@ -8,8 +8,8 @@ import pytest
 from main_command import run_main
 
 from optimizer.foundation.allocation import Allocation
+from optimizer.search.after_loop.workers import worker_levels
 from optimizer.search.choice import same_setting
-from optimizer.search.loader_workers import worker_levels
 from optimizer.search.workload_fit import measurements_from_trials
 from optimizer.trials.records import TrialSummary
 from optimizer.trials.runner import with_flag

@@ -15,10 +15,10 @@ from optimizer.foundation.allocation import (
 )
 from optimizer.foundation.config import load_config
 from optimizer.reports.run_report import _answer
+from optimizer.search.after_loop.recommendation import choice_words
+from optimizer.search.after_loop.runoff import standings, tie_note
 from optimizer.search.choice import best_measured
-from optimizer.search.loop.finish import choice_words
 from optimizer.search.planning import _fallback
-from optimizer.search.runoff import standings, tie_note
 from optimizer.trials.records import TrialSummary
 
 TRIAL_ID = re.compile(r"\bg\d+-c\d+-m[\d.]+-b\w+")

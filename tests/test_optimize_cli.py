@@ -102,7 +102,7 @@ def test_plan_varies_threads_and_batch_within_bounds():
 
 def test_a_crashed_setting_and_a_gpu_count_that_only_crashes_are_not_probed_again():
     # On the H200 the closed loop re-measured the CPU-only setting of a script that needs CUDA.
-    from optimizer.search.loop.expected import measured_setting as _measured
+    from optimizer.search.expected import measured_setting as _measured
 
     def trial(i, g, c, b, ok):
         return TrialSummary(trial_id=f"t{i}", status="completed" if ok else "failed",

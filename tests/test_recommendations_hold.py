@@ -22,7 +22,7 @@ from optimizer.search.acquisition import (
     ruled_out,
 )
 from optimizer.search.choice import best_measured, objective_table, right_size_memory
-from optimizer.search.loop.expected import dominating_trial
+from optimizer.search.expected import dominating_trial
 from optimizer.search.workload_fit import fit_workload_model, measurements_from_trials
 from optimizer.trials.batch import label_batch
 from optimizer.trials.records import TrialSummary
@@ -264,7 +264,7 @@ def test_batch_size_max_bounds_probes_plans_and_acquisition():
     from optimizer.foundation.errors import ConfigError
     from optimizer.search.baseline import plan_baseline
     from optimizer.search.calibrate import env_config_from_trials
-    from optimizer.search.loop.expected import batches as _batches
+    from optimizer.search.expected import batches as _batches
 
     cfg = load_config(overrides={"resources": {"gpu_count_min": 1, "gpu_count_max": 1,
                                                "cpu_count_min": 1, "cpu_count_max": 16,

@@ -9,10 +9,11 @@ import numpy as np
 
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import load_config
-from optimizer.search import refine as refine_module
-from optimizer.search.loop.expected import Acquisition
-from optimizer.search.loop.state import SearchJob
+from optimizer.search.core.state import SearchJob
+from optimizer.search.expected import Acquisition
+from optimizer.search.loop import rounds as rounds_module
 from optimizer.search.planning import RoundPlan
+from optimizer.search.stages import refine
 from optimizer.trials.records import TrialSummary
 
 
@@ -59,12 +60,12 @@ def test_the_loop_stops_instead_of_a_fifth_run_of_one_setting(tmp_path, monkeypa
     setting = Allocation(0, 1, 4.0, 64)
     port = FakePort(config, setting)
     pick = SimpleNamespace(allocation=setting, expected_improvement=0.05)
-    monkeypatch.setattr(refine_module, "probe_by_improvement",
+    monkeypatch.setattr(rounds_module, "probe_by_improvement",
                         lambda *a, **k: Acquisition(pick, np.zeros((1, 1)), [setting], (0, 0)))
     trials = [_trial(0, setting), _trial(1, Allocation(0, 2, 4.0, 64))]
     manager = SimpleNamespace(workers_arg=None, default_batch_size=lambda: 64)
     job = SearchJob(manager, tmp_path, SimpleNamespace(), 1000.0, trials[0])
-    outcome = refine_module.refine(port, job, trials, planner=port.plan)
+    outcome = refine(port, job, trials, planner=port.plan)
     assert len(port.measured) == 3  # 1 baseline run + 3 = 4 runs of the setting, never 5
     stop = outcome.recommendation.rounds[-1]
     assert stop["action"] == "stop" and "measured 4 times already" in stop["why"]

@@ -11,16 +11,16 @@ import numpy as np
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import load_config
 from optimizer.search.acquisition import ProbeChoice
-from optimizer.search.loop.expected import Acquisition
-from optimizer.search.loop.outcome import SearchRecommendation
-from optimizer.search.loop.proposers import AgentsPlan, BaselineProbes, ExpectedImprovement
-from optimizer.search.loop.state import (
+from optimizer.search.core.outcome import SearchRecommendation
+from optimizer.search.core.state import (
     Proposal,
     RoundView,
     SearchJob,
     SearchState,
     drive,
 )
+from optimizer.search.expected import Acquisition
+from optimizer.search.loop.proposers import AgentsPlan, BaselineProbes, ExpectedImprovement
 from optimizer.search.loop.stop_rules import (
     MAX_MEASUREMENTS,
     BudgetAtRoundStart,
@@ -30,7 +30,7 @@ from optimizer.search.loop.stop_rules import (
     RepeatLimit,
 )
 from optimizer.search.planning import RoundPlan
-from optimizer.search.refine import refine
+from optimizer.search.stages import refine
 from optimizer.trials.records import TrialSummary
 
 PLAN = Allocation(0, 2, 4.0, 64)

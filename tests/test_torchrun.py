@@ -15,7 +15,12 @@ from envs.workload import WorkloadModel, WorkloadParams
 from optimizer.commands.optimize import choose_launcher
 from optimizer.foundation.allocation import Allocation, describe_allocation
 from optimizer.foundation.config import ResourceConfig
-from optimizer.search.goodput.scaling import fit_sync, replica_levels, scaled_settings, sync_points
+from optimizer.search.after_loop.scaling import (
+    fit_sync,
+    replica_levels,
+    scaled_settings,
+    sync_points,
+)
 from optimizer.trials.failures import cause_of
 from optimizer.trials.launchers.torchrun import (
     launch_command,

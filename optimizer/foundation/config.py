@@ -331,7 +331,7 @@ class RunConfig:
     first plan only."""
     runoff_rounds: int = 3
     """Rounds of the closing run-off, in which the settings that measured close are run again
-    back to back (``optimizer/search/runoff.py``); a contender separated from the leader after two
+    back to back (``search/after_loop/runoff.py``); a contender separated from the leader after two
     leaves. 0 skips the run-off: the final choice is then made over all trials as measured."""
     runoff_size: int = 3
     """At most this many settings (the best ones) go to the run-off."""
@@ -343,7 +343,7 @@ class RunConfig:
     """Batch sizes by goodput (samples/s x measured efficiency); false: samples/s alone."""
     job_runs: int = 100
     """Runs of the job the recommendation will serve: a closed-loop run whose expected saving
-    over them is less than the run costs is not made (``search/refine.py``; 0: never stop so)."""
+    over them is less than the run costs is not made (``search/loop/stop_rules.py``; 0: off)."""
     refine_tolerance: float = 0.10
     """Prediction and measurement agree when their throughputs differ by at most this share;
     agreement on the best measured allocation ends the loop early."""

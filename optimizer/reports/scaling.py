@@ -4,7 +4,7 @@ For a job launched by torchrun whose workers were measured, a plot and a table o
 model's goodput, job time and cost against the number of workers (at the recommended setting's
 cores and batch per worker), with every measured trial's time and cost to the same loss
 beside it, and the communication term the multi-worker trials gave
-(:func:`optimizer.search.goodput.scaling.scaling_curve`).
+(:func:`optimizer.search.after_loop.scaling.scaling_curve`).
 """
 
 from __future__ import annotations

@@ -1,16 +1,18 @@
 """The search: which allocations to measure, what the measurements say, and the choice.
 
-In the order the main job uses it: the baseline probes (:mod:`~optimizer.search.baseline`), the
-workload model fitted to the trials (:mod:`~optimizer.search.workload_fit`,
-:mod:`~optimizer.search.calibrate` for presets), one round of planning with the agents
-(:mod:`~optimizer.search.planning` over :mod:`~optimizer.search.recommend`, reused through
-:mod:`~optimizer.search.plan_cache`), the closed loop (:mod:`~optimizer.search.refine`, its parts
-in :mod:`~optimizer.search.loop`: the pipeline's typed port, the proposers, the stop rules and
-the final choice) with its expected-improvement probes (:mod:`~optimizer.search.acquisition`),
-the data-loader workers sweep (:mod:`~optimizer.search.loader_workers`), the run-off of close
-settings (:mod:`~optimizer.search.runoff`) and the choice among measured trials with its
-right-sized memory (:mod:`~optimizer.search.choice`). Batch sizes are compared by goodput, their statistical
-efficiency measured on the script (:mod:`~optimizer.search.goodput`).
+In the order the main job uses it: the baseline probes (:mod:`~optimizer.search.baseline`),
+then the search's stages, listed in order in :mod:`~optimizer.search.stages`: the closed loop
+(:mod:`~optimizer.search.loop`: fit the workload model, :mod:`~optimizer.search.workload_fit`;
+plan one round with the agents, :mod:`~optimizer.search.planning` over
+:mod:`~optimizer.search.recommend`, reused through :mod:`~optimizer.search.plan_cache`; probe by
+expected improvement, :mod:`~optimizer.search.expected` over
+:mod:`~optimizer.search.acquisition`), and after it (:mod:`~optimizer.search.after_loop`) the
+data-loader and data-parallel workers sweeps, the run-off of close settings, the choice among
+measured trials with its right-sized memory (:mod:`~optimizer.search.choice`), the learning
+rate and the live round. Batch sizes are compared by goodput, their statistical efficiency
+measured on the script (:mod:`~optimizer.search.goodput`); :mod:`~optimizer.search.calibrate`
+measures presets. The stages speak one vocabulary, :mod:`~optimizer.search.core`, and the
+modules stand in layers that import only downwards (ARCHITECTURE.md).
 
 May import the foundation, :mod:`optimizer.trials` (it runs trials and reads their records) and
 the libraries ``envs`` and ``agents``; never :mod:`optimizer.reports`: what is chosen does not

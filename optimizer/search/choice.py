@@ -299,9 +299,9 @@ def best_measured(trials: Sequence[TrialSummary], config: OptimizerConfig,
                   ) -> tuple[TrialSummary, dict[str, Any]]:
     """The trial with the lowest measured objective and its row of :func:`objective_table`
     (ties: the earlier trial): never a setting measured worse than another. ``runoff``: the ids
-    of a run-off's trials (:mod:`optimizer.search.runoff`); when any of them is usable, the choice is
-    made by those runs alone, all taken in the same hour. Raises ValueError when no trial is
-    usable."""
+    of a run-off's trials (:mod:`optimizer.search.after_loop.runoff`); when any of them is
+    usable, the choice is made by those runs alone, all taken in the same hour. Raises
+    ValueError when no trial is usable."""
     table = pd.DataFrame()
     if runoff:
         ids = set(runoff)

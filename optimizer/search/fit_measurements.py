@@ -40,9 +40,9 @@ class Measurements:
 def measurements_from_trials(trials: Iterable[TrialSummary]) -> pd.DataFrame:
     """One row per completed or probe trial that measured a throughput (failed trials measured
     nothing the fit can use), columns :data:`MEASUREMENT_COLUMNS`. Trials that set the
-    data-loader workers (:mod:`optimizer.search.loader_workers`) are left out: the model knows the
-    script's default only; data-parallel trials of several workers fit the communication term
-    instead (:mod:`optimizer.search.goodput.scaling`)."""
+    data-loader workers (:mod:`optimizer.search.after_loop.workers`) are left out: the model
+    knows the script's default only; data-parallel trials of several workers fit the
+    communication term instead (:mod:`optimizer.search.after_loop.scaling`)."""
     rows = [
         {
             "trial_id": t.trial_id,

@@ -1,8 +1,8 @@
 """Stage 4 of the main job, one round of it: fit the workload model, let the agents plan on it.
 
-:func:`plan_round` is called by the closed loop (:mod:`optimizer.search.refine`) once per round; its
-plan is recorded in ``rl/[round-K/]`` with what it was made from (:mod:`optimizer.search.plan_cache`),
-so ``--resume`` reuses it while those inputs hold.
+:func:`plan_round` is called by the closed loop (:mod:`optimizer.search.loop.rounds`) once per
+round; its plan is recorded in ``rl/[round-K/]`` with what it was made from
+(:mod:`optimizer.search.plan_cache`), so ``--resume`` reuses it while those inputs hold.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from optimizer.foundation.atomic_files import atomic_write_json, read_json
 from optimizer.foundation.config import OptimizerConfig
 from optimizer.foundation.errors import CloudoptError
 from optimizer.search.baseline import rank_trials
+from optimizer.search.core.port import SearchPort
 from optimizer.search.goodput.efficiency import (
     NoiseScaleEstimate,
     TrialEfficiency,
     efficiency_from_trials,
 )
 from optimizer.search.goodput.probe_target import depth_note, trained_records, training_depth
-from optimizer.search.loop.port import SearchPort
 from optimizer.search.plan_cache import plan_inputs, reusable_plan
 from optimizer.trials.records import TrialSummary
 

@@ -285,7 +285,7 @@ def fit_workload_model(
 
 def _record_ranges(model: WorkloadModel, d: Any) -> None:
     """Where each resource was measured: a plan outside these ranges is an extrapolation,
-    measured before it is believed (optimizer.search.refine); and the GPU counts a GPU fit
+    measured before it is believed (optimizer.search.loop.rounds); and the GPU counts a GPU fit
     covers where it could not identify the GPU scaling."""
     model.meta["measured_range"] = {
         name: [float(v.min()), float(v.max())] for name, v in

@@ -1,13 +1,12 @@
-"""The closed loop in parts one can read and replace.
+"""The closed loop, the search's first stage, in parts one can read and replace.
 
-:mod:`~optimizer.search.loop.port` holds what the search needs from the pipeline that runs it
-(:class:`~optimizer.search.loop.port.SearchPort`); :mod:`~optimizer.search.loop.state` the
-job, the state every part reads and writes, the proposal and the stop reason;
+:mod:`~optimizer.search.loop.rounds` holds the controller
+(:class:`~optimizer.search.loop.rounds.ClosedLoop`: round after round, plan, ask the
+proposers, check the stop rules, measure);
 :mod:`~optimizer.search.loop.proposers` the ways of choosing the next trial (each one a class
 with ``propose(state)``); :mod:`~optimizer.search.loop.stop_rules` the rules that end the loop
-(each one a class with ``check(state)``); :mod:`~optimizer.search.loop.expected` what the
-fitted model expects of the settings not measured yet; :mod:`~optimizer.search.loop.finish`
-what happens after the loop, down to the final choice, whose result
-:mod:`~optimizer.search.loop.outcome` holds. The controller that loops over them is
-:func:`optimizer.search.refine.refine`.
+(each one a class with ``check(state)``). They speak the search's vocabulary
+(:mod:`optimizer.search.core`) and read what the fitted model expects of the settings not
+measured yet (:mod:`optimizer.search.expected`); the stages after the loop are in
+:mod:`optimizer.search.after_loop`, and :mod:`optimizer.search.stages` orders them all.
 """

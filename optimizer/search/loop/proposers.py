@@ -4,9 +4,8 @@ In a round of the closed loop the controller asks, in order, :class:`BaselinePro
 when the model could not be fitted), :class:`ExpectedImprovement` (only when the plan cannot be
 trusted or is not worth a trial: the fit is poor, its setting was measured already, or a
 measured trial beats its prediction) and :class:`AgentsPlan`; the first proposal is the
-round's. After the loop, :class:`~optimizer.search.loader_workers.WorkersSweep` proposes the
-best setting at other data-loader worker counts and
-:class:`~optimizer.search.runoff.RunoffContenders` the run-off's back-to-back runs.
+round's. The stages after the loop have proposers of their own, beside them in
+:mod:`optimizer.search.after_loop` (the workers sweeps' and the run-off's).
 """
 
 from __future__ import annotations
@@ -14,10 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from optimizer.foundation.allocation import Allocation, describe_allocation
-from optimizer.search.loader_workers import WorkersSweep
-from optimizer.search.loop.expected import measured_setting, ruled_words
-from optimizer.search.loop.state import Proposal, RoundView, SearchState
-from optimizer.search.runoff import RunoffContenders
+from optimizer.search.core.state import Proposal, RoundView, SearchState
+from optimizer.search.expected import measured_setting, ruled_words
 
 
 def _round(state: SearchState) -> RoundView:
@@ -89,5 +86,4 @@ class AgentsPlan:
                         prefix=f"refine-{state.k}")
 
 
-__all__ = ["AgentsPlan", "BaselineProbes", "ExpectedImprovement", "RunoffContenders",
-           "WorkersSweep"]
+__all__ = ["AgentsPlan", "BaselineProbes", "ExpectedImprovement"]

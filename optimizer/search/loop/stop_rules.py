@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from optimizer.search.choice import same_setting
-from optimizer.search.loop.expected import not_worth_a_run, ruled_words, with_default_batch
-from optimizer.search.loop.state import RoundView, SearchState, StopReason
+from optimizer.search.core.state import RoundView, SearchState, StopReason
+from optimizer.search.expected import not_worth_a_run, ruled_words, with_default_batch
 
 MAX_MEASUREMENTS = 4
 """The closed loop never measures a setting a fifth time: when that is all it could do, it stops
@@ -109,7 +109,7 @@ class BudgetLeft:
 
 class NotWorthARun:
     """The largest expected improvement, saved over ``[run].job_runs`` runs of the job, is less
-    than one more run costs (:func:`~optimizer.search.loop.expected.not_worth_a_run`)."""
+    than one more run costs (:func:`~optimizer.search.expected.not_worth_a_run`)."""
 
     name = "job-runs"
 

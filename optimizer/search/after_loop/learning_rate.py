@@ -9,7 +9,8 @@ is the recommendation's own trial) reach after the same number of samples decide
 the last quarter of the samples all three saw: a rate that trains faster reaches a plateau
 sooner, so a slope would not tell them apart). A rule is recommended only when its loss is
 below the unscaled rate's beyond both 90% intervals; otherwise the learning rate stays, and
-the report says the batch change keeps it.
+the report says the batch change keeps it. The stage :class:`LearningRate` does this once the
+final choice is made.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from optimizer.search.core.port import SearchPort
+from optimizer.search.core.state import SearchState
 from optimizer.search.goodput.efficiency import loss_points
-from optimizer.search.loop.port import SearchPort
 from optimizer.trials.probe import EVENTS_FILE, read_probe
 from optimizer.trials.records import TrialSummary
 from optimizer.trials.runner import with_flag
@@ -154,4 +156,28 @@ def lr_args(flag: str | None, decision: dict[str, Any]) -> list[str]:
     return with_flag([], flag, f"{decision['lr']:.6g}")
 
 
-__all__ = ["lr_args", "script_lr", "tune_learning_rate"]
+class LearningRate:
+    """Stage: with ``--lr-arg``, the learning rate measured at the final choice's setting
+    (:func:`tune_learning_rate`), or why not (the budget left no two runs for it);
+    ``state.learning_rate`` holds the decision (None without the flag)."""
+
+    name = "learning-rate"
+
+    def run(self, state: SearchState) -> None:
+        port, job, eff, budget = state.port, state.job, state.efficiency, state.port.budget
+        final = state.final
+        assert final is not None  # the final choice runs first
+        flag = getattr(job.opts, "lr_arg", None)
+        if flag and budget is not None and not budget.allows(2):
+            out = {"flag": flag, "note": f"the budget of {budget.total} runs left none to "
+                   "measure the learning rate: it is kept"}
+        elif flag:
+            out = tune_learning_rate(port, job.manager, final, getattr(eff, "ref_batch", None),
+                                     flag, job.run_dir, job.opts, job.total, job.batch_settable)
+            out["args"] = lr_args(flag, out)
+        else:
+            return
+        state.learning_rate = out
+
+
+__all__ = ["LearningRate", "lr_args", "script_lr", "tune_learning_rate"]

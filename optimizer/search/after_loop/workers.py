@@ -10,12 +10,13 @@ no workers than with its default 2 (median of five full runs each) and peaked at
 against 0.83 GB, so it was 13.5% cheaper; Optuna, which could set the workers, found it and
 cloudopt could not.
 
-So with ``--workers-arg FLAG`` the closed loop ends, before its run-off, by measuring the best
-setting so far at other worker counts (:func:`worker_levels`: none, half the CPU threads, all
-of them and twice as many). Those trials (``trials/workers-<key>``) compete for the final
-choice like any other trial: one that measures within the run-off's band of the best goes to
-the run-off, where the settings are measured back to back. They never feed the workload model, whose
-trials all run at the script's default (:func:`optimizer.search.workload_fit.measurements_from_trials`).
+So with ``--workers-arg FLAG``, after the closed loop and before the run-off, the stage
+:class:`LoaderWorkers` measures the best setting so far at other worker counts
+(:func:`worker_levels`: none, half the CPU threads, all of them and twice as many). Those
+trials (``trials/workers-<key>``) compete for the final choice like any other trial: one that
+measures within the run-off's band of the best goes to the run-off, where the settings are
+measured back to back. They never feed the workload model, whose trials all run at the
+script's default (:func:`optimizer.search.workload_fit.measurements_from_trials`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import dataclasses
 from optimizer.foundation.allocation import describe_allocation, workers_words
 from optimizer.search.budget import runoff_reserve
 from optimizer.search.choice import objective_table
-from optimizer.search.loop.state import Proposal, SearchState, drive, sweep_row
+from optimizer.search.core.state import Proposal, SearchState, drive, sweep_row
 from optimizer.trials.records import TrialSummary
 
 PREFIX = "workers"
@@ -78,7 +79,7 @@ def _proposals(state: SearchState) -> list[Proposal]:
     cost_w, time_w, share_w = port.config.multi_objective.vector(port.user_preference)
     levels = worker_levels(best.cpus, current, more_first=bool(time_w > max(cost_w, share_w)))
     budget = port.budget
-    if budget is not None:  # the run-off's runs stay in reserve (optimizer.search.refine)
+    if budget is not None:  # the run-off's runs stay in reserve (optimizer.search.loop.rounds)
         levels = levels[: budget.limit(len(levels), runoff_reserve(port.config.run,
                                                                      budget.total))]
     return [Proposal(dataclasses.replace(best, workers=n), PROPOSER,
@@ -93,4 +94,15 @@ def sweep_workers(state: SearchState) -> list[TrialSummary]:
     return drive(state, WorkersSweep(state), sweep_row)
 
 
-__all__ = ["PREFIX", "PROPOSER", "WorkersSweep", "sweep_workers", "worker_levels"]
+class LoaderWorkers:
+    """Stage: the workers sweep (:func:`sweep_workers`), each of its trials credited to it."""
+
+    name = PROPOSER
+
+    def run(self, state: SearchState) -> None:
+        for trial in sweep_workers(state):
+            state.proposer[trial.trial_id] = PROPOSER
+
+
+__all__ = ["PREFIX", "PROPOSER", "LoaderWorkers", "WorkersSweep", "sweep_workers",
+           "worker_levels"]

@@ -1,13 +1,11 @@
-"""After the closed loop, down to the final choice.
+"""What the search's stages add up to: the recommendation and everything the report says of it.
 
-:func:`finish` adds the trials an earlier run of the folder measured, runs the workers sweep
-(:class:`~optimizer.search.loader_workers.WorkersSweep`) and the run-off
-(:class:`~optimizer.search.runoff.RunoffContenders`), crediting each new trial to whoever
-proposed its setting first, pools the efficiency over the run-off's curves, and chooses the
-best *measured* trial (:func:`optimizer.search.choice.best_measured`, by the run-off's runs
-where there was one). The :class:`~optimizer.search.loop.outcome.SearchRecommendation` then
-gathers the choice, the learning rate (with ``--lr-arg``), the memory request's source, the
-measured figures, the search's cost, the choice in words and the live plan.
+Once the stages have run (:func:`optimizer.search.stages.stages`: the closed loop, the sweeps,
+the run-off, the final choice, the learning rate and the live round),
+:func:`recommendation` gathers the final choice, the goodput and job-length comparisons, the
+learning rate, the memory request's source, the measured figures, the search's cost, the
+choice in words, the run-off's standings, the live plan and the scaling curve into a
+:class:`~optimizer.search.core.outcome.SearchRecommendation`. It measures nothing.
 """
 
 from __future__ import annotations
@@ -17,94 +15,34 @@ from collections.abc import Sequence
 from typing import Any
 
 from optimizer.foundation.allocation import Allocation, describe_allocation, job_words
+from optimizer.search.after_loop.runoff import standings, tie_note
+from optimizer.search.after_loop.scaling import scaling_curve
 from optimizer.search.budget import search_cost
 from optimizer.search.choice import (
-    best_measured,
     goodput_comparison,
     memory_entry,
-    recommended_allocation,
     rejected_batches,
     rejected_words,
-    same_setting,
 )
+from optimizer.search.core.outcome import SearchRecommendation
+from optimizer.search.core.state import SearchState
 from optimizer.search.goodput.job_length import (
     JobLength,
     figures_words,
     job_length_decision,
 )
-from optimizer.search.goodput.learning_rate import lr_args, tune_learning_rate
-from optimizer.search.goodput.scaling import PROPOSER as SCALING
-from optimizer.search.goodput.scaling import scaling_curve, sweep_replicas
-from optimizer.search.loader_workers import PROPOSER, sweep_workers
-from optimizer.search.loop.outcome import SearchOutcome, SearchRecommendation
-from optimizer.search.loop.state import SearchState, StopReason
-from optimizer.search.planning import measure_efficiency
-from optimizer.search.runoff import runoff, standings, tie_note
 from optimizer.trials.records import TrialSummary, iter_trials
 
 
-def finish(state: SearchState, stop: StopReason | None) -> SearchOutcome:
-    """The stages after the loop and the final choice (module doc)."""
-    _credit_earlier(state)
-    for trial in sweep_workers(state):
-        state.proposer[trial.trial_id] = PROPOSER
-    scaled = sweep_replicas(state)
-    for trial in scaled:
-        state.proposer[trial.trial_id] = SCALING
-    eff, job = state.efficiency, state.job
-    if scaled and eff is not None and eff.on:  # their global batches' efficiency
-        state.efficiency = measure_efficiency([t for t in state.trials if t.ok], job.reference,
-                                              job.run_dir, state.port.config.run.goodput, eff.job)
-    block = _run_off(state)
-    eff = state.efficiency
-    if block and eff is not None and eff.on:  # the run-off's curves: the efficiency pooled
-        state.efficiency = measure_efficiency([t for t in state.trials if t.ok], job.reference,
-                                              job.run_dir, state.port.config.run.goodput, eff.job)
-    final, best_row = best_measured(state.trials, state.port.config, state.port.user_preference,
-                                    runoff=block, efficiency=state.efficiency)
-    rec = recommendation(state, final, best_row, block)
-    return SearchOutcome(rec, final, state.trials, state.efficiency, stop)
-
-
-def twin_of(trial: TrialSummary, trials: Sequence[TrialSummary]) -> str:
-    """The first trial of the same setting (whose proposer a repeat inherits)."""
-    return next(t.trial_id for t in trials if same_setting(t.allocation, trial.allocation))
-
-
-def _credit_earlier(state: SearchState) -> None:
-    """The trials an earlier run of the folder measured join the field; a repeat of a setting
-    this run measured is credited alike."""
-    ids = {t.trial_id for t in state.trials}
-    for t in state.job.earlier:
-        if t.trial_id not in ids:
-            state.trials.append(t)
-            twin = twin_of(t, state.trials)
-            state.proposer[t.trial_id] = (state.proposer.get(twin, "") if twin != t.trial_id
-                                          else "an-earlier-run")
-
-
-def _run_off(state: SearchState) -> list[str]:
-    """The run-off (:func:`optimizer.search.runoff.runoff`), its trials credited to who
-    proposed their setting (a setting only the run-off ran: to who put it in)."""
-    n_before = len(state.trials)
-    block = runoff(state)
-    added = {r["trial"]: r["added_by"] for r in state.rounds if r.get("added_by")}
-    for trial in state.trials[n_before:]:
-        twin = twin_of(trial, state.trials)  # itself: a setting only the run-off ran
-        state.proposer[trial.trial_id] = (
-            added.get(twin, "") if twin in block and twin not in state.proposer
-            else state.proposer.get(twin, ""))
-    return block
-
-
-def recommendation(state: SearchState, final: TrialSummary, best_row: dict[str, Any],
-                   block: list[str]) -> SearchRecommendation:
+def recommendation(state: SearchState) -> SearchRecommendation:
     """The final choice with everything the report says of it."""
     port, job, trials, eff = state.port, state.job, state.trials, state.efficiency
+    final, best_row, block, allocation = (state.final, state.final_row, state.runoff,
+                                          state.recommended)
+    assert final is not None and best_row is not None and allocation is not None  # chosen
     cfg, preference = port.config, port.user_preference
     plan = dict(state.round.plan) if state.round is not None else {}
     notes = list(plan.get("notes", []))
-    allocation = recommended_allocation(final, trials, job.batch_settable)
     from_plan = state.proposer.get(final.trial_id) or None
     goodput = goodput_comparison(trials, cfg, preference, final, eff)
     length_knob = eff.job if eff is not None else None
@@ -133,12 +71,12 @@ def recommendation(state: SearchState, final: TrialSummary, best_row: dict[str, 
         final_trial=final.trial_id, rounds=state.rounds, goodput=goodput,
         job_length=job_length, memory=memory, measured=measured, search=search, choice=choice,
         runoff=block, runoff_standings=table, learning_rate=learning_rate,
-        live=_live(state, allocation), notes=notes, scaling=_scaling(state, final))
+        live=state.live, notes=notes, scaling=_scaling(state, final))
 
 
 def _scaling(state: SearchState, final: TrialSummary) -> dict[str, Any] | None:
-    """The scaling curve (:func:`optimizer.search.goodput.scaling.scaling_curve`) of a job launched by
-    torchrun whose workers were measured, on the last round's fitted model."""
+    """The scaling curve (:func:`optimizer.search.after_loop.scaling.scaling_curve`) of a job
+    launched by torchrun whose workers were measured, on the last round's fitted model."""
     trials = state.trials
     if not any(t.ok and t.allocation.replicas > 1 for t in trials):
         return None
@@ -164,18 +102,10 @@ def _measured_figures(final: TrialSummary, best_row: dict[str, Any]) -> dict[str
 
 def _learning_rate(state: SearchState, final: TrialSummary,
                    goodput: dict[str, Any]) -> dict[str, Any] | None:
-    """With ``--lr-arg``, the learning rate measured at the final setting (or why not); its note
-    also goes into ``goodput``, which otherwise says when the batch changes and the rate not."""
-    port, job, eff, budget = state.port, state.job, state.efficiency, state.port.budget
-    flag = getattr(job.opts, "lr_arg", None)
-    if flag and budget is not None and not budget.allows(2):
-        out = {"flag": flag, "note": f"the budget of {budget.total} runs left none to "
-               "measure the learning rate: it is kept"}
-    elif flag:
-        out = tune_learning_rate(port, job.manager, final, getattr(eff, "ref_batch", None), flag,
-                                 job.run_dir, job.opts, job.total, job.batch_settable)
-        out["args"] = lr_args(flag, out)
-    else:
+    """The learning rate the stage measured (with ``--lr-arg``, or why not); its note also goes
+    into ``goodput``, which otherwise says when the batch changes and the rate not."""
+    out, eff = state.learning_rate, state.efficiency
+    if out is None:
         if eff is not None and eff.on and final.allocation.batch_size not in (None,
                                                                               eff.ref_batch):
             goodput["learning_rate"] = ("the batch size changes, the learning rate does not "
@@ -185,19 +115,6 @@ def _learning_rate(state: SearchState, final: TrialSummary,
         return None
     goodput["learning_rate"] = out["note"]
     return out
-
-
-def _live(state: SearchState, allocation: Allocation) -> dict[str, Any] | None:
-    """For ``--live-plan measure`` or ``write``: the job's stages, planned per stage (None
-    when off, or when no model was fitted)."""
-    job = state.job
-    mode = getattr(job.opts, "live_plan", "off")
-    if mode == "off" or state.round is None or state.round.env_config is None:
-        return None
-    from optimizer.search.live.live_check import live_round
-
-    return live_round(state.port, job.manager, state.round.env_config, allocation, job.run_dir,
-                      job.opts, measure=mode == "measure")
 
 
 def choice_words(preference: Any, allocation: Allocation, row: dict[str, Any], time_is: str,
@@ -232,4 +149,4 @@ def _preference_words(preference: Any) -> str:
     return "the weights " + ", ".join(f"{w:g}" for w in preference) + " (cost, time, resource)"
 
 
-__all__ = ["choice_words", "finish", "recommendation", "twin_of"]
+__all__ = ["choice_words", "recommendation"]

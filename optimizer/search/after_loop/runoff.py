@@ -5,7 +5,8 @@ and batch 128 took 11.5-13.1 s in one cloudopt run and 10.4-10.8 s in the ground
 hours later, while batch 256 took 10.3-12.1 s in that run, its faster runs the latest ones: the
 runs of two settings taken at different times compare the hours as much as the settings, and
 a race that re-measures whichever setting leads ends up crediting the one measured in the
-fastest hour. So the closed loop ends with a run-off (:func:`runoff`):
+fastest hour. So after the closed loop and its sweeps, the search runs a run-off (the stage
+:class:`Runoff`, over :func:`runoff`):
 
 1. the *contenders* are the settings whose measured objective is within :data:`CONFIRM_BAND`
    of the best (at most ``[run].runoff_size``; a setting measured only beside other trials
@@ -42,10 +43,11 @@ import numpy as np
 import pandas as pd
 
 from optimizer.foundation.allocation import Allocation, describe_allocation, job_words
+from optimizer.search.after_loop.workers import PREFIX as WORKERS_PREFIX
+from optimizer.search.after_loop.workers import PROPOSER as WORKERS_PROPOSER
 from optimizer.search.choice import efficiency_source, objective_table, same_setting, separated
-from optimizer.search.loader_workers import PREFIX as WORKERS_PREFIX
-from optimizer.search.loader_workers import PROPOSER as WORKERS_PROPOSER
-from optimizer.search.loop.state import Proposal, SearchState, drive
+from optimizer.search.core.state import Proposal, SearchState, drive, twin_of
+from optimizer.search.planning import measure_efficiency
 from optimizer.trials.records import TrialSummary
 
 CONFIRM_BAND = 0.15
@@ -326,6 +328,30 @@ def runoff(state: SearchState) -> list[str]:
     return [t.trial_id for t in done]
 
 
+class Runoff:
+    """Stage: the run-off (:func:`runoff`), its trials credited to whoever proposed their
+    setting (a setting only the run-off ran: to who put it in), and the efficiency pooled over
+    its curves; ``state.runoff`` holds its trials."""
+
+    name = "run-off"
+
+    def run(self, state: SearchState) -> None:
+        n_before = len(state.trials)
+        block = runoff(state)
+        added = {r["trial"]: r["added_by"] for r in state.rounds if r.get("added_by")}
+        for trial in state.trials[n_before:]:
+            twin = twin_of(trial, state.trials)  # itself: a setting only the run-off ran
+            state.proposer[trial.trial_id] = (
+                added.get(twin, "") if twin in block and twin not in state.proposer
+                else state.proposer.get(twin, ""))
+        state.runoff = block
+        eff, job = state.efficiency, state.job
+        if block and eff is not None and eff.on:  # the run-off's curves: the efficiency pooled
+            state.efficiency = measure_efficiency([t for t in state.trials if t.ok],
+                                                  job.reference, job.run_dir,
+                                                  state.port.config.run.goodput, eff.job)
+
+
 def standings(trials: list[TrialSummary], block: list[str], config: Any,
               preference: Any, efficiency: Any = None) -> list[dict[str, Any]]:
     """The run-off's settings, best first: each one's objective, job seconds and dollars and runs
@@ -377,6 +403,6 @@ def _figures(row: dict[str, Any]) -> str:
     return job_words(row["job_cost"], row["job_time_s"], whole=False)
 
 
-__all__ = ["CONFIRM_BAND", "NEIGHBOUR", "SHARED_SLOWDOWN", "Field", "RunoffContenders",
-           "contenders", "cpu_neighbour", "runoff", "standings", "still_in", "tie_note",
-           "uncertain", "with_workers"]
+__all__ = ["CONFIRM_BAND", "NEIGHBOUR", "SHARED_SLOWDOWN", "Field", "Runoff",
+           "RunoffContenders", "contenders", "cpu_neighbour", "runoff", "standings", "still_in",
+           "tie_note", "uncertain", "with_workers"]

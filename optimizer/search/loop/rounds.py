@@ -1,6 +1,6 @@
-"""The closed loop: measure what the model proposes, refit, re-plan, and keep the best measured.
+"""The closed loop, the search's first stage: measure what the model proposes, refit, re-plan.
 
-Round ``k`` (``[run].refine_rounds`` of them) of :func:`refine`:
+Round ``k`` (``[run].refine_rounds`` of them) of :class:`ClosedLoop`:
 
 1. the workload model is fitted to every trial so far and the agents plan on it
    (:func:`optimizer.search.planning.plan_round`, cached per round for ``--resume``);
@@ -19,12 +19,9 @@ Round ``k`` (``[run].refine_rounds`` of them) of :func:`refine`:
 4. otherwise the proposal is run like any trial (``trials/refine-K-<key>``) and its prediction
    is set against the measurement.
 
-After the loop (:mod:`optimizer.search.loop.finish`), with ``--workers-arg`` the best setting so
-far is measured at other data-loader worker counts (:mod:`optimizer.search.loader_workers`); the
-settings that measured within 15% of the best are decided in a run-off of back-to-back runs
-(:mod:`optimizer.search.runoff`), and the recommendation is the best *measured* trial
-(:func:`optimizer.search.choice.best_measured`), by the run-off's runs where there was one, with
-its memory right-sized, so it is never worse than a trial already run.
+The loop keeps runs in reserve for the stages after it (:func:`reserved_runs`), which
+:func:`optimizer.search.stages.stages` lists: the workers sweeps, the run-off, the final
+choice, the learning rate and the live round.
 """
 
 from __future__ import annotations
@@ -35,25 +32,23 @@ from typing import Any
 from optimizer.foundation.allocation import Allocation
 from optimizer.search.budget import runoff_reserve
 from optimizer.search.choice import same_setting
-from optimizer.search.loop.expected import (
-    dominating_trial,
-    probe_by_improvement,
-    spread_of,
-    with_default_batch,
-)
-from optimizer.search.loop.finish import finish
-from optimizer.search.loop.outcome import SearchOutcome
-from optimizer.search.loop.port import SearchPort
-from optimizer.search.loop.proposers import AgentsPlan, BaselineProbes, ExpectedImprovement
-from optimizer.search.loop.state import (
+from optimizer.search.core.port import SearchPort
+from optimizer.search.core.state import (
     Proposer,
     RoundView,
     SearchJob,
     SearchState,
     StopReason,
-    StopRule,
+    first_stop,
     measure,
 )
+from optimizer.search.expected import (
+    dominating_trial,
+    probe_by_improvement,
+    spread_of,
+    with_default_batch,
+)
+from optimizer.search.loop.proposers import AgentsPlan, BaselineProbes, ExpectedImprovement
 from optimizer.search.loop.stop_rules import BEFORE_RUN, ROUND_START
 from optimizer.search.planning import RoundPlan, plan_round
 from optimizer.trials.records import TrialSummary
@@ -75,19 +70,22 @@ def plan_with_agents(port: SearchPort, job: SearchJob, usable: list[TrialSummary
                       round_k)
 
 
-def refine(port: SearchPort, job: SearchJob, trials: Sequence[TrialSummary],
-           planner: Planner | None = None) -> SearchOutcome:
-    """Run the loop on ``trials`` (the usable baseline) and the stages after it; returns the
-    recommendation (``allocation`` is the final, measured choice; ``rounds`` says what each
-    round planned, predicted and measured), the trial it comes from, every trial, the
-    efficiency measured last and why the loop stopped."""
-    state = SearchState(port, job, list(trials),
-                        default_batch=getattr(job.manager, "default_batch_size", lambda: None)())
-    state.reserve = _reserve(state)
-    proposers = (BaselineProbes(job.more_probes, job.batch_settable), ExpectedImprovement(),
-                 AgentsPlan())
-    stop = run_rounds(state, planner or plan_with_agents, proposers)
-    return finish(state, stop)
+class ClosedLoop:
+    """The closed loop (module doc) as a stage: it keeps the reserve of the stages after it,
+    runs its rounds with ``planner`` (:func:`plan_with_agents`; a test gives its own) and leaves
+    why it stopped in ``state.stop``."""
+
+    name = "closed-loop"
+
+    def __init__(self, planner: Planner | None = None) -> None:
+        self.planner = planner or plan_with_agents
+
+    def run(self, state: SearchState) -> None:
+        job = state.job
+        state.reserve = _reserve(state)
+        proposers = (BaselineProbes(job.more_probes, job.batch_settable), ExpectedImprovement(),
+                     AgentsPlan())
+        state.stop = run_rounds(state, self.planner, proposers)
 
 
 def run_rounds(state: SearchState, planner: Planner,
@@ -96,28 +94,17 @@ def run_rounds(state: SearchState, planner: Planner,
     the proposal; returns the reason it stopped (None: it ran every round)."""
     for k in range(state.port.config.run.refine_rounds + 1):
         state.k, state.proposal = k, None
-        stop = _first_stop(ROUND_START, state)
+        stop = first_stop(ROUND_START, state)
         if stop is not None:
             return stop
         state.round = view_round(state, planner)
         state.proposal = next((p for p in (pr.propose(state) for pr in proposers)
                                if p is not None), None)
-        stop = _first_stop(BEFORE_RUN, state)
+        stop = first_stop(BEFORE_RUN, state)
         if stop is not None:
             return stop
         run_round(state)
     return None
-
-
-def _first_stop(rules: Sequence[StopRule], state: SearchState) -> StopReason | None:
-    """The first rule's reason to stop, recorded in the decisions and said where it is."""
-    stop = next((s for s in (rule.check(state) for rule in rules) if s is not None), None)
-    if stop is not None:
-        if stop.said:
-            state.port.say(f"closed loop stops: {stop.why}")
-        if stop.row is not None:
-            state.rounds.append(stop.row)
-    return stop
 
 
 def _reserve(state: SearchState) -> int:
@@ -219,5 +206,5 @@ def round_row(view: RoundView, choice: Allocation, why: str, trial: TrialSummary
     return row
 
 
-__all__ = ["FIT_TOLERANCE", "Planner", "plan_with_agents", "refine", "reserved_runs",
+__all__ = ["FIT_TOLERANCE", "ClosedLoop", "Planner", "plan_with_agents", "reserved_runs",
            "run_rounds"]

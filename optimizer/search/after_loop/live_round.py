@@ -1,4 +1,4 @@
-"""The main job's last step for a phased job: the live plan, measured beside the static one.
+"""The search's last stage for a phased job: the live plan, measured beside the static one.
 
 After the closed loop has chosen a static allocation, the agents plan per stage on the
 stages the recorded trials went through (:func:`optimizer.search.live.live_plan.
@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from optimizer.foundation.allocation import Allocation
+from optimizer.search.core.port import SearchPort
+from optimizer.search.core.state import SearchState
 from optimizer.search.live.live_plan import TIME_SLACK, PlanResult, build_live_plan
-from optimizer.search.loop.port import SearchPort
 from optimizer.trials.executors.base import TrialRequest
 from optimizer.trials.live.controller import PlanDecider
 from optimizer.trials.live.plan import LivePlan
@@ -175,4 +176,22 @@ def _run(port: SearchPort, manager: Any, alloc: Allocation, trial_dir: Path,
                                                     port.config.resources)][0]
 
 
-__all__ = ["LIVE_RUNS", "live_round"]
+class LiveRound:
+    """Stage: for ``--live-plan measure`` or ``write``, the job's stages planned per stage at
+    the recommended allocation (:func:`live_round`); ``state.live`` stays None when off, or
+    when no model was fitted."""
+
+    name = "live-round"
+
+    def run(self, state: SearchState) -> None:
+        job = state.job
+        mode = getattr(job.opts, "live_plan", "off")
+        if mode == "off" or state.round is None or state.round.env_config is None:
+            return
+        assert state.recommended is not None  # the final choice runs first
+        state.live = live_round(state.port, job.manager, state.round.env_config,
+                                state.recommended, job.run_dir, job.opts,
+                                measure=mode == "measure")
+
+
+__all__ = ["LIVE_RUNS", "LiveRound", "live_round"]

@@ -1,11 +1,14 @@
-"""What every part of the search reads and writes: the job, the state, a proposal, a stop.
+"""What every part of the search reads and writes: the job, the state, proposals, stops, stages.
 
 :class:`SearchJob` is what one search works on (fixed for its length); :class:`SearchState`
 what it has found so far (the trials, the decisions' rows, who proposed each trial, the
-efficiency) and, during a round of the closed loop, that round's plan (:class:`RoundView`) and
-proposal. A :class:`Proposer` suggests the next trial as a :class:`Proposal`, or nothing; a
-:class:`StopRule` ends the loop with a :class:`StopReason`; :func:`drive` measures what one
-proposer proposes until it proposes nothing.
+efficiency), during a round of the closed loop that round's plan (:class:`RoundView`) and
+proposal, and what the stages after the loop decided. The search is a list of stages
+(:class:`Stage`, listed by :func:`optimizer.search.stages.stages`), each ``run(state)``; a
+stage that measures asks a :class:`Proposer`, which suggests the next trial as a
+:class:`Proposal` or nothing, and checks its stop rules (:class:`StopRule`), which end it with a
+:class:`StopReason`; :func:`drive` measures what one proposer proposes until it proposes
+nothing or a rule stops it.
 """
 
 from __future__ import annotations
@@ -16,13 +19,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from optimizer.foundation.allocation import Allocation
-from optimizer.search.loop.port import SearchPort
+from optimizer.search.choice import same_setting
+from optimizer.search.core.port import SearchPort
 from optimizer.trials.records import TrialSummary
 
 if TYPE_CHECKING:  # types only
+    from optimizer.search.expected import Acquisition
     from optimizer.search.goodput.efficiency import TrialEfficiency
     from optimizer.search.job_options import JobOptions, JobSpec
-    from optimizer.search.loop.expected import Acquisition
     from optimizer.trials.training import TrainingModuleManager
 
 
@@ -98,7 +102,8 @@ class SearchState:
     """What the search has found so far: every trial, the decisions' rows, who proposed each
     trial, the efficiency measured last; during the loop, its round and that round's proposal.
     ``default_batch``: the script's own batch (a trial at "default" ran it); ``reserve``: runs
-    the loop leaves to the stages after it."""
+    the loop leaves to the stages after it. The fields from ``stop`` on are what the stages
+    after the loop decided, each set by one stage."""
 
     port: SearchPort
     job: SearchJob
@@ -111,6 +116,20 @@ class SearchState:
     k: int = 0
     round: RoundView | None = None
     proposal: Proposal | None = None
+    stop: StopReason | None = None
+    """Why the closed loop stopped (None: it ran every round)."""
+    runoff: list[str] = field(default_factory=list)
+    """The run-off's trials (none: there was no run-off, and the choice is made over all)."""
+    final: TrialSummary | None = None
+    """The trial the recommendation comes from: the best measured one."""
+    final_row: dict[str, Any] | None = None
+    """The final trial's row of the objective table (its job's time and cost, as judged)."""
+    recommended: Allocation | None = None
+    """The final trial's setting with the memory the whole job needs."""
+    learning_rate: dict[str, Any] | None = None
+    """The learning rate measured for the recommended batch (None: not asked for)."""
+    live: dict[str, Any] | None = None
+    """The live plan and its measurement (None: not asked for, or no model was fitted)."""
 
 
 class Proposer(Protocol):
@@ -121,10 +140,32 @@ class Proposer(Protocol):
 
 
 class StopRule(Protocol):
-    """A rule that ends the closed loop."""
+    """A rule that ends the closed loop, or another stage's measuring."""
 
     def check(self, state: SearchState) -> StopReason | None:
-        """Why the loop ends now, or None: it goes on."""
+        """Why the stage ends now, or None: it goes on."""
+
+
+class Stage(Protocol):
+    """One step of the search, in the order :func:`optimizer.search.stages.stages` gives: it
+    measures through its proposers and stop rules (:func:`drive`), or decides from what was
+    measured, and leaves what it found in the state."""
+
+    name: str
+
+    def run(self, state: SearchState) -> None:
+        """Run the stage on ``state``."""
+
+
+def first_stop(rules: Sequence[StopRule], state: SearchState) -> StopReason | None:
+    """The first rule's reason to stop, recorded in the decisions and said where it is."""
+    stop = next((s for s in (rule.check(state) for rule in rules) if s is not None), None)
+    if stop is not None:
+        if stop.said:
+            state.port.say(f"closed loop stops: {stop.why}")
+        if stop.row is not None:
+            state.rounds.append(stop.row)
+    return stop
 
 
 def measure(state: SearchState, alloc: Allocation, prefix: str) -> TrialSummary:
@@ -136,12 +177,18 @@ def measure(state: SearchState, alloc: Allocation, prefix: str) -> TrialSummary:
 
 
 def drive(state: SearchState, proposer: Proposer,
-          row: Callable[[Proposal, TrialSummary, int], dict[str, Any]]) -> list[TrialSummary]:
-    """Measure what ``proposer`` proposes until it proposes nothing; each new trial is added to
-    ``state.trials`` and described in ``state.rounds`` by ``row(proposal, trial, index)``
-    (``index``: the row's place in the decisions). Returns the new trials."""
+          row: Callable[[Proposal, TrialSummary, int], dict[str, Any]],
+          stop_rules: Sequence[StopRule] = ()) -> list[TrialSummary]:
+    """Measure what ``proposer`` proposes until it proposes nothing or one of ``stop_rules``
+    (checked with each proposal in ``state.proposal``, before it runs) stops it; each new trial
+    is added to ``state.trials`` and described in ``state.rounds`` by
+    ``row(proposal, trial, index)`` (``index``: the row's place in the decisions). Returns the
+    new trials."""
     new: list[TrialSummary] = []
     while (proposal := proposer.propose(state)) is not None:
+        state.proposal = proposal
+        if first_stop(stop_rules, state) is not None:
+            break
         trial = measure(state, proposal.allocation, proposal.prefix)
         state.trials.append(trial)
         new.append(trial)
@@ -158,5 +205,10 @@ def sweep_row(proposal: Proposal, trial: TrialSummary, index: int) -> dict[str, 
             "why": proposal.reason}
 
 
-__all__ = ["Proposal", "Proposer", "RoundView", "SearchJob", "SearchState", "StopReason",
-           "StopRule", "drive", "measure", "sweep_row"]
+def twin_of(trial: TrialSummary, trials: Sequence[TrialSummary]) -> str:
+    """The first trial of the same setting (whose proposer a repeat inherits)."""
+    return next(t.trial_id for t in trials if same_setting(t.allocation, trial.allocation))
+
+
+__all__ = ["Proposal", "Proposer", "RoundView", "SearchJob", "SearchState", "Stage",
+           "StopReason", "StopRule", "drive", "first_stop", "measure", "sweep_row", "twin_of"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from optimizer.foundation.allocation import Allocation
-from optimizer.search.loop.state import StopReason
+from optimizer.search.core.state import StopReason
 from optimizer.trials.records import TrialSummary
 
 if TYPE_CHECKING:  # types only
@@ -46,7 +46,8 @@ class SearchRecommendation:
     live: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
     scaling: dict[str, Any] | None = None
-    """A data-parallel job's scaling curve (:func:`optimizer.search.goodput.scaling.scaling_curve`)."""
+    """A data-parallel job's scaling curve
+    (:func:`optimizer.search.after_loop.scaling.scaling_curve`)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The plan's keys, then the choice's; ``learning_rate`` and ``live`` only where they

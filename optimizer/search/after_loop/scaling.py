@@ -1,8 +1,9 @@
 """Data-parallel workers, chosen by goodput as Pollux chooses replicas: measured, then modelled.
 
 A script launched by torchrun (``--launcher torchrun``) runs its closed loop with one worker,
-where the workload model is fitted. Then, as the data-loader workers sweep does, the best
-setting so far is measured at other worker counts (:func:`replica_levels`, up to
+where the workload model is fitted. Then, as the data-loader workers sweep does (the stage
+:class:`WorkersScaling`, right after it), the best setting so far is measured at other worker
+counts (:func:`replica_levels`, up to
 ``--workers-max``): each count at the same per-worker batch (the global batch grows, and with it
 the steps' statistical efficiency falls) and at the per-worker batch that keeps the global one
 (no loss of efficiency; each worker computes less). The cores are the setting's, split between
@@ -27,7 +28,8 @@ import numpy as np
 from optimizer.foundation.allocation import Allocation, describe_allocation
 from optimizer.search.budget import runoff_reserve
 from optimizer.search.choice import hourly_cost, objective_table
-from optimizer.search.loop.state import Proposal, SearchState, drive, sweep_row
+from optimizer.search.core.state import Proposal, SearchState, StopReason, drive, sweep_row
+from optimizer.search.planning import measure_efficiency
 from optimizer.trials.launchers.launch_rule import backend_error
 from optimizer.trials.records import TrialSummary, job_time
 
@@ -71,9 +73,8 @@ def scaled_settings(best: Allocation, levels: Sequence[int],
 
 class ScalingSweep:
     """The best measured one-worker setting at :func:`scaled_settings`, one per proposal; none
-    for a script not launched by torchrun or with ``--workers-max`` 1, and none after a
-    multi-worker trial failed on the distributed backend (:func:`backend_fallback`): the
-    others would fail alike, and the search goes on with one worker."""
+    for a script not launched by torchrun or with ``--workers-max`` 1. :class:`BackendFailed`
+    stops it."""
 
     name = PROPOSER
 
@@ -81,9 +82,20 @@ class ScalingSweep:
         self.queue = _proposals(state)
 
     def propose(self, state: SearchState) -> Proposal | None:
-        if backend_fallback(state.trials) is not None:
-            self.queue.clear()
         return self.queue.pop(0) if self.queue else None
+
+
+class BackendFailed:
+    """A multi-worker trial failed on the distributed backend (:func:`backend_fallback`): the
+    other worker counts would fail alike, and the search goes on with one worker. Silent and
+    unrecorded here: the pipeline adds :func:`backend_fallback`'s note to the
+    recommendation's."""
+
+    name = "backend-failed"
+
+    def check(self, state: SearchState) -> StopReason | None:
+        note = backend_fallback(state.trials)
+        return None if note is None else StopReason(self.name, note)
 
 
 def backend_fallback(trials: Sequence[TrialSummary]) -> str | None:
@@ -124,7 +136,24 @@ def _proposals(state: SearchState) -> list[Proposal]:
 def sweep_replicas(state: SearchState) -> list[TrialSummary]:
     """Measure the best one-worker setting at other worker counts (module doc); the new trials
     join ``state.trials`` and ``state.rounds`` and are returned."""
-    return drive(state, ScalingSweep(state), sweep_row)
+    return drive(state, ScalingSweep(state), sweep_row, (BackendFailed(),))
+
+
+class WorkersScaling:
+    """Stage: the scaling sweep (:func:`sweep_replicas`), each of its trials credited to it;
+    the efficiency is measured again with their global batches."""
+
+    name = PROPOSER
+
+    def run(self, state: SearchState) -> None:
+        scaled = sweep_replicas(state)
+        for trial in scaled:
+            state.proposer[trial.trial_id] = PROPOSER
+        eff, job = state.efficiency, state.job
+        if scaled and eff is not None and eff.on:  # their global batches' efficiency
+            state.efficiency = measure_efficiency([t for t in state.trials if t.ok],
+                                                  job.reference, job.run_dir,
+                                                  state.port.config.run.goodput, eff.job)
 
 
 # --------------------------------------------------------------------------------------------
@@ -233,5 +262,6 @@ def scaling_curve(model: Any, best: Allocation, trials: Sequence[TrialSummary],
             "modelled": modelled, "measured": measured}
 
 
-__all__ = ["PREFIX", "PROPOSER", "ScalingSweep", "backend_fallback", "fit_sync",
-           "replica_levels", "scaled_settings", "scaling_curve", "sweep_replicas", "sync_points"]
+__all__ = ["PREFIX", "PROPOSER", "BackendFailed", "ScalingSweep", "WorkersScaling",
+           "backend_fallback", "fit_sync", "replica_levels", "scaled_settings", "scaling_curve",
+           "sweep_replicas", "sync_points"]
