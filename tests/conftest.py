@@ -69,8 +69,6 @@ def need(module: str, install: str = "pip install -e '.[dev]'"):
 
 RAY_FILES = {"test_ray_executor.py", "test_ray_cluster.py", "test_ray_train.py"}
 SERIAL = {
-    # whole files whose module fixture is a main job judged by measured times
-    "test_main_job.py",
     # tests whose pick, stage or time box follows measured times (each failed once with seven
     # other processes loading the two cores; they pass with one neighbour test, and alone)
     "test_in_process_probe.py::test_the_main_job_on_a_script_that_prints_nothing_fits_the_model_and_trains_the_agents",
