@@ -5,7 +5,9 @@
 (:class:`~optimizer.search.runoff.RunoffContenders`), crediting each new trial to whoever
 proposed its setting first, pools the efficiency over the run-off's curves, and chooses the
 best *measured* trial (:func:`optimizer.search.choice.best_measured`, by the run-off's runs
-where there was one). The :class:`~optimizer.search.loop.outcome.SearchRecommendation` then
+where there was one). A search with prior measurements from history confirms its leader with
+one real run instead of a run-off and chooses among the settings it ran
+(:mod:`optimizer.search.prior.confirm`). The :class:`~optimizer.search.loop.outcome.SearchRecommendation` then
 gathers the choice, the learning rate (with ``--lr-arg``), the memory request's source, the
 measured figures, the search's cost, the choice in words and the live plan.
 """
@@ -39,6 +41,7 @@ from optimizer.search.loader_workers import PROPOSER, sweep_workers
 from optimizer.search.loop.outcome import SearchOutcome, SearchRecommendation
 from optimizer.search.loop.state import SearchState, StopReason
 from optimizer.search.planning import measure_efficiency
+from optimizer.search.prior.confirm import choosable, confirm_leader, from_history
 from optimizer.search.runoff import runoff, standings, tie_note
 from optimizer.trials.records import TrialSummary, iter_trials
 
@@ -55,13 +58,15 @@ def finish(state: SearchState, stop: StopReason | None) -> SearchOutcome:
     if scaled and eff is not None and eff.on:  # their global batches' efficiency
         state.efficiency = measure_efficiency([t for t in state.trials if t.ok], job.reference,
                                               job.run_dir, state.port.config.run.goodput, eff.job)
-    block = _run_off(state)
+    # --history: the leader confirmed by one real run instead of a run-off (search/prior/confirm)
+    block = confirm_leader(state) if from_history(state.trials) else _run_off(state)
     eff = state.efficiency
     if block and eff is not None and eff.on:  # the run-off's curves: the efficiency pooled
         state.efficiency = measure_efficiency([t for t in state.trials if t.ok], job.reference,
                                               job.run_dir, state.port.config.run.goodput, eff.job)
-    final, best_row = best_measured(state.trials, state.port.config, state.port.user_preference,
-                                    runoff=block, efficiency=state.efficiency)
+    final, best_row = best_measured(choosable(state.trials), state.port.config,
+                                    state.port.user_preference, runoff=block,
+                                    efficiency=state.efficiency)
     rec = recommendation(state, final, best_row, block)
     return SearchOutcome(rec, final, state.trials, state.efficiency, stop)
 
