@@ -321,7 +321,7 @@ def history_seed(args: argparse.Namespace, manager: TrainingModuleManager,
                              config.run.baseline_samples)
     if seed.on and getattr(args, "refine_rounds", None) is None:
         config.run.refine_rounds = HISTORY_ROUNDS
-    if seed.on and not args.quiet:
+    if seed.on and not getattr(args, "quiet", False):
         print("\n".join(seed.notes()), flush=True)
     return seed
 
