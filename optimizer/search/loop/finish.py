@@ -5,11 +5,12 @@
 (:class:`~optimizer.search.runoff.RunoffContenders`), crediting each new trial to whoever
 proposed its setting first, pools the efficiency over the run-off's curves, and chooses the
 best *measured* trial (:func:`optimizer.search.choice.best_measured`, by the run-off's runs
-where there was one). A search with prior measurements from history confirms its leader with
+where there was one); a search with prior measurements from history confirms its leader with
 one real run instead of a run-off and chooses among the settings it ran
-(:mod:`optimizer.search.prior.confirm`). The :class:`~optimizer.search.loop.outcome.SearchRecommendation` then
-gathers the choice, the learning rate (with ``--lr-arg``), the memory request's source, the
-measured figures, the search's cost, the choice in words and the live plan.
+(:mod:`optimizer.search.prior.confirm`). The
+:class:`~optimizer.search.loop.outcome.SearchRecommendation` then gathers the choice, the
+learning rate (with ``--lr-arg``), the memory request's source, the measured figures, the
+search's cost, the choice in words and the live plan.
 """
 
 from __future__ import annotations
