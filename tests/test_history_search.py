@@ -149,3 +149,27 @@ def test_a_spec_with_no_run_of_the_script_is_one_line(tmp_path, repo_root):
     assert "none usable for tiny_train.py" in lines[0] and "jobs there: other (1)" in lines[0]
     with pytest.raises(HistoryError, match="no cloudopt run folder"):
         read_history(f"cloudopt:{tmp_path / 'run'}")
+
+
+def test_trials_csv_marks_history_and_readers_skip_those_copies(tmp_path):
+    import shutil
+
+    from optimizer.offline.logs import normalise_frame, read_csv_table
+    from optimizer.trials.records import write_trials_csv
+
+    run = tmp_path / "run"
+    _trial(run / "trials", "00-default", 1, 64, default=True)
+    copy = TrialSummary("history-00-g0-c2-m8-b64", "completed", Allocation(0, 2, 8.0, 64),
+                        wall_time_s=1.0, throughput=9000.0, samples=4000.0,
+                        train_file="tests/data/tiny_train.py", model_info={"model_name": "tiny"},
+                        history={"source": "cloudopt:/old", "run_id": "old/00"})
+    copy.save(run / "history" / copy.trial_id)
+    write_trials_csv(run)
+    with open(run / "trials.csv", newline="") as fh:
+        rows = {r["trial_id"]: r for r in csv.DictReader(fh)}
+    assert rows[copy.trial_id]["history_run"] == "old/00" and not rows["00-default"]["history_run"]
+    _, report = normalise_frame(read_csv_table(run / "trials.csv"), "trials.csv")
+    assert report.dropped.get("read from history (another run's record)") == 1
+    shutil.rmtree(run / "trials")
+    shutil.rmtree(run / "history")  # only trials.csv left: the reader falls back to it
+    assert [r.run_id for r in read_history(str(run))] == ["run/00-default"]

@@ -130,7 +130,7 @@ def _from_csv(folder: Path) -> list[HistoryRun]:
         raise HistoryError(f"history file {path}: no column {missing[0]!r} (not a cloudopt "
                            f"{TRIALS_CSV})")
     runs = []
-    for row in rows:
+    for row in (r for r in rows if not r.get("history_source")):  # not copies read from history
         params = _numbers({k: row.get(k) for k in ("cpus", "gpus", "memory_gb", "batch_size",
                                                     "workers", "total_samples")})
         outcome = _numbers({"wall_s": row.get("wall_time_s"), "throughput": row.get("throughput"),
