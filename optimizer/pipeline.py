@@ -246,7 +246,7 @@ class CloudResourceOptimizer:
             whole_cost = (total / reference.throughput * reference.hourly_cost / 3600
                           if total and reference.throughput else None)
             auto_budget(self.budget, usable, whole_cost, self.config.run.budget_share,
-                        floor=len(baseline) + 1)
+                        floor=sum(not t.history for t in baseline) + 1)
             self.say(self.budget.note, always=True)
         sla_source = self._set_sla(usable, opts)
         self.config.save(run_dir / "config.json")  # as applied: the SLA the run was held to
@@ -254,7 +254,7 @@ class CloudResourceOptimizer:
         profile, phase_note = self._phases(reference, run_dir, opts)
         from optimizer.search.stages import refine
 
-        more = [a for a in self._planned_probes(manager, analysis, opts, extra=8)
+        more = [a for a in opts.history.fallback(self._planned_probes(manager, analysis, opts, 8))
                 if not any(same_setting(t.allocation, a) for t in baseline)]
         job = SearchJob(manager, run_dir, opts, total, reference, profile,
                         spec.batch_settable, more, earlier, spec)
@@ -262,6 +262,7 @@ class CloudResourceOptimizer:
         self.efficiency = outcome.efficiency  # what the search measured last, kept for callers
         rec, optimized = outcome.recommendation.to_dict(), outcome.final
         rec["sla_source"] = sla_source
+        opts.history.annotate(rec, optimized)  # --history: what was used (search/prior/seed)
         if recorded:
             names = sorted(d.name for d in (run_dir / "trials").glob("*")
                            if (d / "summary.json").exists())
@@ -278,7 +279,7 @@ class CloudResourceOptimizer:
     def _baseline(self, manager: TrainingModuleManager, analysis: dict[str, Any],
                   run_dir: Path, opts: JobOptions) -> list[TrialSummary]:
         cfg = self.config
-        allocations = self._planned_probes(manager, analysis, opts)
+        allocations = opts.history.uncovered(self._planned_probes(manager, analysis, opts))
         done = [(probes.probe_folder(run_dir, i, a) / "summary.json").exists()
                 for i, a in enumerate(allocations)]
         allocations = within_budget(self.budget, allocations, done)
@@ -303,8 +304,8 @@ class CloudResourceOptimizer:
                               executor=self.trial_executor(), ref_batch=self._default_batch)
         self._say_replaced(manager)
         settable = self.job_spec.batch_settable
-        return [self.label_batch(t, run_dir / "trials" / probes.trial_folder(run_dir, t),
-                                 settable) for t in trials]
+        return opts.history.with_baseline([self.label_batch(  # --history: priors join (prior/)
+            t, run_dir / "trials" / probes.trial_folder(run_dir, t), settable) for t in trials])
 
     def _earlier_trials(self, manager: TrainingModuleManager, run_dir: Path,
                         have: list[TrialSummary]) -> list[TrialSummary]:
@@ -376,7 +377,7 @@ class CloudResourceOptimizer:
     def _phases(self, reference: TrialSummary, run_dir: Path, opts: JobOptions):
         from optimizer.trials.phase_profile import detector_for, profile_trace, stage_agreement
 
-        trace_path = run_dir / "trials" / probes.trial_folder(run_dir, reference) / "trace.csv"
+        trace_path = probes.trial_path(run_dir, reference) / "trace.csv"
         try:
             trace = pd.read_csv(trace_path)
             profile = profile_trace(trace, detector_for(trace, opts.phase_model))

@@ -13,7 +13,8 @@ Inside the orchestrator, between its rooms (:data:`ROOMS`):
 - ``trials`` (one measured run) never imports ``search``, ``reports``, ``offline`` or the doors:
   a trial is measured the same whoever asked for it;
 - ``search`` never imports ``reports``, ``offline`` or the doors: what is chosen does not depend
-  on how it is shown;
+  on how it is shown; of the history it reads the one form (``history.run``), never a store's
+  reader: the doors read ``--history`` specs and hand the runs over;
 - ``reports`` read records: ``trials`` and the foundation, never ``search`` or ``offline``;
 - ``offline`` reads records and renders pages: ``trials.records``, ``reports.render``, and the
   history of runs (``history``);
@@ -59,7 +60,7 @@ DOORS = frozenset({"optimizer", "optimizer.__main__", "optimizer.cli", "optimize
 ROOMS = ("foundation", "trials", "search", "offline", "reports", "commands", "history")
 ROOM_MAY_IMPORT = {
     "trials": {"trials"},
-    "search": {"trials", "search"},
+    "search": {"trials", "search", "history.run"},
     "reports": {"trials", "reports"},
     "offline": {"trials.records", "reports.render", "offline", "history"},
     "history": {"history"},
@@ -436,10 +437,10 @@ def test_search_checkers_find_what_they_look_for(tmp_path):
 SEARCH_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("measures", frozenset({"acquisition", "baseline", "budget", "calibrate", "choice",
                             "expected", "fit_measurements", "goodput", "job_options", "live",
-                            "memory_need", "plan_cache", "recommend", "workload_fit"})),
+                            "memory_need", "plan_cache", "prior", "recommend", "workload_fit"})),
     ("vocabulary", frozenset({"core"})),
     ("planning", frozenset({"planning"})),
-    ("stages", frozenset({"loop", "after_loop"})),
+    ("stages", frozenset({"loop", "after_loop", "prior.confirm"})),
     ("composition", frozenset({"stages", ""})),
 )
 """The search's layers, bottom first, each a set of module prefixes inside ``optimizer.search``

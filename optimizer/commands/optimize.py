@@ -30,8 +30,11 @@ from optimizer.foundation.atomic_files import atomic_write_json, read_json
 from optimizer.foundation.config import OptimizerConfig, load_config
 from optimizer.foundation.errors import CloudoptError, ConfigError
 from optimizer.foundation.preferences import parse_preference
+from optimizer.history.sources import read_history
 from optimizer.pipeline import CloudResourceOptimizer, JobOptions
 from optimizer.search.baseline import best_trial, format_trials_table, rank_trials
+from optimizer.search.prior.match import Script
+from optimizer.search.prior.seed import HISTORY_ROUNDS, HistorySeed, seed_from_history
 from optimizer.trials.executors import check_available
 from optimizer.trials.launchers.launch_rule import decide_launch
 from optimizer.trials.training import TrainingModuleManager
@@ -115,6 +118,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--offline-logs", default=None, metavar="DIR_OR_GLOB",
                    help="training logs of earlier runs: baseline sampling starts from the "
                    "configuration they predict")
+    p.add_argument("--history", action="append", default=None, metavar="SPEC",
+                   help="earlier runs of this script (repeatable): a cloudopt run folder or a "
+                   "folder of them, prometheus+http://..., mlflow:URI[#experiment], "
+                   "tensorboard:DIR (README: --history). Their throughput and memory at the "
+                   "settings they ran are fitted as prior measurements; real runs go only "
+                   "where they are silent")
+    p.add_argument("--history-job", default=None, metavar="NAME",
+                   help="the history's name for this job (default: the script's name)")
     p.add_argument("--agent-seconds", type=float, default=None, metavar="S",
                    help="training budget of each RL agent (default: [run].agent_seconds)")
     p.add_argument("--live-plan", choices=("measure", "write", "off"), default="measure",
@@ -278,7 +289,8 @@ def optimize_file(optimizer: CloudResourceOptimizer, manager: TrainingModuleMana
         phase_model=args.phase_model, sla_given=_sla_given(args),
         agent_seconds=args.agent_seconds, image=args.image, live_plan=args.live_plan,
         launcher=manager.launcher, launch_note=launch.note,
-        workers_max=workers_max(args, manager, config) if launch.workers else 1)
+        workers_max=workers_max(args, manager, config) if launch.workers else 1,
+        history=history_seed(args, manager, config, run_dir))
     result = optimizer.optimize_training(manager.module_path, run_dir, options)
     ranked = rank_trials(result.baseline, config, args.preference)
     print(format_trials_table(ranked))
@@ -293,6 +305,25 @@ def optimize_file(optimizer: CloudResourceOptimizer, manager: TrainingModuleMana
               f"{job_words(best['job_cost'], best['job_time_s'])}, {rate}")
     print(summary_table(result))
     return {"run_dir": str(run_dir), "result": result}
+
+
+def history_seed(args: argparse.Namespace, manager: TrainingModuleManager,
+                 config: OptimizerConfig, run_dir: Path) -> HistorySeed:
+    """``--history``: each spec read (:func:`optimizer.history.sources.read_history`) and its
+    runs of this script made prior measurements (:func:`seed_from_history`), said unless
+    quiet; the closed loop then makes :data:`HISTORY_ROUNDS` rounds unless
+    ``--refine-rounds`` says otherwise."""
+    specs = list(getattr(args, "history", None) or [])
+    script = Script(Path(manager.module_path), tuple(manager.train_args), config.resources,
+                    manager.script_digest(), getattr(args, "history_job", None))
+    seed = seed_from_history([(s, read_history(s)) for s in specs], script,
+                             manager.default_batch_size(), run_dir, bool(manager.workers_arg),
+                             config.run.baseline_samples)
+    if seed.on and getattr(args, "refine_rounds", None) is None:
+        config.run.refine_rounds = HISTORY_ROUNDS
+    if seed.on and not getattr(args, "quiet", False):
+        print("\n".join(seed.notes()), flush=True)
+    return seed
 
 
 def _to_progress(measured: dict[str, Any], job: dict[str, Any] | None = None) -> str:

@@ -21,7 +21,8 @@ RECORDED = ("train_file", "preference", "config", "baseline_samples", "time_max"
             "throughput_min", "train_args", "batch_size_arg", "batch_size_env", "batch_size_max", "memory_max",
             "workers_arg", "lr_arg", "epochs_arg", "steps_arg", "launcher", "workers_max",
             "probe_seconds", "total_samples", "dataset_path", "offline_logs", "agent_seconds",
-            "refine_rounds", "runoff_rounds", "runoff_size", "budget", "phase_model", "image", "executor", "ray_address")
+            "refine_rounds", "runoff_rounds", "runoff_size", "budget", "phase_model", "image", "executor", "ray_address",
+            "history", "history_job")
 """The options a run records and a resume reads back (not ``output``, ``resume``, ``quiet``)."""
 
 

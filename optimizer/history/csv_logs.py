@@ -115,7 +115,9 @@ def normalise_frame(raw: pd.DataFrame, source: str) -> tuple[pd.DataFrame, LogRe
     report = LogReport(path=source, rows_read=len(raw),
                        columns={k: str(v) for k, v in found.items()})
     out = _derive(out)
-    out, report.dropped_rows = _drop_impossible(out)
+    # a cloudopt run's trials.csv lists the runs it read from history (--history): copies
+    copied = raw["history_source"].notna() if "history_source" in raw.columns else False
+    out, report.dropped_rows = _drop_impossible(out, copied)
     report.dropped = {why: len(rows) for why, rows in report.dropped_rows.items()}
     out["source"] = source
     out["model_key"] = model_keys(out)
@@ -158,10 +160,12 @@ def _derive(out: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _drop_impossible(out: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, list[int]]]:
-    """Remove failed trials and rows no real run can produce; the data rows (1-based)
-    dropped for each reason."""
+def _drop_impossible(out: pd.DataFrame, copied: Any = False
+                     ) -> tuple[pd.DataFrame, dict[str, list[int]]]:
+    """Remove failed trials, rows no real run can produce and ``copied`` ones (another run's
+    record, read from history); the data rows (1-based) dropped for each reason."""
     rules = {
+        "read from history (another run's record)": copied,
         "failed trial": out["status"].astype(str).str.lower().isin(
             ["failed", "error", "crashed", "killed", "oom", "timeout"]),
         "no model name or size": out["model_name"].isna() & ~(out["params"] > 0),

@@ -26,12 +26,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 PARAM_KEYS = ("batch_size", "epochs", "steps", "lr", "cpus", "gpus", "memory_gb", "params",
-              "width", "layers", "dataset_size", "workers")
-"""Canonical configuration names; a reader maps its source's names onto these."""
+              "width", "layers", "dataset_size", "workers", "total_samples")
+"""Canonical configuration names; a reader maps its source's names onto these.
+``total_samples`` is the whole job's samples (dataset × epochs) where the source knew it."""
 
 OUTCOME_KEYS = ("wall_s", "throughput", "samples", "final_loss", "peak_mem_gb", "cpu_p95_cores",
-                "cost")
-"""Canonical outcome names: a whole run's figures (throughput in samples/s)."""
+                "cost", "startup_s")
+"""Canonical outcome names: a whole run's figures (throughput in samples/s; ``startup_s`` the
+seconds before its steady rate began, which a job pays once whatever its length)."""
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,12 @@ from optimizer.search.choice import resource_share
 from optimizer.search.goodput.probe_target import loss_target_from_trials
 from optimizer.trials.executors import LocalExecutor, TrialExecutor, TrialRequest
 from optimizer.trials.failures import failing_alike
-from optimizer.trials.records import TrialSummary, summaries_to_frame, write_trials_csv
+from optimizer.trials.records import (
+    TrialSummary,
+    summaries_to_frame,
+    trial_files,
+    write_trials_csv,
+)
 from optimizer.trials.sla import calculate_sla_violations
 from optimizer.trials.training import TrainingModuleManager
 
@@ -139,6 +144,13 @@ def trial_folder(run_dir: Path, trial: TrialSummary) -> str:
         if (d / "summary.json").exists() and TrialSummary.load(d).trial_id == trial.trial_id:
             return d.name
     return trial.trial_id
+
+
+def trial_path(run_dir: Path, trial: TrialSummary) -> Path:
+    """The folder of a recorded trial's files: :func:`trial_folder` under ``trials/``, or a
+    measurement read from history's under ``history/`` (:func:`trial_files`)."""
+    return trial_files(run_dir, trial) if trial.history else \
+        run_dir / "trials" / trial_folder(run_dir, trial)
 
 
 def trial_name(index: int, allocation: Allocation) -> str:

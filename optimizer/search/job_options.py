@@ -6,10 +6,11 @@ the report receive instead of asking the script's manager again."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from optimizer.search.prior.seed import HistorySeed
 from optimizer.trials.settings.config_args import setting_value
 
 
@@ -51,6 +52,9 @@ class JobOptions:
     live_plan: str = "measure"
     """``measure``: the per-stage live plan written and run beside the static one; ``write``:
     written only; ``off``."""
+    history: HistorySeed = field(default_factory=HistorySeed)
+    """``--history``: the earlier runs of this script its specs named, as prior measurements
+    (:mod:`optimizer.search.prior.seed`; empty: a search from scratch)."""
 
 
 @dataclass(frozen=True)

@@ -112,6 +112,11 @@ class TrialSummary:
     (``[t, cpus, memory_gb]`` from each change on), ``cpu_seconds``, ``gb_seconds``,
     ``error``; its ``cost`` is billed per interval at the allocation held. Empty otherwise."""
 
+    history: dict[str, Any] = field(default_factory=dict)
+    """A measurement read from an earlier run (``--history``), never a run of this search:
+    ``source`` (where it was read) and ``run_id`` (the run there), ``job``; it lives in
+    ``runs/<run>/history/<trial>/`` and no budget counts it. Empty for a real run."""
+
     @property
     def ok(self) -> bool:
         return self.status in ("completed", "probe")
@@ -183,14 +188,25 @@ def set_aside(trial_dir: Path) -> Path:
     return keep
 
 
-def iter_trials(run_dir: str | os.PathLike) -> Iterator[TrialSummary]:
-    """Complete trials of a run, in trial-folder order (folders without a summary are skipped)."""
-    trials = Path(run_dir) / "trials"
+HISTORY_DIR = "history"
+"""The run folder's folder of measurements read from history (:attr:`TrialSummary.history`)."""
+
+
+def iter_trials(run_dir: str | os.PathLike, folder: str = "trials") -> Iterator[TrialSummary]:
+    """Complete trials of a run, in trial-folder order (folders without a summary are skipped);
+    ``folder`` :data:`HISTORY_DIR`: the measurements read from history instead."""
+    trials = Path(run_dir) / folder
     if not trials.is_dir():
         return
     for d in sorted(p for p in trials.iterdir() if p.is_dir()):
         if (d / SUMMARY_FILE).exists():
             yield TrialSummary.load(d)
+
+
+def trial_files(run_dir: str | os.PathLike, t: TrialSummary) -> Path:
+    """The folder of ``t``'s files (probe events, loss target): ``trials/<id>``, or
+    ``history/<id>`` for a measurement read from history."""
+    return Path(run_dir) / (HISTORY_DIR if t.history else "trials") / t.trial_id
 
 
 def job_time(t: TrialSummary) -> float | None:
@@ -333,6 +349,8 @@ def summaries_to_frame(summaries: Iterable[TrialSummary | dict[str, Any]]) -> An
         d.pop("probe", None)
         d.pop("live", None)
         d.pop("stderr_tail", None)
+        history = d.pop("history", None) or {}
+        d["history_source"], d["history_run"] = history.get("source"), history.get("run_id")
         d["train_args"] = " ".join(str(a) for a in d.get("train_args") or [])
         d["concurrent_with"] = " ".join(d.get("concurrent_with") or [])
         row = {"trial_id": d.pop("trial_id"), "status": d.pop("status")}
@@ -342,8 +360,9 @@ def summaries_to_frame(summaries: Iterable[TrialSummary | dict[str, Any]]) -> An
         rows.append(row)
     columns = ["trial_id", "status", *alloc_fields,
                *[f for f in fields if f not in ("trial_id", "status", "allocation",
-                                                "model_info", "stderr_tail", "live")],
-               *MODEL_INFO_COLUMNS]
+                                                "model_info", "stderr_tail", "live",
+                                                "history")],
+               *MODEL_INFO_COLUMNS, "history_source", "history_run"]
     frame = pd.DataFrame(rows, columns=columns)
     # Integer columns with gaps stay integers (batch size 64, not 64.0).
     for col in ("gpus", "cpus", "batch_size", "exit_code", "n_samples_trace", "params", "layers"):
@@ -352,9 +371,11 @@ def summaries_to_frame(summaries: Iterable[TrialSummary | dict[str, Any]]) -> An
 
 
 def write_trials_csv(run_dir: str | os.PathLike) -> Path:
-    """Rewrite ``runs/<run>/trials.csv`` (atomically) from the run's complete trials."""
+    """Rewrite ``runs/<run>/trials.csv`` (atomically) from the run's complete trials, then the
+    measurements read from history (``history_source`` and ``history_run`` say where from)."""
     path = Path(run_dir) / TRIALS_CSV
-    atomic_write_csv(path, summaries_to_frame(iter_trials(run_dir)))
+    atomic_write_csv(path, summaries_to_frame([*iter_trials(run_dir),
+                                               *iter_trials(run_dir, HISTORY_DIR)]))
     return path
 
 

@@ -24,7 +24,7 @@ from optimizer.search.core.port import SearchPort
 from optimizer.search.core.state import SearchState
 from optimizer.search.goodput.efficiency import loss_points
 from optimizer.trials.probe import EVENTS_FILE, read_probe
-from optimizer.trials.records import TrialSummary
+from optimizer.trials.records import TrialSummary, trial_files
 from optimizer.trials.runner import with_flag
 from optimizer.trials.settings.config_args import parse_form, setting_value
 from optimizer.trials.training import TrainingModuleManager
@@ -63,7 +63,7 @@ def _curve(trial: TrialSummary | None, run_dir: Path, batch: int) -> Any:
     """(samples, loss) of a trial's probe record (None without one)."""
     if trial is None or not trial.ok:
         return None
-    record = read_probe(run_dir / "trials" / trial.trial_id / EVENTS_FILE)
+    record = read_probe(trial_files(run_dir, trial) / EVENTS_FILE)
     return None if record is None else loss_points(record, batch)
 
 

@@ -48,6 +48,7 @@ from optimizer.search.after_loop.workers import PROPOSER as WORKERS_PROPOSER
 from optimizer.search.choice import efficiency_source, objective_table, same_setting, separated
 from optimizer.search.core.state import Proposal, SearchState, drive, twin_of
 from optimizer.search.planning import measure_efficiency
+from optimizer.search.prior.confirm import confirm_leader, from_history
 from optimizer.trials.records import TrialSummary
 
 CONFIRM_BAND = 0.15
@@ -336,6 +337,9 @@ class Runoff:
     name = "run-off"
 
     def run(self, state: SearchState) -> None:
+        if from_history(state.trials):  # --history: the leader confirmed by one real run instead
+            state.runoff = confirm_leader(state)  # no block (search/prior/confirm.py)
+            return
         n_before = len(state.trials)
         block = runoff(state)
         added = {r["trial"]: r["added_by"] for r in state.rounds if r.get("added_by")}

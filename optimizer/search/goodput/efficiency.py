@@ -25,7 +25,7 @@ from scipy.stats import theilslopes
 
 from optimizer.search.goodput.common_loss import pooled_ratio, samples_ratio
 from optimizer.trials.probe import EVENTS_FILE, ProbeRecord, read_probe
-from optimizer.trials.records import TrialSummary
+from optimizer.trials.records import TrialSummary, trial_files
 
 LEVEL = 0.90  # coverage of every interval here
 BOOTSTRAP, SEED = 1000, 0  # resamples, and a seed: the same records give the same interval
@@ -377,7 +377,7 @@ def probe_records(trials: Iterable[TrialSummary], run_dir: str | Path
     samples per step, else the allocation's): ``run_dir/trials/<trial_id>/probe.jsonl``."""
     out: dict[int, list[ProbeRecord]] = {}
     for t in trials:
-        rec = read_probe(Path(run_dir) / "trials" / t.trial_id / EVENTS_FILE) if t.ok else None
+        rec = read_probe(trial_files(run_dir, t) / EVENTS_FILE) if t.ok else None
         batch = rec and (rec.global_batch or t.allocation.global_batch)
         if rec is not None and batch:
             out.setdefault(int(batch), []).append(rec)

@@ -24,7 +24,7 @@ from optimizer.trials.batch import label_batch
 from optimizer.trials.probe import EVENTS_FILE, ProbeRecord, read_probe
 from optimizer.trials.probe.loss_target import FILE as LOSS_TARGET_FILE
 from optimizer.trials.probe.loss_target import LossTarget
-from optimizer.trials.records import TrialSummary, iter_trials
+from optimizer.trials.records import HISTORY_DIR, TrialSummary, iter_trials, trial_files
 
 
 def loss_target(records: Mapping[int, list[ProbeRecord]], ref_batch: int
@@ -50,7 +50,7 @@ def loss_target_from_trials(trials: Iterable[TrialSummary], run_dir: str | Path,
     trials = list(trials)
     first = next((t for t in trials if t.ok and t.allocation.batch_size is None), None)
     if ref_batch is None and first is not None:  # the batch it printed, else the probe's
-        folder = Path(run_dir) / "trials" / first.trial_id
+        folder = trial_files(run_dir, first)
         ref_batch = label_batch(first, folder, None, True).allocation.batch_size
         rec = read_probe(folder / EVENTS_FILE) if ref_batch is None else None
         ref_batch = ref_batch or (rec.samples_per_step if rec is not None else None)
@@ -75,14 +75,15 @@ def target_for_batch(batch: int, run_dir: str | Path, ref_batch: int | None,
     one probe's efficiency scatters widely (tab's batch 16 read 1.09, 1.53 and 1.80 in three
     runs of one code) and the run-off decides by time to the same progress; none where a
     probe at ``batch`` gave up (it stalls short of the loss: a second try would too)."""
-    trials = [t for t in iter_trials(run_dir) if t.ok]
+    # measurements read from history hold curves too (--history: records.trial_files)
+    trials = [t for t in (*iter_trials(run_dir), *iter_trials(run_dir, HISTORY_DIR)) if t.ok]
     target = loss_target_from_trials(trials, run_dir, ref_batch)
     if target is None or target.ref_batch == batch:
         return None
     for t in trials:
         if t.allocation.batch_size != batch:
             continue
-        seen = Path(run_dir) / "trials" / t.trial_id / LOSS_TARGET_FILE
+        seen = trial_files(run_dir, t) / LOSS_TARGET_FILE
         if again:
             if seen.is_file() and (_seen(seen) or {}).get("gave_up"):
                 return None
@@ -98,7 +99,7 @@ def trained_records(trials: Iterable[TrialSummary], run_dir: str | Path
     :func:`~optimizer.search.goodput.efficiency.efficiency_from_trials` pools."""
     out: dict[int, list[ProbeRecord]] = {}
     for t in trials:
-        folder = Path(run_dir) / "trials" / t.trial_id
+        folder = trial_files(run_dir, t)
         seen = _seen(folder / LOSS_TARGET_FILE) if t.ok and t.allocation.batch_size else None
         rec = read_probe(folder / EVENTS_FILE) if seen and seen.get(
             "reached_at_samples") is not None else None
@@ -140,7 +141,7 @@ def training_depth(trials: Iterable[TrialSummary], run_dir: str | Path
     short: dict[int, float] = {}
     level = None
     for t in trials:
-        path = Path(run_dir) / "trials" / t.trial_id / LOSS_TARGET_FILE
+        path = trial_files(run_dir, t) / LOSS_TARGET_FILE
         if not (t.allocation.batch_size and path.is_file()):
             continue
         seen = _seen(path)
