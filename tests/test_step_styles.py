@@ -78,7 +78,7 @@ def test_a_hand_written_loop_without_a_loader_gets_steps_samples_and_its_loss(tm
 HELD = """
 import sys
 import torch
-import _cloudopt_probe as probe
+import _cloudopt_probe_state as probe
 w = torch.randn(64, 1, requires_grad=True)
 x = torch.randn(256, 64)
 for i in range(2000):
@@ -88,7 +88,7 @@ for i in range(2000):
         w -= 1e-3 * w.grad
     w.grad = None
     if i in (100, 1999):
-        print(len(probe._STATE.pending), flush=True)
+        print(len(probe.STATE.pending), flush=True)
 """
 
 
