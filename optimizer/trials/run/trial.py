@@ -2,12 +2,12 @@
 
 :func:`run_trial` reads as its steps: a clean work folder; the command line, environment and
 cores (:func:`~optimizer.trials.run.launch.trial_launch`), recorded in ``config.json`` before
-anything runs; the script started, pinned and monitored (:func:`~optimizer.trials.runner.start_trial`);
-watched until it ends, its rate is steady or its time box or hard limit passes, a live
-controller beside it where the request has one; what it amounts to
-(:func:`~optimizer.trials.run.summary.summarize`), billed at what a controller held; its files
-moved into the trial folder, ``summary.json`` last. A crash, an out-of-memory kill or a
-timeout is a recorded failed trial, never an exception.
+anything runs; the script started, pinned and monitored
+(:func:`~optimizer.trials.runner.start_trial`); watched until it ends, its rate is steady or
+its time box or hard limit passes, a live controller beside it where the request has one;
+what it amounts to (:func:`~optimizer.trials.run.summary.summarize`), billed at what a
+controller held; its files moved into the trial folder, ``summary.json`` last. A crash, an
+out-of-memory kill or a timeout is a recorded failed trial, never an exception.
 """
 
 from __future__ import annotations
@@ -44,9 +44,10 @@ def run_trial(plan: LaunchPlan, request: TrialRequest, resource_config: Resource
               on_start: Callable[[TrialRun], None] | None = None) -> TrialSummary:
     """Run ``plan``'s script once as ``request`` asks and record it in ``request.trial_dir``.
 
-    ``analysis``: what the script's source shows (:func:`~optimizer.trials.script_scan.analyze_source`),
-    under what the script reports of its model. ``on_start`` is called with the running trial
-    (the manager keeps its process, which a Ray Train rank's watch stops).
+    ``analysis``: what the script's source shows
+    (:func:`~optimizer.trials.script_scan.analyze_source`), under what the script reports of
+    its model. ``on_start`` is called with the running trial (the manager keeps its process,
+    which a Ray Train rank's watch stops).
     """
     work = prepare_trial_dir(request.trial_dir)
     launch = trial_launch(plan, request, resource_config, work)

@@ -233,7 +233,8 @@ class _TorchFinder(importlib.abc.MetaPathFinder):
                     more.clamp_threads(module)
             except Exception as exc:  # noqa: BLE001
                 if state.STATE is not None:
-                    state.STATE.emit({"e": "probe_error", "hook": "install", "error": repr(exc)[:300]})
+                    state.STATE.emit({"e": "probe_error", "hook": "install",
+                                      "error": repr(exc)[:300]})
 
         spec.loader.exec_module = exec_module
         return spec
