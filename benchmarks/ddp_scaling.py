@@ -58,7 +58,7 @@ if str(ROOT) not in sys.path:
 from optimizer.foundation.allocation import Allocation  # noqa: E402
 from optimizer.foundation.config import load_config  # noqa: E402
 from optimizer.trials.records import TrialSummary  # noqa: E402
-from optimizer.trials.training import TrainingModuleManager  # noqa: E402
+from optimizer.trials.training import TrainingModuleManager, TrialRequest  # noqa: E402
 
 SCRIPT = ROOT / "examples" / "train_ddp.py"
 RUNS = ROOT / "runs" / "ddp_scaling"
@@ -101,9 +101,9 @@ def run_cell(setting: DDPSetting, base: Sequence[str], folder: Path, reps: int,
         rep = folder / setting.key() / f"rep{k}"
         if not (rep / "summary.json").is_file():
             say(f"  whole run {setting.label()} rep {k}")
-            m.run_training(Allocation(cpus=setting.cpus, memory_gb=memory_gb,
-                                      batch_size=setting.batch, replicas=setting.replicas),
-                           rep, resource_config=load_config(None).resources, timeout_s=1800)
+            alloc = Allocation(cpus=setting.cpus, memory_gb=memory_gb, batch_size=setting.batch,
+                               replicas=setting.replicas)
+            m.run_training(TrialRequest(alloc, rep, timeout_s=1800), load_config(None).resources)
         s = TrialSummary.load(rep)
         out = (rep / "stdout.log").read_text(errors="replace") \
             if (rep / "stdout.log").exists() else ""

@@ -60,7 +60,7 @@ from optimizer.trials.live.controller import (  # noqa: E402
 from optimizer.trials.live.session import LiveSetup  # noqa: E402
 from optimizer.trials.records import TrialSummary  # noqa: E402
 from optimizer.trials.resources import cpu_affinity_set  # noqa: E402
-from optimizer.trials.training import TrainingModuleManager  # noqa: E402
+from optimizer.trials.training import TrainingModuleManager, TrialRequest  # noqa: E402
 
 PHASED = ROOT / "benchmarks" / "workloads" / "phased"
 
@@ -105,8 +105,8 @@ def run(manager: TrainingModuleManager, alloc: Allocation, folder: Path, config:
         summary = TrialSummary.load(folder)
         if summary.status == "completed":
             return summary
-    return manager.run_training(alloc, folder, resource_config=config.resources,
-                                timeout_s=600, live=live)
+    return manager.run_training(TrialRequest(alloc, folder, timeout_s=600,
+                                             live=live), config.resources)
 
 
 def best_static(grid: list[TrialSummary]) -> TrialSummary:
@@ -209,9 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         box = 5 + 0.6 * min(g.wall_time_s for g, _ in grid)
         extra = TrialSummary.load(folder) if (folder / "summary.json").is_file() else None
         if extra is None or not extra.throughput:
-            extra = manager.run_training(Allocation(0, max_cpus, GRID_MEMORY_GB, 2 * batch),
-                                         folder, resource_config=config.resources,
-                                         probe_seconds=box, timeout_s=600)
+            extra = manager.run_training(TrialRequest(
+                Allocation(0, max_cpus, GRID_MEMORY_GB, 2 * batch), folder, probe_seconds=box,
+                timeout_s=600), config.resources)
         best = best_static([g for g, _ in grid])
         memory = right_size_memory(best.mem_gb_peak)
         static = Allocation(0, best.allocation.cpus, memory, best.allocation.batch_size)

@@ -26,7 +26,7 @@ from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.atomic_files import atomic_write_csv
 from optimizer.foundation.config import ResourceConfig
 from optimizer.trials.records import TrialSummary, summaries_to_frame
-from optimizer.trials.training import TrainingModuleManager
+from optimizer.trials.training import TrainingModuleManager, TrialRequest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -78,9 +78,9 @@ def run_all(out_dir: Path, run_dir: Path, quick: bool, timeout_s: float,
         alloc = Allocation(gpus=0, cpus=min(threads, resources.cpu_count_max or 1),
                            memory_gb=4.0, batch_size=batch)
         trial_id = f"{i:03d}-{ex.name}-{size.split()[1]}-{alloc.key()}"
-        summary = manager.run_training(alloc, run_dir / "trials" / trial_id,
-                                       resource_config=resources, timeout_s=timeout_s,
-                                       trial_id=trial_id)
+        summary = manager.run_training(TrialRequest(alloc, run_dir / "trials" / trial_id,
+                                                    timeout_s=timeout_s,
+                                                    trial_id=trial_id), resources)
         if not quiet:
             tqdm.write(f"{trial_id}: {summary.status} {summary.wall_time_s:.1f} s "
                        f"{summary.throughput or float('nan'):.1f} samples/s")

@@ -41,7 +41,7 @@ from optimizer.foundation.atomic_files import atomic_write_json  # noqa: E402
 from optimizer.foundation.config import load_config  # noqa: E402
 from optimizer.trials.probe.summary import PRINTED_GAP  # noqa: E402
 from optimizer.trials.records import TrialSummary  # noqa: E402
-from optimizer.trials.training import TrainingModuleManager  # noqa: E402
+from optimizer.trials.training import TrainingModuleManager, TrialRequest  # noqa: E402
 
 EXTRA_BATCHES = {"charlm": [4, 8]}
 """Batches below the suite's grid that the closed loop proposed on the full suite, where the
@@ -66,10 +66,10 @@ def run_cell(store: TruthStore, cell: Cell) -> TrialSummary:
     if (trial_dir / "summary.json").exists():
         return TrialSummary.load(trial_dir)
     manager = TrainingModuleManager(w.file, w.train_args, batch_size_env=w.batch[4:])
-    return manager.run_training(
+    return manager.run_training(TrialRequest(
         Allocation(cell.gpus, cell.cpus, store.memory_gb, cell.batch), trial_dir,
-        resource_config=store.config.resources, probe_seconds=None, timeout_s=store.timeout_s,
-        monitor_interval=store.config.run.monitor_interval, quiet=True)
+        probe_seconds=None, timeout_s=store.timeout_s,
+        monitor_interval=store.config.run.monitor_interval, quiet=True), store.config.resources)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,7 +39,7 @@ from optimizer.foundation.allocation import Allocation  # noqa: E402
 from optimizer.foundation.config import OptimizerConfig, read_toml  # noqa: E402
 from optimizer.trials.probe.events import read_probe  # noqa: E402
 from optimizer.trials.records import TrialSummary  # noqa: E402
-from optimizer.trials.training import TrainingModuleManager  # noqa: E402
+from optimizer.trials.training import TrainingModuleManager, TrialRequest  # noqa: E402
 
 MANIFEST = ROOT / "benchmarks" / "workloads" / "workloads.toml"
 
@@ -255,10 +255,10 @@ class TruthStore:
         batch = None if env_name else cell.batch
         alloc = Allocation(cell.gpus, cell.cpus, self.memory_gb, batch)
         with _env(env_name, cell.batch if env_name else None):
-            return manager.run_training(
-                alloc, trial_dir, resource_config=self.config.resources, probe_seconds=None,
-                timeout_s=self.timeout_s, monitor_interval=self.config.run.monitor_interval,
-                quiet=True)
+            return manager.run_training(TrialRequest(
+                alloc, trial_dir, probe_seconds=None, timeout_s=self.timeout_s,
+                monitor_interval=self.config.run.monitor_interval,
+                quiet=True), self.config.resources)
 
     def measure_all(self, cells: Sequence[Cell], quiet: bool = False) -> list[CellTruth]:
         """Every cell, repetitions interleaved round-robin so slow drift spreads over all; and

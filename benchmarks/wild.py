@@ -81,7 +81,7 @@ from optimizer.foundation.atomic_files import atomic_write_json  # noqa: E402
 from optimizer.foundation.config import OptimizerConfig, load_config  # noqa: E402
 from optimizer.trials.probe import probe_environment  # noqa: E402
 from optimizer.trials.records import TrialSummary  # noqa: E402
-from optimizer.trials.training import TrainingModuleManager  # noqa: E402
+from optimizer.trials.training import TrainingModuleManager, TrialRequest  # noqa: E402
 
 MANIFEST = ROOT / "examples" / "wild" / "corpus.toml"
 RUNS = ROOT / "runs" / "wild"
@@ -143,11 +143,10 @@ class WildStore:
         """One whole run of ``setting`` into ``trial_dir``, with cloudopt's runner."""
         manager = TrainingModuleManager(self.s.script, self.args(setting, trial_dir),
                                         batch_size_arg=self.s.batch_flag)
-        return manager.run_training(
+        return manager.run_training(TrialRequest(
             Allocation(0, setting.cpus, self.memory_gb, setting.batch), trial_dir,
-            resource_config=self.config.resources, probe_seconds=None,
-            timeout_s=self.timeout_s, monitor_interval=self.config.run.monitor_interval,
-            quiet=True)
+            probe_seconds=None, timeout_s=self.timeout_s,
+            monitor_interval=self.config.run.monitor_interval, quiet=True), self.config.resources)
 
     def run(self, setting: Setting, rep: int, announce: bool = True) -> TrialSummary:
         """One whole run (reloaded when recorded), with a progress line when it ran or when

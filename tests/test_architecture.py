@@ -26,7 +26,8 @@ Inside ``phases``, the evaluation of autoscaling policies (``phases.evaluation``
 the rest of ``phases`` never imports.
 
 - No import loop, counting imports inside functions too: a lazy import hides a loop from the
-  interpreter, not from a reader.
+  interpreter, not from a reader; nor among the in-process probe's ``site/`` modules, which
+  import each other by top-level name (and take no private name of each other).
 - No module over 500 lines, no folder with more than 15 modules, and ``optimizer/``'s top level
   holds only the doors and its rooms.
 
@@ -94,12 +95,26 @@ def project_modules(root: Path) -> dict[str, Path]:
     }
 
 
+def path_siblings(modules: dict[str, Path]) -> dict[Path, dict[str, str]]:
+    """Folder → {top-level name: module} for folders without ``__init__.py`` (the probe's
+    ``site/``): Python loads their modules from ``sys.path`` by top-level name, so
+    ``import _cloudopt_probe_state as state`` there imports the sibling module."""
+    out: dict[Path, dict[str, str]] = {}
+    for name, path in modules.items():
+        if not (path.parent / "__init__.py").exists():
+            out.setdefault(path.parent, {})[path.stem] = name
+    return out
+
+
 def import_edges(root: Path) -> list[Edge]:
-    """Every import of a project module by a project module, lazy ones included."""
+    """Every import of a project module by a project module, lazy ones included (a module of
+    a folder on ``sys.path`` importing a sibling by its top-level name too)."""
     modules = project_modules(root)
+    siblings = path_siblings(modules)
     edges = []
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        near = siblings.get(path.parent, {})
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
             targets: list[tuple[str, str]] = []
             if isinstance(node, ast.Import):
@@ -115,6 +130,7 @@ def import_edges(root: Path) -> list[Edge]:
                     for a in node.names
                 ]
             for target, written in dict.fromkeys(targets):
+                target = near.get(target.split(".")[0], target)
                 if target.split(".")[0] in PARTS and target != name:
                     edges.append(Edge(name, target, node.lineno, written))
     return edges
@@ -328,6 +344,54 @@ def test_checker_finds_cycles_through_lazy_and_relative_imports(tmp_path):
         },
     )
     assert import_cycles(import_edges(root)) == [["optimizer.a", "optimizer.b"]]
+
+
+SITE = ("optimizer", "trials", "probe", "site")
+
+
+def sibling_private_names(folder: Path) -> list[str]:
+    """``module:line: name`` for every private name a module of ``folder`` (one on
+    ``sys.path``) takes from a sibling: ``from _sibling import _name`` or ``alias._name``."""
+    stems = {p.stem for p in folder.glob("*.py")}
+    out = []
+    for path in sorted(folder.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        aliases = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.Import)
+                   for a in n.names if a.name in stems}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module in stems:
+                out += [f"{path.name}:{node.lineno}: {a.name}" for a in node.names
+                        if a.name.startswith("_")]
+            elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                  and node.value.id in aliases and node.attr.startswith("_")
+                  and not node.attr.startswith("__")):
+                out.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    return out
+
+
+def test_the_probe_site_modules_share_one_module_and_no_private_names():
+    """The in-process probe's modules (``site/``, imported by top-level name inside the user's
+    process) meet in ``_cloudopt_probe_state``: the loop check sees their imports, and none
+    takes a private name of another."""
+    prefix = ".".join(SITE) + "."
+    edges = {(e.source, e.target) for e in import_edges(ROOT)}
+    assert {(prefix + "_cloudopt_probe", prefix + "_cloudopt_probe_state"),
+            (prefix + "_cloudopt_probe_hooks", prefix + "_cloudopt_probe_state")} <= edges
+    bad = sibling_private_names(ROOT.joinpath(*SITE))
+    assert not bad, "private names taken across the probe's modules: " + ", ".join(bad)
+
+
+def test_checker_sees_the_imports_of_a_folder_on_sys_path(tmp_path):
+    site = "/".join(SITE)
+    root = _tree(tmp_path, {f"{site}/_p.py": "import _p_hooks as more\nmore._x, more.y\n",
+                            f"{site}/_p_hooks.py": "from _p import _guard, ok\n",
+                            f"{site}/_p_load.py": "import os\n",
+                            f"{site}/_p_grads.py": "def f():\n    import _p_load\n"})
+    prefix = ".".join(SITE)
+    assert import_cycles(import_edges(root)) == [[f"{prefix}._p", f"{prefix}._p_hooks"]]
+    assert Edge(f"{prefix}._p_grads", f"{prefix}._p_load", 2, "_p_load") in import_edges(root)
+    assert sibling_private_names(root.joinpath(*SITE)) == ["_p.py:2: more._x",
+                                                          "_p_hooks.py:1: _guard"]
 
 
 # Inside the search: the pipeline is reached through its typed port, by public names only.

@@ -11,7 +11,7 @@ from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import ResourceConfig
 from optimizer.foundation.errors import CloudoptError
 from optimizer.trials.script_scan import batch_knobs
-from optimizer.trials.training import TrainingModuleManager
+from optimizer.trials.training import TrainingModuleManager, TrialRequest
 
 PRICES = ResourceConfig(cpu_count_max=2, memory_max=8.0, gpu_count_max=0)
 
@@ -74,8 +74,8 @@ def test_trial_runs_with_the_variable_and_a_changed_variable_is_measured_again(
     monkeypatch.delenv("BATCH_SIZE", raising=False)
     mgr = TrainingModuleManager(envbatch, "--samples 1200", batch_size_env="BATCH_SIZE")
     trial = tmp_path / "run" / "trials" / "00-b100"
-    s = mgr.run_training(Allocation(cpus=1, memory_gb=1.0, batch_size=100), trial,
-                         resource_config=PRICES, timeout_s=60)
+    s = mgr.run_training(TrialRequest(Allocation(cpus=1, memory_gb=1.0, batch_size=100), trial,
+                                      timeout_s=60), PRICES)
     assert s.status == "completed" and s.throughput > 0
     assert "ran with batch 100" in (trial / "stdout.log").read_text()
     config = json.loads((trial / "config.json").read_text())

@@ -17,7 +17,7 @@ from optimizer.foundation.config import ResourceConfig
 from optimizer.foundation.errors import CloudoptError
 from optimizer.trials.runner import with_flag
 from optimizer.trials.settings.config_args import parse_form, setting_value
-from optimizer.trials.training import TrainingModuleManager
+from optimizer.trials.training import TrainingModuleManager, TrialRequest
 
 PRICES = ResourceConfig(cpu_count_max=2, memory_max=8.0, gpu_count_max=0)
 
@@ -50,8 +50,8 @@ def used_batch(mgr: TrainingModuleManager, tmp_path: Path, batch: int | None, na
     script printed."""
     mgr.in_process_probe = False  # the batch is read from the script's output, not the probe
     trial = tmp_path / "run" / "trials" / name
-    s = mgr.run_training(Allocation(cpus=1, memory_gb=1.0, batch_size=batch), trial,
-                         resource_config=PRICES, timeout_s=60)
+    s = mgr.run_training(TrialRequest(Allocation(cpus=1, memory_gb=1.0, batch_size=batch), trial,
+                                      timeout_s=60), PRICES)
     out = (trial / "stdout.log").read_text()
     assert s.status == "completed", (s.reason, s.stderr_tail, out)
     lines = [ln for ln in out.splitlines() if ln.startswith("used_batch=")]

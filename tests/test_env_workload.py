@@ -353,7 +353,8 @@ def test_measure_runs_repeats_round_robin_and_keeps_the_fastest(tmp_path, monkey
     calls = []
     speeds = {("a", 0): 10.0, ("a", 1): 30.0, ("b", 0): 20.0, ("b", 1): 5.0}
 
-    def fake_run(self, alloc, trial_dir, **kw):
+    def fake_run(self, request, resource_config):
+        alloc, trial_dir = request.allocation, request.trial_dir
         name = "a" if alloc.cpus == 1 else "b"
         calls.append((name, trial_dir.name))
         thr = speeds[(name, len([c for c in calls if c[0] == name]) - 1)]

@@ -19,6 +19,7 @@ from optimizer.trials.records import (
     with_exit,
     with_job_size,
 )
+from optimizer.trials.run.request import TrialRequest
 
 DATA = Path(__file__).parent / "data"
 
@@ -92,14 +93,14 @@ def test_a_real_whole_run_and_the_probe_after_it(tmp_path):
     mgr = TrainingModuleManager(DATA / "silent_torch_train.py", ["--epochs", "1"],
                                 batch_size_arg="--bs")
     trials = tmp_path / "run" / "trials"
-    whole = mgr.run_training(Allocation(cpus=1, memory_gb=2.0), trials / "00-whole",
-                             resource_config=res, timeout_s=120)
+    whole = mgr.run_training(TrialRequest(Allocation(cpus=1, memory_gb=2.0), trials / "00-whole",
+                                          timeout_s=120), res)
     assert whole.status == "completed" and whole.exit_s is not None
     assert 0.0 < whole.exit_s < whole.wall_time_s
     longer = TrainingModuleManager(DATA / "silent_torch_train.py", ["--epochs", "200"],
                                    batch_size_arg="--bs")
-    probe = longer.run_training(Allocation(cpus=1, memory_gb=2.0), trials / "01-probe",
-                                resource_config=res, probe_seconds=5.0, timeout_s=60)
+    probe = longer.run_training(TrialRequest(Allocation(cpus=1, memory_gb=2.0), trials / "01-probe",
+                                             probe_seconds=5.0, timeout_s=60), res)
     assert probe.status == "probe" and probe.exit_s == whole.exit_s
     assert probe.predicted_total_time_s == pytest.approx(
         probe.startup_s + probe.total_samples / probe.throughput + whole.exit_s, abs=2e-3)
@@ -131,8 +132,7 @@ def test_a_final_evaluation_counts_in_the_whole_runs_exit(tmp_path):
     script = tmp_path / "final_eval.py"
     script.write_text(FINAL_EVAL)
     res = ResourceConfig(cpu_count_max=2, memory_max=8.0, gpu_count_max=0)
-    whole = TrainingModuleManager(script, []).run_training(
-        Allocation(cpus=1, memory_gb=2.0), tmp_path / "trials" / "00-whole",
-        resource_config=res, timeout_s=120)
+    whole = TrainingModuleManager(script, []).run_training(TrialRequest(
+        Allocation(cpus=1, memory_gb=2.0), tmp_path / "trials" / "00-whole", timeout_s=120), res)
     assert whole.status == "completed"
     assert 1.5 <= whole.exit_s < whole.wall_time_s

@@ -13,7 +13,7 @@ import torch
 from optimizer.foundation import gpu
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import ResourceConfig
-from optimizer.trials.training import TrainingModuleManager
+from optimizer.trials.training import TrainingModuleManager, TrialRequest
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -50,13 +50,8 @@ def _trial(tmp_path, gpus):
     )
     mgr = TrainingModuleManager(script)
     trial = tmp_path / "run" / "trials" / f"gpu{gpus}"
-    summary = mgr.run_training(
-        Allocation(gpus=gpus, cpus=1, memory_gb=8.0),
-        trial,
-        resource_config=PRICES,
-        monitor_interval=0.2,
-        timeout_s=120,
-    )
+    summary = mgr.run_training(TrialRequest(Allocation(gpus=gpus, cpus=1, memory_gb=8.0), trial,
+                                            monitor_interval=0.2, timeout_s=120), PRICES)
     return summary, trial
 
 
@@ -86,13 +81,8 @@ def test_example_cnn_trains_on_the_gpu(tmp_path, repo_root):
         repo_root / "examples" / "train_cnn.py", "--epochs 1 --samples 2048 --log-interval 0.2"
     )
     trial = tmp_path / "cnn"
-    s = mgr.run_training(
-        Allocation(gpus=1, cpus=2, memory_gb=8.0, batch_size=128),
-        trial,
-        resource_config=PRICES,
-        monitor_interval=0.2,
-        timeout_s=300,
-    )
+    s = mgr.run_training(TrialRequest(Allocation(gpus=1, cpus=2, memory_gb=8.0, batch_size=128),
+                                      trial, monitor_interval=0.2, timeout_s=300), PRICES)
     assert s.status == "completed", (trial / "stdout.log").read_text()
     assert s.samples == 2048 and s.throughput > 0
     assert s.gpu_mem_gb_peak > 0

@@ -17,6 +17,7 @@ from main_command import run_main
 from optimizer.foundation.allocation import Allocation
 from optimizer.trials.probe import probe_environment, read_probe, write_stage_marks
 from optimizer.trials.records import TrialSummary
+from optimizer.trials.run.request import TrialRequest
 
 LOOP = """
 import os, sys, time
@@ -209,10 +210,9 @@ def test_a_trial_of_a_silent_script_knows_its_rate_and_its_jobs_size(tmp_path):
     path.write_text(textwrap.dedent(QUIET_LOOP))
     mgr = TrainingModuleManager(path, [], batch_size_arg="--bs")
     trial = tmp_path / "run" / "trials" / "00-t"
-    s = mgr.run_training(Allocation(cpus=1, memory_gb=2.0, batch_size=64), trial,
-                         resource_config=ResourceConfig(cpu_count_max=2, memory_max=8.0,
-                                                        gpu_count_max=0),
-                         probe_seconds=4.0, timeout_s=60)
+    s = mgr.run_training(TrialRequest(Allocation(cpus=1, memory_gb=2.0, batch_size=64), trial,
+                                      probe_seconds=4.0, timeout_s=60),
+                         ResourceConfig(cpu_count_max=2, memory_max=8.0, gpu_count_max=0))
     assert s.status == "probe" and s.throughput_source == "probe" and s.throughput > 0
     assert s.total_samples == 2048 * 5000 and s.job_size_source == "probe: dataset x epochs"
     assert s.probe["epochs_source"] == "the default of --epochs in the script's source"
@@ -229,8 +229,8 @@ def test_a_script_without_torch_falls_back_to_what_it_prints(tmp_path):
     path.write_text("import time\nfor i in range(3):\n    time.sleep(0.2)\n"
                     "    print('100.0 samples/s', flush=True)\n")
     s = TrainingModuleManager(path, []).run_training(
-        Allocation(cpus=1, memory_gb=1.0), tmp_path / "t",
-        resource_config=ResourceConfig(cpu_count_max=2, memory_max=8.0, gpu_count_max=0))
+        TrialRequest(Allocation(cpus=1, memory_gb=1.0), tmp_path / "t"),
+        ResourceConfig(cpu_count_max=2, memory_max=8.0, gpu_count_max=0))
     assert s.status == "completed" and s.throughput_source == "stdout"
     assert s.probe == {"steps": 0, "samples_per_step": None, "step_unit": "optimizer step",
                        "backward_passes": 0}

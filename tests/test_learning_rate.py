@@ -17,7 +17,7 @@ from optimizer.search.after_loop.learning_rate import (
     tune_learning_rate,
 )
 from optimizer.trials.records import TrialSummary
-from optimizer.trials.training import TrainingModuleManager
+from optimizer.trials.training import TrainingModuleManager, TrialRequest
 
 SCRIPT = textwrap.dedent("""
     import argparse, os, time
@@ -74,11 +74,10 @@ class _Port:
 
     def measure(self, manager, alloc, prefix, run_dir, opts, total):
         self.measured.append((prefix, list(manager.train_args)))
-        return manager.run_training(alloc, run_dir / "trials" / f"{prefix}-{alloc.key()}",
-                                    resource_config=ResourceConfig(cpu_count_max=1,
-                                                                   memory_max=4.0,
-                                                                   gpu_count_max=0),
-                                    probe_seconds=None, timeout_s=60, quiet=True)
+        return manager.run_training(
+            TrialRequest(alloc, run_dir / "trials" / f"{prefix}-{alloc.key()}",
+                         probe_seconds=None, timeout_s=60, quiet=True),
+            ResourceConfig(cpu_count_max=1, memory_max=4.0, gpu_count_max=0))
 
     def label_batch(self, trial, trial_dir, settable):
         return trial

@@ -29,6 +29,7 @@ from optimizer.trials.live.controller import (
 from optimizer.trials.live.plan import LivePlan, PhaseAllocation, PhaseEntry
 from optimizer.trials.live.session import LiveSetup
 from optimizer.trials.live.stages import StageTracker, stage_intervals
+from optimizer.trials.run.request import TrialRequest
 
 needs_two_cores = pytest.mark.skipif(
     not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
@@ -321,8 +322,9 @@ def test_a_plan_follows_the_running_jobs_stages_and_is_billed_per_interval(tmp_p
     resources = ResourceConfig()
     setup = LiveSetup(PlanDecider(plan), interval_s=0.2, pause_s=1.0, label="plan",
                       memory_mode="limit")
-    summary = manager.run_training(Allocation(cpus=2, memory_gb=1.0), tmp_path / "trial",
-                                   resource_config=resources, live=setup, timeout_s=60)
+    summary = manager.run_training(TrialRequest(Allocation(cpus=2, memory_gb=1.0),
+                                                tmp_path / "trial", live=setup,
+                                                timeout_s=60), resources)
     assert summary.status == "completed", summary.reason
     changes = read_changes(tmp_path / "trial")
     cpu_phases = [(c.phase, len(c.cpus)) for c in changes if c.cpus]

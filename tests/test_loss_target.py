@@ -12,6 +12,7 @@ import pytest
 
 from optimizer.search.goodput.common_loss import end_reached
 from optimizer.trials.probe.loss_target import GIVE_UP, LossTarget, LossWatch
+from optimizer.trials.run.request import TrialRequest
 
 DATA = Path(__file__).parent / "data"
 
@@ -96,15 +97,15 @@ def test_a_probe_of_another_batch_trains_on_to_the_scripts_loss(tmp_path):
     mgr = TrainingModuleManager(DATA / "silent_torch_train.py", ["--epochs", "50"],
                                 batch_size_arg="--bs")
     run = tmp_path / "run"
-    own = mgr.run_training(Allocation(cpus=1, memory_gb=2.0), run / "trials" / "00-own",
-                           resource_config=res, probe_seconds=4.0, timeout_s=60,
-                           until_box=True)
+    own = mgr.run_training(TrialRequest(Allocation(cpus=1, memory_gb=2.0),
+                                        run / "trials" / "00-own", probe_seconds=4.0, timeout_s=60,
+                                        until_box=True), res)
     assert own.status == "probe" and own.wall_time_s >= 4.0
     target = loss_target_from_trials([own], run, None)
     assert target is not None and target.ref_batch == 128
-    small = mgr.run_training(Allocation(cpus=1, memory_gb=2.0, batch_size=32),
-                             run / "trials" / "01-small", resource_config=res,
-                             probe_seconds=2.0, timeout_s=60, loss_target=target)
+    small = mgr.run_training(TrialRequest(Allocation(cpus=1, memory_gb=2.0, batch_size=32),
+                                          run / "trials" / "01-small", probe_seconds=2.0,
+                                          timeout_s=60, loss_target=target), res)
     seen = read_json(run / "trials" / "01-small" / "loss_target.json")
     assert small.status == "probe" and seen["level"] == target.level
     assert seen["reached_at_samples"] is not None or seen["gave_up"]

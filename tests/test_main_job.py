@@ -18,6 +18,7 @@ from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import ResourceConfig, SLAConfig
 from optimizer.search.workload_fit import fit_workload_model
 from optimizer.trials.records import TrialSummary
+from optimizer.trials.run.request import TrialRequest
 
 yaml = pytest.importorskip("yaml")
 
@@ -267,12 +268,11 @@ def test_probe_of_an_hour_long_job_predicts_the_measured_rate(tmp_path):
     script.write_text(HOURLONG)
     res = ResourceConfig(gpu_count_max=0, cpu_count_max=1, memory_max=4.0)
     alloc = Allocation(0, 1, 2.0, None)
-    long_run = TrainingModuleManager(script, "--steps 72000").run_training(
-        alloc, tmp_path / "long", resource_config=res, probe_seconds=3.0, monitor_interval=0.2)
+    long_run = TrainingModuleManager(script, "--steps 72000").run_training(TrialRequest(
+        alloc, tmp_path / "long", probe_seconds=3.0, monitor_interval=0.2), res)
     assert long_run.status == "probe" and long_run.wall_time_s < 10
-    short = TrainingModuleManager(script, "--steps 80").run_training(
-        alloc, tmp_path / "short", resource_config=res, probe_seconds=None,
-        monitor_interval=0.2)
+    short = TrainingModuleManager(script, "--steps 80").run_training(TrialRequest(
+        alloc, tmp_path / "short", probe_seconds=None, monitor_interval=0.2), res)
     assert short.status == "completed"
     # Same throughput, 900 times the work: the full job would take 900 x the short one.
     measured_equivalent = short.wall_time_s * 72000 / 80

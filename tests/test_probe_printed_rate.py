@@ -12,6 +12,7 @@ import pytest
 
 from optimizer.trials.probe import read_probe
 from optimizer.trials.probe.summary import disagreement, probe_figures, same_windows
+from optimizer.trials.run.request import TrialRequest
 
 
 def _record(tmp_path, events):
@@ -120,9 +121,8 @@ def test_a_real_scripts_printed_epoch_rate_agrees_with_the_probe(tmp_path):
     path = tmp_path / "epochs.py"
     path.write_text(textwrap.dedent(EPOCH_RATE))
     s = TrainingModuleManager(path, []).run_training(
-        Allocation(cpus=1, memory_gb=2.0), tmp_path / "t",
-        resource_config=ResourceConfig(cpu_count_max=2, memory_max=8.0, gpu_count_max=0),
-        timeout_s=120)
+        TrialRequest(Allocation(cpus=1, memory_gb=2.0), tmp_path / "t", timeout_s=120),
+        ResourceConfig(cpu_count_max=2, memory_max=8.0, gpu_count_max=0))
     assert s.status == "completed" and s.throughput_source == "probe"
     p = s.probe
     assert p["printed_source"] == "stdout" and p["printed_windows"] == 1

@@ -24,10 +24,10 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Li
 # Training as the probe reports it: steps, through the probe's own writer (no torch to import).
 STEPS = textwrap.dedent("""
     import time
-    import _cloudopt_probe as probe
+    import _cloudopt_probe_state as probe
     end = time.time() + 1.5
     while time.time() < end:
-        probe._STATE.emit({"e": "steps", "n": 8}, flush=True)
+        probe.STATE.emit({"e": "steps", "n": 8}, flush=True)
         time.sleep(0.05)
 """)
 
@@ -35,9 +35,9 @@ STEPS = textwrap.dedent("""
 # Its probe's header goes out at once (the probe buffers events that are not stage changes).
 IDLE = textwrap.dedent("""
     import os, time
-    import _cloudopt_probe as probe
+    import _cloudopt_probe_state as probe
     print("control file there:", os.path.exists(os.environ["CLOUDOPT_PROBE_CONTROL"]), flush=True)
-    probe._STATE.emit({"e": "mode", "train": False}, flush=True)
+    probe.STATE.emit({"e": "mode", "train": False}, flush=True)
     time.sleep(1.0)
 """)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from optimizer.trials.probe import SITE_DIR, probe_environment, read_probe
+from optimizer.trials.run.request import TrialRequest
 
 torch = pytest.importorskip("torch")
 
@@ -77,7 +78,7 @@ def test_a_hand_written_loop_without_a_loader_gets_steps_samples_and_its_loss(tm
 HELD = """
 import sys
 import torch
-import _cloudopt_probe as probe
+import _cloudopt_probe_state as probe
 w = torch.randn(64, 1, requires_grad=True)
 x = torch.randn(256, 64)
 for i in range(2000):
@@ -87,7 +88,7 @@ for i in range(2000):
         w -= 1e-3 * w.grad
     w.grad = None
     if i in (100, 1999):
-        print(len(probe._STATE.pending), flush=True)
+        print(len(probe.STATE.pending), flush=True)
 """
 
 
@@ -118,9 +119,9 @@ def test_a_script_that_traps_sigterm_and_exits_0_is_a_stopped_probe(tmp_path):
     from optimizer.foundation.allocation import Allocation
 
     mgr = _manager("trap_sigterm_train.py", [], "--batch-size")
-    s = mgr.run_training(Allocation(cpus=1, memory_gb=2.0, batch_size=32),
-                         tmp_path / "run" / "trials" / "00-trap", resource_config=_resources(),
-                         probe_seconds=4.0, timeout_s=60)
+    s = mgr.run_training(TrialRequest(Allocation(cpus=1, memory_gb=2.0, batch_size=32),
+                                      tmp_path / "run" / "trials" / "00-trap", probe_seconds=4.0,
+                                      timeout_s=60), _resources())
     assert s.exit_code == 0  # it said it was fine ...
     assert "Received SIGTERM" in (tmp_path / "run" / "trials" / "00-trap" /
                                   "stdout.log").read_text()
@@ -133,9 +134,9 @@ def test_the_same_script_left_to_end_is_a_whole_run(tmp_path):
     from optimizer.foundation.allocation import Allocation
 
     mgr = _manager("trap_sigterm_train.py", ["--steps", "40"], "--batch-size")
-    s = mgr.run_training(Allocation(cpus=1, memory_gb=2.0, batch_size=32),
-                         tmp_path / "run" / "trials" / "00-whole", resource_config=_resources(),
-                         probe_seconds=30, timeout_s=60)
+    s = mgr.run_training(TrialRequest(Allocation(cpus=1, memory_gb=2.0, batch_size=32),
+                                      tmp_path / "run" / "trials" / "00-whole", probe_seconds=30,
+                                      timeout_s=60), _resources())
     assert s.status == "completed" and s.total_samples == 40 * 32
 
 
@@ -143,9 +144,9 @@ def test_a_hand_written_loop_is_measured_and_its_whole_run_sized(tmp_path):
     from optimizer.foundation.allocation import Allocation
 
     mgr = _manager("handwritten_lm_train.py", ["--epochs", "2"], "--batch_size")
-    s = mgr.run_training(Allocation(cpus=1, memory_gb=2.0, batch_size=20),
-                         tmp_path / "run" / "trials" / "00-lm", resource_config=_resources(),
-                         timeout_s=120)
+    s = mgr.run_training(TrialRequest(Allocation(cpus=1, memory_gb=2.0, batch_size=20),
+                                      tmp_path / "run" / "trials" / "00-lm",
+                                      timeout_s=120), _resources())
     assert s.status == "completed" and s.throughput_source == "probe" and s.throughput > 0
     assert s.probe["step_unit"] == "backward pass"
     assert s.total_samples == s.samples == s.probe["steps"] * 20
@@ -158,9 +159,9 @@ def test_a_whole_run_that_counts_nothing_is_one_job(tmp_path):
 
     path = tmp_path / "opaque.py"
     path.write_text("import time\ntime.sleep(0.5)\n")
-    s = TrainingModuleManager(path, []).run_training(
-        Allocation(cpus=1, memory_gb=1.0), tmp_path / "run" / "trials" / "00-o",
-        resource_config=_resources(), timeout_s=30)
+    s = TrainingModuleManager(path, []).run_training(TrialRequest(
+        Allocation(cpus=1, memory_gb=1.0), tmp_path / "run" / "trials" / "00-o", timeout_s=30),
+        _resources())
     assert s.status == "completed" and s.total_samples == 1.0
     assert s.throughput == pytest.approx(1.0 / s.wall_time_s, rel=1e-3)
     assert s.predicted_total_time_s == pytest.approx(s.wall_time_s)
@@ -182,8 +183,8 @@ def test_lightning_stopped_by_cloudopt_is_a_probe_of_the_whole_job(tmp_path):
     mgr = TrainingModuleManager(script, ["--max-epochs", "50", "--root-dir", str(tmp_path)],
                                 batch_size_arg="--batch-size")
     trial = tmp_path / "run" / "trials" / "00-pl"
-    s = mgr.run_training(Allocation(cpus=1, memory_gb=4.0, batch_size=64), trial,
-                         resource_config=_resources(), probe_seconds=14.0, timeout_s=120)
+    s = mgr.run_training(TrialRequest(Allocation(cpus=1, memory_gb=4.0, batch_size=64), trial,
+                                      probe_seconds=14.0, timeout_s=120), _resources())
     assert s.status == "probe", (s.status, s.exit_code, s.reason)
     assert s.probe["steps"] > 20 and s.probe["samples_per_step"] == 64
     assert s.total_samples == 16000 * 50 and s.job_size_source == "probe: dataset x epochs"

@@ -33,7 +33,7 @@ from optimizer.trials.launchers.torchrun import (
 )
 from optimizer.trials.probe import read_probe
 from optimizer.trials.records import TrialSummary
-from optimizer.trials.training import TrainingModuleManager
+from optimizer.trials.training import TrainingModuleManager, TrialRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 DDP = ROOT / "examples" / "train_ddp.py"
@@ -57,8 +57,8 @@ def _manager(path: Path, args: str = "") -> TrainingModuleManager:
 
 def test_two_ranks_count_the_samples_the_script_counts(tmp_path):
     m = _manager(DDP, "--samples 4096 --epochs 2 --hidden 128")
-    s = m.run_training(Allocation(cpus=2, memory_gb=4, batch_size=32, replicas=2),
-                       tmp_path / "t", resource_config=ResourceConfig(), timeout_s=120)
+    s = m.run_training(TrialRequest(Allocation(cpus=2, memory_gb=4, batch_size=32, replicas=2),
+                                    tmp_path / "t", timeout_s=120), ResourceConfig())
     out = (tmp_path / "t" / "stdout.log").read_text()
     printed = int(re.search(r"global samples trained: (\d+)", out).group(1))
     assert s.status == "completed", s.stderr_tail
@@ -77,8 +77,8 @@ def test_two_ranks_count_the_samples_the_script_counts(tmp_path):
 
 def test_a_killed_rank_fails_one_trial_in_one_line_and_leaves_nothing(tmp_path):
     m = _manager(KILLED)
-    s = m.run_training(Allocation(cpus=2, memory_gb=4, replicas=2), tmp_path / "t",
-                       resource_config=ResourceConfig(), timeout_s=90)
+    s = m.run_training(TrialRequest(Allocation(cpus=2, memory_gb=4, replicas=2), tmp_path / "t",
+                                    timeout_s=90), ResourceConfig())
     assert s.status == "failed"
     assert "rank 1 of 2 was killed by signal 9" in s.reason
     line = cause_of(s, 10, 90)

@@ -10,6 +10,7 @@ from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import ResourceConfig
 from optimizer.foundation.errors import TrainingScriptError
 from optimizer.trials.records import TrialSummary
+from optimizer.trials.run.request import TrialRequest
 from optimizer.trials.training import (
     TrainingModuleManager,
     analyze_source,
@@ -30,8 +31,8 @@ def script(tmp_path, body, name="s.py"):
 def run(path, tmp_path, alloc=None, args=None, **kw):
     kw.setdefault("timeout_s", 60)
     mgr = TrainingModuleManager(path, args)
-    return mgr.run_training(alloc or Allocation(cpus=1, memory_gb=2.0), tmp_path / "run" / "trials"
-                            / "00-t", resource_config=PRICES, **kw)
+    return mgr.run_training(TrialRequest(alloc or Allocation(cpus=1, memory_gb=2.0),
+                                         tmp_path / "run" / "trials" / "00-t", **kw), PRICES)
 
 
 @pytest.mark.slow
@@ -167,8 +168,8 @@ def test_entry_function_without_main_block_and_batch_flag(tmp_path):
     assert mgr.load_module().entry == "train"
     cmd = mgr.command(Allocation(batch_size=32))
     assert cmd[-4:] == ["--other", "x", "--bs", "32"]
-    s = mgr.run_training(Allocation(cpus=1, memory_gb=1.0, batch_size=32), tmp_path / "t",
-                         resource_config=PRICES)
+    s = mgr.run_training(TrialRequest(Allocation(cpus=1, memory_gb=1.0, batch_size=32),
+                                      tmp_path / "t"), PRICES)
     assert s.status == "completed"
     assert s.throughput_source == "stdout" and s.throughput == pytest.approx(12.5 * 32)
 

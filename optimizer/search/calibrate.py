@@ -39,7 +39,7 @@ from optimizer.foundation.config import ResourceConfig, SLAConfig
 from optimizer.foundation.errors import CloudoptError
 from optimizer.search.workload_fit import fit_workload_model
 from optimizer.trials.records import TrialSummary, iter_trials, job_size
-from optimizer.trials.training import TrainingModuleManager
+from optimizer.trials.training import TrainingModuleManager, TrialRequest
 
 
 def measure(
@@ -69,7 +69,7 @@ def measure(
     for i, alloc, r in tqdm(jobs, desc="trials", disable=quiet or None):
         trial_dir = Path(run_dir) / "trials" / f"{i:02d}-{alloc.key()}-r{r}"
         s = mgr.run_training(
-            alloc, trial_dir, resource_config=res, probe_seconds=probe_seconds, timeout_s=timeout_s
+            TrialRequest(alloc, trial_dir, probe_seconds=probe_seconds, timeout_s=timeout_s), res
         )
         prev = best.get(i)
         if prev is None or (s.ok and (not prev.ok or (s.throughput or 0) > (prev.throughput or 0))):

@@ -1,13 +1,14 @@
 """One monitored trial of a training script: launch, time box, outcome, files.
 
-The steps :meth:`optimizer.trials.training.TrainingModuleManager.run_training` strings together:
+The steps :func:`optimizer.trials.run.trial.run_trial` strings together:
 
 1. :func:`prepare_trial_dir` and :func:`trial_environment`: a clean work folder and the
    script's environment (the allocation from :class:`~optimizer.trials.resources.ResourceManager`,
    plus where to write metrics).
-2. :func:`start_trial` launches :func:`build_command` in its own session, pinned to the
-   allocation's cores (so that 2 CPUs means two cores), under a
-   :class:`~optimizer.trials.monitor.ProcessMonitor` that samples it and enforces the memory limit.
+2. :func:`start_trial` launches the trial's command line (:mod:`optimizer.trials.run.launch`)
+   in its own session, pinned to the allocation's cores (so that 2 CPUs means two cores), under
+   a :class:`~optimizer.trials.monitor.ProcessMonitor` that samples it and enforces the memory
+   limit.
 3. :func:`wait_trial` polls its metrics rows and output lines into rate trackers
    (:mod:`optimizer.trials.output`) until it ends, the probe's rate is steady or its time box
    ends (``probe``), or the hard limit passes (``timeout``).
@@ -23,7 +24,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -44,7 +44,6 @@ from optimizer.trials.probe.loss_target import LossWatch
 from optimizer.trials.probe.poll import poll_probe
 from optimizer.trials.records import SUMMARY_FILE, TrialSummary, write_trials_csv
 from optimizer.trials.resources import ResourceManager
-from optimizer.trials.script_scan import ScriptInfo
 from optimizer.trials.settings.config_args import with_setting
 
 STDERR_TAIL_CHARS = 4000  # a torchrun failure report alone is about 1,700
@@ -59,29 +58,10 @@ COMPILE_CACHE_VARS = (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DI
 # against 31 s cold, its claim 52% short).
 USER_COMPILE_CACHES = {var: os.environ.get(var) for var, _ in COMPILE_CACHE_VARS}
 
-# The runner that calls an entry function of a script without a __main__ block.
-_BOOT = (
-    "import os, runpy, sys\n"
-    "path, entry = sys.argv[1], sys.argv[2]\n"
-    "sys.argv = [path] + sys.argv[3:]\n"
-    "sys.path.insert(0, os.path.dirname(os.path.abspath(path)))\n"
-    "result = runpy.run_path(path, run_name='__cloudopt__')[entry]()\n"
-    "sys.exit(result if isinstance(result, int) else 0)\n"
-)
-
 
 # --------------------------------------------------------------------------------------------
 # Before the run
 # --------------------------------------------------------------------------------------------
-
-
-def build_command(info: ScriptInfo, args: Sequence[str]) -> list[str]:
-    """The command line of a run: the interpreter, the script (or its entry function) and
-    ``args``, the run's arguments with the allocation's flags already set."""
-    script = str(info.path)
-    if info.entry in (None, "__main__"):
-        return [sys.executable, script, *args]
-    return [sys.executable, "-c", _BOOT, script, info.entry, *args]
 
 
 def with_flag(args: list[str], flag: str, value: int | str, copies: Path | None = None

@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from optimizer.foundation.errors import ConfigError
-from optimizer.trials.executors.base import TrialExecutor, TrialRequest, record_concurrency
+from optimizer.trials.executors.base import TrialExecutor, record_concurrency
 from optimizer.trials.executors.local import LocalExecutor
+from optimizer.trials.run.request import TrialRequest
 
 EXECUTORS = ("local", "ray", "replay:DIR")
 

@@ -1,6 +1,7 @@
-"""What every executor shares: a trial request, and the records of trials that shared a machine.
+"""What every executor shares: the protocol, and the records of trials that shared a machine.
 
-An executor runs a batch of :class:`TrialRequest` and yields ``(index, summary)`` as each trial
+An executor runs a batch of :class:`~optimizer.trials.run.request.TrialRequest` (the one
+request every way of running a trial takes) and yields ``(index, summary)`` as each trial
 ends, its folder already complete (``summary.json`` written last, atomically). Whatever happens
 to a trial (a crash, an out-of-memory kill, a lost worker) it comes back as a recorded trial,
 failed if need be, never as an exception: the optimization goes on with the others.
@@ -14,36 +15,13 @@ other trials.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import ResourceConfig
 from optimizer.trials.records import TrialSummary
-
-
-@dataclass
-class TrialRequest:
-    """One trial to run: ``allocation`` into ``trial_dir`` (see
-    :meth:`optimizer.trials.training.TrainingModuleManager.run_training` for the rest)."""
-
-    allocation: Allocation
-    trial_dir: Path
-    probe_seconds: float | None = None
-    timeout_s: float = 600.0
-    monitor_interval: float = 0.5
-    total_samples: float | None = None
-    live: Any = None
-    """A :class:`~optimizer.trials.live.session.LiveSetup`: the allocation changes while the
-    trial runs (billed per interval)."""
-    until_box: bool = False
-    """A probe that runs its whole time box, steady or not: the script's own batch's, whose
-    loss the probes of other batches train to (:mod:`optimizer.trials.probe.loss_target`)."""
-    loss_target: Any = None
-    """A :class:`~optimizer.trials.probe.loss_target.LossTarget`: a probe of another batch than the
-    script's runs on until it has trained as far."""
+from optimizer.trials.run.request import TrialRequest
 
 
 class TrialExecutor(Protocol):
@@ -91,3 +69,6 @@ def record_concurrency(done: Sequence[tuple[TrialSummary, Path]]) -> None:
         if others != t.concurrent_with:
             t.concurrent_with = others
             t.save(trial_dir)
+
+
+__all__ = ["TrialExecutor", "TrialRequest", "overlapping", "record_concurrency"]

@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from optimizer.foundation.config import ResourceConfig
-from optimizer.trials.executors.base import TrialRequest
 from optimizer.trials.records import TrialSummary
+from optimizer.trials.run.request import TrialRequest
 
 
 class LocalExecutor:
@@ -26,12 +26,7 @@ class LocalExecutor:
         for i, req in enumerate(requests):
             if req.total_samples is None and total is not None:
                 req = dataclasses.replace(req, total_samples=total)
-            summary = manager.run_training(
-                req.allocation, req.trial_dir, resource_config=resource_config,
-                probe_seconds=req.probe_seconds, timeout_s=req.timeout_s,
-                monitor_interval=req.monitor_interval, total_samples=req.total_samples,
-                quiet=True, live=req.live, loss_target=req.loss_target,
-                until_box=req.until_box)
+            summary = manager.run_training(req, resource_config)
             if total is None and summary.ok and summary.total_samples:
                 total = summary.total_samples
             yield i, summary

@@ -44,7 +44,7 @@ from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.atomic_files import atomic_write_bytes, atomic_write_json
 from optimizer.foundation.config import ResourceConfig
 from optimizer.foundation.errors import CloudoptError
-from optimizer.trials.executors.base import TrialRequest, record_concurrency
+from optimizer.trials.executors.base import record_concurrency
 from optimizer.trials.executors.ray_train import (
     is_distributed,
     job_task,
@@ -52,6 +52,7 @@ from optimizer.trials.executors.ray_train import (
     write_job,
 )
 from optimizer.trials.records import SUMMARY_FILE, TrialSummary, write_trials_csv
+from optimizer.trials.run.request import TrialRequest
 
 GIB = 2**30
 OBJECT_STORE_BYTES = 256 * 2**20
@@ -174,14 +175,14 @@ def run_trial_task(spec: dict[str, Any], request: dict[str, Any]) -> dict[str, A
     with tempfile.TemporaryDirectory(prefix=f"{TRIAL_PREFIX}{os.getpid()}-") as tmp:
         trial_dir = Path(tmp) / request["name"]
         with CoreLease(alloc.cpus) as cores:
-            manager.run_training(
-                alloc, trial_dir, resource_config=ResourceConfig(**spec["resources"]),
-                probe_seconds=request["probe_seconds"], timeout_s=request["timeout_s"],
-                monitor_interval=request["monitor_interval"],
-                total_samples=request["total_samples"], quiet=True, cpu_ids=cores,
-                visible_devices=gpu_ids, live=request.get("live"),
+            manager.run_training(TrialRequest(
+                alloc, trial_dir, probe_seconds=request["probe_seconds"],
+                timeout_s=request["timeout_s"], monitor_interval=request["monitor_interval"],
+                total_samples=request["total_samples"], live=request.get("live"),
+                until_box=bool(request.get("until_box")),
                 loss_target=LossTarget.from_dict(request.get("loss_target")),
-                until_box=bool(request.get("until_box")))
+                visible_devices=gpu_ids, cpu_ids=cores),
+                ResourceConfig(**spec["resources"]))
         files = {p.name: p.read_bytes() for p in trial_dir.iterdir() if p.is_file()}
     return {"files": files, "node_id": ray.get_runtime_context().get_node_id(),
             "node_ip": ray.util.get_node_ip_address()}

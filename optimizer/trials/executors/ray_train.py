@@ -47,6 +47,7 @@ from optimizer.foundation.config import ResourceConfig
 from optimizer.trials.launchers.torchrun import rank_environment
 from optimizer.trials.probe import EVENTS_FILE, read_probe
 from optimizer.trials.records import SUMMARY_FILE, TrialSummary, exit_seconds, predict_time
+from optimizer.trials.run.request import TrialRequest
 
 GIB = 2**30
 GRACE_S = 5.0
@@ -240,14 +241,14 @@ def run_rank(config: dict[str, Any], rank: int, world: int, master: tuple[str, i
         with CoreLease(share.cpus) as cores:
             watch.start()
             try:
-                summary = manager.run_training(
-                    share, trial_dir, resource_config=ResourceConfig(**spec["resources"]),
-                    probe_seconds=request["probe_seconds"] if lead else None,
+                summary = manager.run_training(TrialRequest(
+                    share, trial_dir, probe_seconds=request["probe_seconds"] if lead else None,
                     timeout_s=request["timeout_s"], monitor_interval=request["monitor_interval"],
-                    total_samples=request["total_samples"], quiet=True, cpu_ids=cores,
-                    visible_devices=gpu_ids, rank_env=env,
+                    total_samples=request["total_samples"],
+                    until_box=bool(request.get("until_box")) and lead,
                     loss_target=LossTarget.from_dict(request.get("loss_target")) if lead else None,
-                    until_box=bool(request.get("until_box")) and lead)
+                    visible_devices=gpu_ids, cpu_ids=cores, rank_env=env),
+                    ResourceConfig(**spec["resources"]))
             finally:
                 watch.done.set()
         files = {p.name: p.read_bytes() for p in trial_dir.iterdir() if p.is_file()}

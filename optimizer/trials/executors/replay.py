@@ -36,8 +36,8 @@ from optimizer.foundation.atomic_files import read_json
 from optimizer.foundation.config import ResourceConfig
 from optimizer.foundation.errors import CloudoptError, ConfigError
 from optimizer.trials.cost import ResourceCostCalculator
-from optimizer.trials.executors.base import TrialRequest
 from optimizer.trials.records import SUMMARY_FILE, TrialSummary
+from optimizer.trials.run.request import TrialRequest
 
 PREFIX = "replay:"
 DEFAULTS_FILE = "grid.json"

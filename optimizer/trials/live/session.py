@@ -1,7 +1,8 @@
 """A controller attached to one trial the runner launches, and the trial's bill afterwards.
 
-:class:`LiveSetup` is what a caller hands :meth:`TrainingModuleManager.run_training`
-(``live=``): the decider and the decision interval. The trial starts with the largest
+:class:`LiveSetup` is what a caller puts in a trial's request
+(:class:`~optimizer.trials.run.request.TrialRequest`'s ``live``): the decider and the decision
+interval. The trial starts with the largest
 allocation the decider may ask for (its cores leased for the whole run); the controller
 narrows and widens it from there, and the summary's cost is billed per interval at what was
 held (:func:`optimizer.trials.live.controller.billed_cost`).

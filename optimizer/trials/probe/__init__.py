@@ -9,11 +9,12 @@ tracebacks, the pickling of ``__main__`` classes by spawned data-loader workers,
 output and signals are all untouched. It costs nothing until the script imports ``torch`` (a
 post-import hook; the probe never imports torch itself), and child processes stay out.
 
-Inside the process (``site/_cloudopt_probe.py``, standard library only) the probe records
-optimizer steps and samples, data-loader epochs and dataset lengths, the loss, train/eval
-switches and squared gradient norms (single steps and windows of consecutive steps, for the
-gradient noise scale) to an append-only JSON-lines file; a control file lets cloudopt change the
-intra-op threads of a running job. Here, outside it: :func:`probe_environment` and the reader
+Inside the process (``site/_cloudopt_probe.py``, with its hooks, gradient windows and torch
+loading beside it, all sharing ``_cloudopt_probe_state.py``; standard library only) the probe
+records optimizer steps and samples, data-loader epochs and dataset lengths, the loss,
+train/eval switches and squared gradient norms (single steps and windows of consecutive steps,
+for the gradient noise scale) to an append-only JSON-lines file; a control file lets cloudopt
+change the intra-op threads of a running job. Here, outside it: :func:`probe_environment` and the reader
 (:mod:`optimizer.trials.probe.events`).
 """
 

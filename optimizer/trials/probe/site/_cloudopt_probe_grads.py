@@ -13,10 +13,11 @@ such norms, does not depend on it.
 
 import os
 
+from _cloudopt_probe_state import READY_TICKS  # the same folder; standard library only
+
 GRAD_EVERY_S = 2.0  # a gradient-noise window at most every 2 s
 # At most this many gradient elements summed (8 MB in fp32); the variable is for tests.
 WINDOW_ELEMENTS = int(os.environ.get("CLOUDOPT_PROBE_WINDOW_ELEMENTS") or 2_000_000)
-READY_TICKS = 4  # as in _cloudopt_probe: a device value is read this many iterations later
 
 
 def window(s, torch, optimizer, step):

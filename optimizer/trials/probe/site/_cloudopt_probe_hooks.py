@@ -5,8 +5,8 @@ body runs under the probe's guard."""
 
 import os
 
-import _cloudopt_probe as probe
-from _cloudopt_probe import _anchor, _batch_size, _check_control, _guard, _steps_event
+import _cloudopt_probe_state as state  # the same folder; standard library only
+from _cloudopt_probe_state import anchor, batch_size, check_control, guard, steps_event
 
 
 def install_scaler(torch, s):
@@ -21,7 +21,7 @@ def install_scaler(torch, s):
         _note_scaled(self, outputs, result)
         return result
 
-    @_guard("scale")
+    @guard("scale")
     def _note_scaled(s, scaler, outputs, result):
         if result is not outputs and isinstance(result, torch.Tensor):
             factor = getattr(scaler, "_scale", None)
@@ -43,12 +43,12 @@ def install_save(torch, s):
         finally:
             _note_save(False)
 
-    @_guard("save")
+    @guard("save")
     def _note_save(s, starting):
         s.save_depth += 1 if starting else -1
         if s.save_depth == (1 if starting else 0):
             if starting:
-                _steps_event(s, force=True)
+                steps_event(s, force=True)
             s.emit({"e": "save" if starting else "save_end", "step": s.steps,
                     "bw": s.backward_seq}, flush=True)
             s.saved = not starting
@@ -78,10 +78,10 @@ def _arm_resume(torch, s):
             handle.remove()
         _resumed(mod)
 
-    @_guard("resume")
+    @guard("resume")
     def _resumed(s, mod):
         s.emit({"e": "resume", "step": s.steps, "bw": s.backward_seq}, flush=True)
-        _check_control(torch, force=True)
+        check_control(torch, force=True)
         clamp_threads(torch)
         # The controller answers 'resume' with the training stage's cores within its watch
         # interval: read its order at every tick until then, not 0.1 s after (one thread on
@@ -121,7 +121,7 @@ def install_loader(torch, s):
         _note_batch(self, batch)
         return batch
 
-    @_guard("loader")
+    @guard("loader")
     def _loader_event(s, it, kind):
         dataset = getattr(it, "_dataset", None)
         try:
@@ -137,9 +137,9 @@ def install_loader(torch, s):
             s.loader_current = key
         elif s.loader_current == key:
             s.loader_current = None
-        _steps_event(s, force=True)
+        steps_event(s, force=True)
         if kind == "epoch_start":
-            _anchor(s)
+            anchor(s)
         s.emit({"e": kind, "loader": key, "dataset_len": size, "batches": batches,
                 "batch_size": getattr(it, "_index_sampler", None) and getattr(
                     getattr(it, "_index_sampler", None), "batch_size", None),
@@ -147,11 +147,11 @@ def install_loader(torch, s):
                 "bw": s.backward_seq,
                 "steps_in_loader": s.loader_steps.get(key, 0),
                 "bw_in_loader": s.loader_bw.get(key, 0)})
-        _check_control(torch)
+        check_control(torch)
 
-    @_guard("batch")
+    @guard("batch")
     def _note_batch(s, it, batch):
-        n = _batch_size(batch)
+        n = batch_size(batch)
         if n is not None:
             s.batch = n
             s.batch_seq += 1
@@ -167,21 +167,21 @@ def install_mode(torch, s):
 
     def train(self, mode=True):
         _note_mode(self, mode)
-        if probe._STATE is not None:
-            probe._STATE.depth += 1
+        if state.STATE is not None:
+            state.STATE.depth += 1
         try:
             return original_train(self, mode)
         finally:
-            if probe._STATE is not None:
-                probe._STATE.depth -= 1
+            if state.STATE is not None:
+                state.STATE.depth -= 1
 
-    @_guard("mode")
+    @guard("mode")
     def _note_mode(s, module, mode):
         if s.depth == 0 and bool(getattr(module, "training", mode)) != bool(mode):
-            _steps_event(s, force=True)
+            steps_event(s, force=True)
             s.emit({"e": "mode", "train": bool(mode), "module": type(module).__name__,
                     "step": s.steps, "bw": s.backward_seq}, flush=True)
             if mode:
-                _anchor(s)
+                anchor(s)
 
     module_cls.train = train

@@ -29,7 +29,7 @@ def _control():
     return order if isinstance(order, dict) else {}
 
 
-def _cores(value):
+def as_cores(value):
     """``value`` as a set of CPU numbers, or None unless it is a non-empty list of them."""
     if not isinstance(value, list) or not value:
         return None
@@ -68,7 +68,7 @@ def restore(token):
         moved = order.get("seq") != seq
     except Exception:  # noqa: BLE001 - a seq whose comparison raises: taken as unmoved
         moved = False
-    cores = _cores(order.get("cpus")) if moved else None
+    cores = as_cores(order.get("cpus")) if moved else None
     pin_own_threads(cores or before)
 
 
