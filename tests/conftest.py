@@ -78,6 +78,8 @@ SERIAL = {
     "test_loss_target.py::test_a_probe_of_another_batch_trains_on_to_the_scripts_loss",
     "test_ray_executor.py::test_the_probe_sees_inside_a_silent_script_on_a_ray_worker",
     "test_optimize_cli.py::test_small_real_run",
+    "test_env_real_trials.py",  # its module fixture measures 1- and 2-CPU trials to fit on
+    "test_efficiency.py::test_the_noise_scale_of_a_real_script_seen_by_the_probe",
 }
 """Tests (``file::name``) and files that run alone: marked ``serial`` here, in one list, so
 that what runs alone and why can be read in one place."""

@@ -112,7 +112,7 @@ def test_folders_without_event_files(tmp_path):
         read_tensorboard(tmp_path)
     with pytest.raises(HistoryError, match="TensorBoard log folder .*/absent does not exist"):
         read_history(f"tensorboard:{tmp_path / 'absent'}")
-    with pytest.raises(HistoryError, match="holds no TensorBoard event files, CSV logs or "
+    with pytest.raises(HistoryError, match="holds no cloudopt run folder, TensorBoard event files, CSV logs or "
                                            "traces.csv"):
         read_history(str(tmp_path))
     with pytest.raises(HistoryError, match="is no file or folder here, nor one of: prometheus"):
