@@ -76,10 +76,13 @@ def plan_round(port: SearchPort, usable: list[TrialSummary], reference: TrialSum
     else:
         executor = port.trial_executor()
         together = "side by side, " if executor.name != "local" else ""
-        port.say(f"round {round_k}: training agents ({together}{budget:g} s each) on the "
+        episodes = port.config.run.agent_episodes
+        episodes = episodes if round_k == 0 or not episodes else max(episodes // 2, 1)
+        port.say(f"round {round_k}: training agents ({together}"
+                 f"{f'{episodes} episodes' if episodes else f'{budget:g} s'} each) on the "
                  f"workload model fitted to {len(usable)} trials")
-        r = recommend(env_cfg, port.config, time_budget_s=budget, quiet=port.quiet,
-                      map_fn=executor.map)
+        r = recommend(env_cfg, port.config, time_budget_s=None if episodes else budget,
+                      episodes=episodes or None, quiet=port.quiet, map_fn=executor.map)
         port.say("agents trained: " + ", ".join(
             f"{o.name} {share_text(o.share_of_optimum)} of the model's optimum"
             for o in r.outcomes if o.name in AGENTS)

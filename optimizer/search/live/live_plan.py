@@ -327,7 +327,10 @@ def _agents(cfg: Any, config: OptimizerConfig, time_budget_s: float,
     """The agents trained on the stage model, and each policy's outcome on it."""
     from optimizer.search.recommend import recommend
 
-    rec = recommend(cfg, config, time_budget_s=time_budget_s, quiet=quiet)
+    n = config.run.agent_episodes
+    episodes = max(n // 2, 1) if n else None  # half, as the time budget is halved here
+    rec = recommend(cfg, config, time_budget_s=None if episodes else time_budget_s,
+                    episodes=episodes, quiet=quiet)
     return rec, {o.name: {"return": o.total_return, "share_of_optimum": o.share_of_optimum,
                           "time_s": o.total_time_s, "cost": o.total_cost,
                           "within_limits": within_limits(o.total_time_s, o.total_cost, cfg.sla)}
