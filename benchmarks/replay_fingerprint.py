@@ -11,11 +11,18 @@ Each case's fingerprint is its ``recommendation.json`` (paths relative to the ru
 agents' training seconds dropped: the only figures that measure the machine, not the job), the
 trials in the order they were measured (from ``main.log``) with the recorded run each was
 answered by, and a digest of both. ``--save FILE`` keeps them; ``--against FILE`` compares and
-prints a diff of every case that differs (exit 1). Usage::
+prints a diff of every case that differs (exit 1); keys a newer ``recommendation.json`` adds are
+named, not compared (one that goes is a difference). Usage::
 
     python benchmarks/replay_fingerprint.py --save runs/fingerprint/before.json
     # ... change the code ...
     python benchmarks/replay_fingerprint.py --against runs/fingerprint/before.json
+
+``benchmarks/data/replay_fingerprints.json`` holds the default cases' fingerprints at cdb476c
+(main at 6e6b44d with ``[run].agent_episodes`` added), before issue 74's typed job and result:
+``--against benchmarks/data/replay_fingerprints.json`` checks a later tree against it. With
+``--episodes 0`` (the agents timed, as before the knob) two replays of the same case differed
+there in the agents' episodes (144 and 320, 288 and 3392 on mlp), so only a bounded run repeats.
 
 Cases are ``script:preference:seed`` of the manifest's scripts (``--cases``).
 """
@@ -40,9 +47,8 @@ from regret_truth import ROOT, Workload, load_workloads, machine_key
 
 PACK_DIR = ROOT / "benchmarks" / "data" / "grids"
 CASES = ("mlp:balanced:0", "charlm:cost:1", "cnn:time:0")
-VOLATILE = frozenset({"train_seconds", "schema_version"})
-"""Keys left out: the agents' training seconds measure the machine, not the job; the format's
-version (``schema_version``, new with the typed result of issue 74) is no answer of the job."""
+VOLATILE = frozenset({"train_seconds"})
+"""Keys whose values measure the machine (the agents' training time), not the job."""
 
 
 def grid_dir(w: Workload, out: Path) -> Path:
@@ -114,24 +120,38 @@ def _trial_sequence(run_dir: Path, grid: Path) -> list[str]:
     return said + trials
 
 
-def _without_seconds(fingerprint: dict[str, Any] | None) -> dict[str, Any]:
-    return {k: v for k, v in (fingerprint or {}).items() if k != "seconds"}
+def _comparable(fingerprint: dict[str, Any] | None,
+                keys: set[str] | None = None) -> dict[str, Any]:
+    """The parts of a fingerprint that must not change: the recommendation (only its ``keys``,
+    where given) and the trials; not the seconds the run took nor the digest."""
+    f = fingerprint or {}
+    rec = f.get("recommendation")
+    if isinstance(rec, dict) and keys is not None:
+        rec = {k: v for k, v in rec.items() if k in keys}
+    return {"recommendation": rec, "trials": f.get("trials"), "error": f.get("error")}
 
 
-def compare(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
-    """A unified diff per case whose fingerprint differs (empty: all the same)."""
-    out = []
+def compare(before: dict[str, Any], after: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """A unified diff per case whose recommendation or trials differ (empty: all the same),
+    and a line per case naming the keys ``after`` adds to its recommendation (a key that goes
+    is a difference)."""
+    diffs, added = [], []
     for case in sorted(set(before) | set(after)):
-        a, b = before.get(case), after.get(case)
-        if a is not None and b is not None and a.get("digest") == b.get("digest") \
-                and "error" not in a and "error" not in b:
+        old = (before.get(case) or {}).get("recommendation")
+        new = (after.get(case) or {}).get("recommendation")
+        keys = set(old) if isinstance(old, dict) else None
+        if keys is not None and isinstance(new, dict) and set(new) - keys:
+            added.append(f"{case}: keys added to recommendation.json: "
+                         f"{', '.join(sorted(set(new) - keys))}")
+        a, b = _comparable(before.get(case)), _comparable(after.get(case), keys)
+        if a == b and a["error"] is None:
             continue
         lines = difflib.unified_diff(
-            json.dumps(_without_seconds(a), indent=1, sort_keys=True).splitlines(),
-            json.dumps(_without_seconds(b), indent=1, sort_keys=True).splitlines(),
+            json.dumps(a, indent=1, sort_keys=True).splitlines(),
+            json.dumps(b, indent=1, sort_keys=True).splitlines(),
             f"{case} (before)", f"{case} (after)", lineterm="", n=2)
-        out.append("\n".join(lines))
-    return out
+        diffs.append("\n".join(lines))
+    return diffs, added
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,9 +183,10 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.save).parent.mkdir(parents=True, exist_ok=True)
         Path(args.save).write_text(json.dumps(prints, indent=1, sort_keys=True))
     if args.against:
-        diffs = compare(json.loads(Path(args.against).read_text()), prints)
+        diffs, added = compare(json.loads(Path(args.against).read_text()), prints)
+        print("\n".join(added))
         print("\n\n".join(diffs) if diffs else
-              f"identical to {args.against}: {', '.join(prints)}")
+              f"the same recommendations and trials as {args.against}: {', '.join(prints)}")
         return 1 if diffs else 0
     return 0
 
