@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from main_command import run_main
 
 from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.job import Job
 from optimizer.search.goodput.scaling import ScalingSweep, backend_fallback
 from optimizer.search.loop.state import Proposal
 from optimizer.trials.failures import failing_alike, no_usable_baseline
@@ -228,7 +229,7 @@ def test_a_backend_failure_of_two_workers_ends_the_workers_sweep():
     note = backend_fallback([one, two])
     assert note.startswith("measured single-process: the 2-worker trial replicas-b failed "
                            "on the distributed backend (RuntimeError: Distributed package")
-    sweep = ScalingSweep(SimpleNamespace(job=SimpleNamespace(spec=None), port=None))
+    sweep = ScalingSweep(SimpleNamespace(job=SimpleNamespace(spec=Job(Path("t.py"))), port=None))
     nxt = Proposal(Allocation(0, 4, 16.0, 32, replicas=2), "workers-scaling", "why",
                    prefix="replicas")
     sweep.queue = [nxt, nxt]

@@ -5,6 +5,9 @@ import json
 import pytest
 from main_command import run_main
 
+from optimizer.foundation.atomic_files import to_json
+from optimizer.foundation.result import RunResult
+
 TINY_ARGS = ["--train-args", "--samples 4000", "--baseline-samples", "3", "--probe-seconds",
              "0", "--agent-seconds", "0.5", "--live-plan", "off", "--refine-rounds", "1",
              "--runoff-rounds", "1", "--budget", "4"]
@@ -24,10 +27,14 @@ def test_resume_alone_then_with_another_preference(tmp_path, repo_root):
                 *TINY_ARGS, "--output", str(out), "--quiet")
     assert first.returncode == 0, first.stderr[-3000:]
     stamps = _stamps(out)
+    body = json.loads((out / "recommendation.json").read_text())
+    result = RunResult.from_json(body)  # the file is the typed result, written and read back
+    assert json.loads(to_json(result.to_json())) == body and result.preference == "cost"
 
     again = cli(repo_root, "--resume", str(out), "--quiet")
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resuming {out} with its recorded options" in again.stdout
+    assert f"{out}: its last recommendation: " in again.stdout
     assert "measured now: none" in again.stdout
     assert _stamps(out) == stamps  # nothing was run again
     assert json.loads((out / "recommendation.json").read_text())["preference"] == "cost"

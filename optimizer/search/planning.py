@@ -25,6 +25,7 @@ from optimizer.search.goodput.efficiency import (
     TrialEfficiency,
     efficiency_from_trials,
 )
+from optimizer.search.goodput.job_length import JobLength
 from optimizer.search.goodput.probe_target import depth_note, trained_records, training_depth
 from optimizer.search.loop.port import SearchPort
 from optimizer.search.plan_cache import plan_inputs, reusable_plan
@@ -94,7 +95,7 @@ def plan_round(port: SearchPort, usable: list[TrialSummary], reference: TrialSum
 
 
 def measure_efficiency(usable: list[TrialSummary], reference: TrialSummary,
-                       run_dir: Path, goodput: bool = True, job: Any = None
+                       run_dir: Path, goodput: bool = True, job: JobLength | None = None
                        ) -> TrialEfficiency:
     """Statistical efficiency of the script at its trials' batch sizes, relative to its own
     (the reference trial's) batch: off, and saying so, when the batch is unknown or

@@ -78,8 +78,9 @@ def stage_env_config(env_config: Any, model: StageModel, static: Allocation) -> 
     if static.batch_size is None:
         # "The script's own batch" (one cloudopt cannot set): the one the trials ran with,
         # which the model kept fixed (tab_transformer: no plan, total_samples NaN, without it)
-        known = (env_config.batch_sizes or [None])[0] or getattr(env_config.initial,
-                                                                  "batch_size", None)
+        initial = env_config.initial
+        known = (env_config.batch_sizes or [None])[0] or (
+            initial.batch_size if initial is not None else None)
         static = dataclasses.replace(static, batch_size=known)
     phases = stage_phases(model, params.parallel_fraction)
     shortest = min(p.fraction for p in phases)

@@ -5,7 +5,7 @@
 (:class:`~optimizer.search.runoff.RunoffContenders`), crediting each new trial to whoever
 proposed its setting first, pools the efficiency over the run-off's curves, and chooses the
 best *measured* trial (:func:`optimizer.search.choice.best_measured`, by the run-off's runs
-where there was one). The :class:`~optimizer.search.loop.outcome.SearchRecommendation` then
+where there was one). The :class:`~optimizer.foundation.result.Recommendation` then
 gathers the choice, the learning rate (with ``--lr-arg``), the memory request's source, the
 measured figures, the search's cost, the choice in words and the live plan.
 """
@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from optimizer.foundation.allocation import Allocation, describe_allocation, job_words
+from optimizer.foundation.result import Recommendation
 from optimizer.search.budget import search_cost
 from optimizer.search.choice import (
     best_measured,
@@ -36,7 +37,7 @@ from optimizer.search.goodput.learning_rate import lr_args, tune_learning_rate
 from optimizer.search.goodput.scaling import PROPOSER as SCALING
 from optimizer.search.goodput.scaling import scaling_curve, sweep_replicas
 from optimizer.search.loader_workers import PROPOSER, sweep_workers
-from optimizer.search.loop.outcome import SearchOutcome, SearchRecommendation
+from optimizer.search.loop.outcome import SearchOutcome
 from optimizer.search.loop.state import SearchState, StopReason
 from optimizer.search.planning import measure_efficiency
 from optimizer.search.runoff import runoff, standings, tie_note
@@ -98,7 +99,7 @@ def _run_off(state: SearchState) -> list[str]:
 
 
 def recommendation(state: SearchState, final: TrialSummary, best_row: dict[str, Any],
-                   block: list[str]) -> SearchRecommendation:
+                   block: list[str]) -> Recommendation:
     """The final choice with everything the report says of it."""
     port, job, trials, eff = state.port, state.job, state.trials, state.efficiency
     cfg, preference = port.config, port.user_preference
@@ -128,8 +129,8 @@ def recommendation(state: SearchState, final: TrialSummary, best_row: dict[str, 
     choice = choice_words(preference, allocation, best_row, measured["time_is"], from_plan,
                           block, table, trials, length_knob)
     notes += [choice, search["note"]]
-    return SearchRecommendation(
-        plan=plan, allocation=allocation, agent=from_plan or "baseline-trial",
+    return Recommendation.from_plan(
+        plan, allocation=allocation, agent=from_plan or "baseline-trial",
         final_trial=final.trial_id, rounds=state.rounds, goodput=goodput,
         job_length=job_length, memory=memory, measured=measured, search=search, choice=choice,
         runoff=block, runoff_standings=table, learning_rate=learning_rate,
@@ -142,11 +143,11 @@ def _scaling(state: SearchState, final: TrialSummary) -> dict[str, Any] | None:
     trials = state.trials
     if not any(t.ok and t.allocation.replicas > 1 for t in trials):
         return None
-    model = getattr(getattr(state.round, "env_config", None), "workload", None)
+    env_config = state.round.env_config if state.round is not None else None
+    model = env_config.workload if env_config is not None else None
     model = None if isinstance(model, str) else model  # a preset's name: nothing fitted
-    workers_max = state.job.spec.workers_max if state.job.spec is not None else 1
-    return scaling_curve(model, final.allocation, trials, workers_max, state.port.config,
-                         state.port.user_preference, state.efficiency)
+    return scaling_curve(model, final.allocation, trials, state.job.spec.launch.workers_max,
+                         state.port.config, state.port.user_preference, state.efficiency)
 
 
 def _measured_figures(final: TrialSummary, best_row: dict[str, Any]) -> dict[str, Any]:
@@ -167,13 +168,14 @@ def _learning_rate(state: SearchState, final: TrialSummary,
     """With ``--lr-arg``, the learning rate measured at the final setting (or why not); its note
     also goes into ``goodput``, which otherwise says when the batch changes and the rate not."""
     port, job, eff, budget = state.port, state.job, state.efficiency, state.port.budget
-    flag = getattr(job.opts, "lr_arg", None)
+    flag = job.spec.lr_arg
     if flag and budget is not None and not budget.allows(2):
         out = {"flag": flag, "note": f"the budget of {budget.total} runs left none to "
                "measure the learning rate: it is kept"}
     elif flag:
-        out = tune_learning_rate(port, job.manager, final, getattr(eff, "ref_batch", None), flag,
-                                 job.run_dir, job.opts, job.total, job.batch_settable)
+        ref = None if eff is None else eff.ref_batch
+        out = tune_learning_rate(port, job.manager, final, ref, flag, job.run_dir, job.spec,
+                                 job.total, job.batch_settable)
         out["args"] = lr_args(flag, out)
     else:
         if eff is not None and eff.on and final.allocation.batch_size not in (None,
@@ -191,13 +193,13 @@ def _live(state: SearchState, allocation: Allocation) -> dict[str, Any] | None:
     """For ``--live-plan measure`` or ``write``: the job's stages, planned per stage (None
     when off, or when no model was fitted)."""
     job = state.job
-    mode = getattr(job.opts, "live_plan", "off")
+    mode = job.spec.live_plan
     if mode == "off" or state.round is None or state.round.env_config is None:
         return None
     from optimizer.search.live.live_check import live_round
 
     return live_round(state.port, job.manager, state.round.env_config, allocation, job.run_dir,
-                      job.opts, measure=mode == "measure")
+                      job.spec, measure=mode == "measure")
 
 
 def choice_words(preference: Any, allocation: Allocation, row: dict[str, Any], time_is: str,
