@@ -110,8 +110,7 @@ class CloudResourceOptimizer:
     def __init__(self, config: OptimizerConfig | None = None, *, quiet: bool = False) -> None:
         self.config, self.quiet = config or load_config(), quiet
         self.user_preference: Preference = "balanced"
-        self.training_manager: TrainingModuleManager | None = None  # set per run, as are:
-        self.job: Job | None = None  # the job it runs, described once
+        self.job: Job | None = None  # the job it runs, described once; set per run, as are:
         self.oom_chain: list[TrialSummary] = []
         self.budget = RunBudget(None, Path("."))
         self.job_length: JobLength | None = None  # the script's length knob
@@ -207,7 +206,7 @@ class CloudResourceOptimizer:
             self.say(job.launch.note)
         self.budget = make_budget(self.config.run.budget, run_dir / "trials",
                                   manager.script_digest())
-        self.training_manager, self.job = manager, job
+        self.job = job
         script = manager.load_module()
         self.job_length = job_length(script.tree, manager.train_args, job.epochs_arg,
                                      steps_flag=job.steps_arg, batch_flag=job.batch_size_arg,
