@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from optimizer.foundation.allocation import Allocation  # noqa: E402
-from optimizer.pipeline import CloudResourceOptimizer, JobOptions  # noqa: E402
+from optimizer.pipeline import CloudResourceOptimizer  # noqa: E402
 from optimizer.search.baseline import memory_for, run_baseline  # noqa: E402
 from optimizer.trials.executors import make_executor  # noqa: E402
 from optimizer.trials.training import TrainingModuleManager  # noqa: E402
@@ -119,7 +119,8 @@ def main() -> int:
     results = []
     for name in args.sets.split(","):
         if name == "baseline":
-            allocations = opt._planned_probes(manager, analysis, JobOptions())
+            allocations = opt.plan_trials(analysis, reference_batch=manager.default_batch_size(),
+                                          vary_batch=manager.batch_control() is not None)
         elif name == "side-by-side":
             batch = manager.default_batch_size()
             allocations = [Allocation(0, 1, memory_for(1, config.resources), batch)] * cores

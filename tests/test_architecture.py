@@ -43,6 +43,12 @@ Inside ``optimizer/search``, the pipeline is a typed port
   loop, the stages after it); their order (``optimizer.search.stages``). No module imports one
   of a layer above its own, lazily or for types only, and every module of the search is in a
   layer.
+
+The job (``optimizer.foundation.job.Job``) and the orchestrator are typed objects, read by
+their fields: no ``getattr(x, "name")`` with a literal name in the search, the reports, the
+commands or the pipeline but those :data:`GETATTR_ALLOWED` names with why, and nothing named
+``opt``, ``opts``, ``job``, ``port`` or ``pipeline`` annotated ``Any`` anywhere in
+``optimizer/``.
 """
 
 from __future__ import annotations
@@ -500,7 +506,7 @@ def test_search_checkers_find_what_they_look_for(tmp_path):
 # Inside the search: layers, bottom first; nothing imports a layer above its own.
 SEARCH_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("measures", frozenset({"acquisition", "baseline", "budget", "calibrate", "choice",
-                            "expected", "fit_measurements", "goodput", "job_options", "live",
+                            "expected", "fit_measurements", "goodput", "job_setup", "live",
                             "memory_need", "plan_cache", "prior", "recommend", "workload_fit"})),
     ("vocabulary", frozenset({"core"})),
     ("planning", frozenset({"planning"})),
@@ -565,3 +571,123 @@ def test_search_layer_checker_finds_arrows_up(tmp_path):
         "optimizer/search/loop/rounds.py:2: optimizer.search.loop.rounds (stages) -> "
         "optimizer.search.stages (composition)",
         "optimizer/search/stray.py: optimizer.search.stray is in no layer"]
+
+
+# The job and the orchestrator are typed objects: read by their fields, never guessed at.
+GETATTR_ROOMS = (("optimizer", "search"), ("optimizer", "reports"), ("optimizer", "commands"),
+                 ("optimizer", "pipeline.py"))
+"""Where ``getattr(x, "name")`` would hide a field a typed object must have."""
+GETATTR_ALLOWED = {
+    ("optimizer/search/choice.py", "efficiency"):
+        "the efficiency a choice is judged by is duck-typed: a TrialEfficiency, None, or a "
+        "plain function of the batch (assured_efficiency); getattr is its None guard",
+    ("optimizer/search/baseline.py", "running"):
+        "an executor's run may be a generator, whose close() stops its running trials, or "
+        "any other iterator, which has none",
+    ("optimizer/search/live/stage_model.py", "detector"):
+        "a phase detector of any kind: the shipped one has a delay, a stand-in may not",
+    ("optimizer/reports/render.py", "value"):
+        "a value to render may be a numpy scalar (third-party), whose ndim says so",
+    ("optimizer/commands/phases.py", "args"):
+        "an argparse namespace: the subcommands that share the helper lack the flag",
+}
+"""``(module, receiver)`` pairs allowed a ``getattr`` with a literal name, each with why."""
+HANDLE_NAMES = frozenset({"opt", "opts", "job", "port", "pipeline"})
+"""Names of the job and the orchestrator: never annotated ``Any``, anywhere in ``optimizer/``."""
+
+
+def _modules_in(root: Path, parts: tuple[str, ...]) -> list[Path]:
+    path = root.joinpath(*parts)
+    return [path] if path.suffix == ".py" else sorted(path.rglob("*.py"))
+
+
+def getattr_literals(root: Path) -> list[tuple[str, str, str]]:
+    """``(module, receiver, name)`` for every ``getattr(receiver, "name"[, default])`` in
+    :data:`GETATTR_ROOMS`."""
+    out = []
+    for parts in GETATTR_ROOMS:
+        for path in _modules_in(root, parts):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                        and node.func.id == "getattr" and len(node.args) >= 2
+                        and isinstance(node.args[1], ast.Constant)
+                        and isinstance(node.args[1].value, str)):
+                    out.append((path.relative_to(root).as_posix(), ast.unparse(node.args[0]),
+                                node.args[1].value))
+    return sorted(out)
+
+
+def _mentions_any(annotation: ast.expr | None) -> bool:
+    """``Any``, ``"Any"``, ``Any | None``, ``Optional[Any]``."""
+    if annotation is None:
+        return False
+    if _is_any(annotation):
+        return True
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        try:
+            return _mentions_any(ast.parse(annotation.value, mode="eval").body)
+        except SyntaxError:
+            return False
+    if isinstance(annotation, ast.BinOp):
+        return _mentions_any(annotation.left) or _mentions_any(annotation.right)
+    if isinstance(annotation, ast.Subscript) and ast.unparse(annotation.value) in (
+            "Optional", "typing.Optional"):
+        return _mentions_any(annotation.slice)
+    return False
+
+
+def untyped_handles(root: Path) -> list[str]:
+    """``module:line: name`` for every parameter, field or attribute named like the job or
+    the orchestrator (:data:`HANDLE_NAMES`) and annotated ``Any`` in ``optimizer/``."""
+    out = []
+    for path in sorted((root / "optimizer").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            found: list[tuple[str, ast.expr | None]] = []
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                a = node.args
+                found = [(x.arg, x.annotation) for x in
+                         [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg] if x]
+            elif isinstance(node, ast.AnnAssign):
+                target = node.target
+                name = target.id if isinstance(target, ast.Name) else (
+                    target.attr if isinstance(target, ast.Attribute) else "")
+                found = [(name, node.annotation)]
+            out += [f"{path.relative_to(root).as_posix()}:{node.lineno}: {name}"
+                    for name, annotation in found
+                    if name in HANDLE_NAMES and _mentions_any(annotation)]
+    return out
+
+
+def test_no_getattr_guesses_at_a_typed_object():
+    found = getattr_literals(ROOT)
+    bad = [f"{m}: getattr({r}, {n!r})" for m, r, n in found if (m, r) not in GETATTR_ALLOWED]
+    assert not bad, ("getattr with a literal name on a typed object (read the field; a job's "
+                     "setting is on optimizer.foundation.job.Job), or allow it with a reason "
+                     "in GETATTR_ALLOWED:\n  " + "\n  ".join(bad))
+    stale = sorted(set(GETATTR_ALLOWED) - {(m, r) for m, r, _ in found})
+    assert not stale, f"GETATTR_ALLOWED entries that match nothing any more: {stale}"
+
+
+def test_the_job_and_the_orchestrator_are_never_typed_any():
+    bad = untyped_handles(ROOT)
+    assert not bad, ("the job or the orchestrator typed Any (type them Job, SearchPort, "
+                     "CloudResourceOptimizer, ...):\n  " + "\n  ".join(bad))
+
+
+def test_typed_object_checkers_find_what_they_look_for(tmp_path):
+    root = _tree(tmp_path, {
+        "optimizer/search/mod.py": "def f(job, x):\n    return getattr(job.opts, 'lr_arg', None)"
+                                   " or getattr(x, name) or getattr(x, 'y')\n",
+        "optimizer/trials/runner.py": "def f(m):\n    return getattr(m, 'launcher', None)\n",
+        "optimizer/pipeline.py": "class P:\n    job: 'Any | None' = None\n    ok: Any = None\n"
+                                 "    def __init__(self, opts: Optional[Any], port: object):\n"
+                                 "        self.pipeline: Any = None\n",
+        "optimizer/reports/r.py": "def g(*, opt: Any, job: Job): pass\n",
+        "optimizer/commands/c.py": "",
+    })
+    assert getattr_literals(root) == [("optimizer/search/mod.py", "job.opts", "lr_arg"),
+                                      ("optimizer/search/mod.py", "x", "y")]
+    assert untyped_handles(root) == ["optimizer/pipeline.py:2: job",
+                                     "optimizer/pipeline.py:4: opts",
+                                     "optimizer/pipeline.py:5: pipeline",
+                                     "optimizer/reports/r.py:1: opt"]

@@ -13,6 +13,7 @@ from main_command import run_main
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import load_config
 from optimizer.foundation.errors import ConfigError
+from optimizer.foundation.job import Job
 from optimizer.search.after_loop import runoff as runoff_module
 from optimizer.search.budget import RunBudget, auto_budget, make_budget, search_cost
 from optimizer.search.core.state import SearchJob
@@ -101,16 +102,16 @@ def test_the_closed_loop_stops_when_the_budget_leaves_only_the_run_off(tmp_path,
     monkeypatch.setattr(runoff_module, "runoff", lambda *a, **k: [])
     trials = [_trial(t) for t in ("00", "01", "02")]
     more = [Allocation(0, 2, 4.0, 64 * k) for k in range(2, 12)]
-    manager = SimpleNamespace(workers_arg=None, default_batch_size=lambda: 64)
-    job = SearchJob(manager, tmp_path, SimpleNamespace(), 1e4, trials[0], more_probes=more)
+    spec = Job(Path("train.py"), batch_control="flag", default_batch=64, live_plan="off")
+    job = SearchJob(None, tmp_path, spec, 1e4, trials[0], more_probes=more)
     outcome = refine(port, job, trials, planner=port.plan)
-    rec = outcome.recommendation.to_dict()
+    rec = outcome.recommendation
     assert len(port.measured) == 3  # 8 runs - 3 made - 2 kept for one run-off round
     assert outcome.stop.rule == "budget"
-    stop = rec["rounds"][-1]
+    stop = rec.rounds[-1]
     assert stop["action"] == "stop" and stop["proposed_by"] == "budget"
     assert "budget of 8 real runs" in stop["why"] and "2 kept" in stop["why"]
-    assert rec["search"]["runs"] == 6
+    assert rec.search["runs"] == 6
 
 
 def test_a_budget_that_is_not_a_count_is_named(repo_root):
@@ -157,7 +158,6 @@ def test_a_run_that_costs_more_than_it_can_save_is_not_made():
 def test_a_small_budget_is_split_between_probes_the_loop_and_the_run_off():
     """Budgets of 2-16 runs with 4 planned probes: the probes leave the closed loop a run
     (or two) and the run-off is kept only where it is not most of what is left."""
-    from types import SimpleNamespace
 
     from optimizer.search.budget import probes_within, runoff_reserve, within_budget
     from optimizer.search.loop.rounds import reserved_runs
@@ -168,8 +168,8 @@ def test_a_small_budget_is_split_between_probes_the_loop_and_the_run_off():
     assert [runoff_reserve(run, n) for n in (4, 6, 8, 11, 12, None)] == [0, 0, 2, 2, 3, 3]
     assert runoff_reserve(SimpleNamespace(runoff_rounds=0, runoff_size=3), 16) == 0
     cfg = SimpleNamespace(run=run)
-    assert reserved_runs(cfg, SimpleNamespace(), 8, workers=True) == 3
-    assert reserved_runs(cfg, SimpleNamespace(lr_arg="--lr"), 4, workers=True) == 2
+    assert reserved_runs(cfg, Job(Path("train.py")), 8, workers=True) == 3
+    assert reserved_runs(cfg, Job(Path("train.py"), lr_arg="--lr"), 4, workers=True) == 2
     # A resumed run keeps the probes it recorded, even past what the budget now affords.
     budget = RunBudget(4, Path("/nonexistent"))
     assert within_budget(budget, list("abcd"), [False] * 4) == list("abc")

@@ -44,6 +44,7 @@ def test_overrides_apply_and_none_is_ignored():
         ("[multi_objective.preference_vectors]\ncost = [0.5, 0.2, 0.1]\n", "must sum to 1"),
         ("[sla]\ntime_max = -5\n", "[sla].time_max"),
         ("[sla\n", "not valid TOML"),
+        ("[run]\nagent_episodes = -1\n", "[run].agent_episodes"),
     ],
 )
 def test_validation_errors_name_key_and_file(tmp_path, text, needle):

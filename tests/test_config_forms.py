@@ -402,17 +402,22 @@ def test_forms_are_told_apart():
 
 def test_learning_rate_in_a_config_file_is_read_and_checked_before_any_trial(tmp_path,
                                                                           monkeypatch):
+    from optimizer.foundation.config import load_config
+    from optimizer.foundation.job import Job
     from optimizer.search.after_loop.learning_rate import script_lr
-    from optimizer.search.job_options import JobOptions, JobSpec
+    from optimizer.search.job_setup import prepare
 
     monkeypatch.chdir(tmp_path)
     write(tmp_path, "cfg.yaml", "train:\n  batch_size: 20\noptim:\n  lr: 3e-4\n")
-    mgr = TrainingModuleManager(write(tmp_path, "train.py", FILE_TRAIN), "--config cfg.yaml")
+    script = write(tmp_path, "train.py", FILE_TRAIN)
+    mgr = TrainingModuleManager(script, "--config cfg.yaml")
     mgr.load_module()
     assert script_lr(mgr, "cfg.yaml:optim.lr") == (0.0003, "optim.lr in cfg.yaml")
-    assert JobSpec.describe(mgr, JobOptions(lr_arg="cfg.yaml:optim.lr")).lr_arg is not None
+    job = Job(Path(script), ("--config", "cfg.yaml"), lr_arg="cfg.yaml:optim.lr")
+    assert prepare(job, load_config(None))[0].lr_arg is not None
     with pytest.raises(CloudoptError, match=r"^cfg\.yaml: no key optim\.learning_rate \("):
-        JobSpec.describe(mgr, JobOptions(lr_arg="cfg.yaml:optim.learning_rate"))
+        prepare(Job(Path(script), ("--config", "cfg.yaml"),
+                    lr_arg="cfg.yaml:optim.learning_rate"), load_config(None))
 
 
 def test_the_recommended_learning_rate_reaches_the_job_in_the_flags_form():

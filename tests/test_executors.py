@@ -5,12 +5,14 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import load_config
 from optimizer.foundation.errors import CloudoptError, ConfigError
+from optimizer.foundation.job import Job
 from optimizer.search.after_loop.runoff import (
     contenders,
     cpu_neighbour,
@@ -175,9 +177,13 @@ class _DriftingMachine:
         return trial
 
 
+SPEC = Job(Path("train.py"), batch_control="flag")
+"""The job the run-off works for: a script whose batch size trials can set."""
+
+
 def _runoff(machine, trials, run_dir, rounds):
     """The run-off on ``machine`` (a fake port), adding to ``trials`` and ``rounds``."""
-    state = SearchState(machine, SearchJob(None, run_dir), trials, rounds,
+    state = SearchState(machine, SearchJob(None, run_dir, SPEC), trials, rounds,
                         efficiency=getattr(machine, "efficiency", None))
     return runoff(state)
 

@@ -18,6 +18,7 @@ import pytest
 
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import load_config
+from optimizer.foundation.job import Job
 from optimizer.search.after_loop.runoff import contenders, runoff, uncertain, with_workers
 from optimizer.search.choice import objective_table
 from optimizer.search.core.state import SearchJob, SearchState
@@ -180,9 +181,13 @@ class _Machine:
         return trial
 
 
+SPEC = Job(Path("train.py"), batch_control="flag")
+"""The job the run-off works for: a script whose batch size trials can set."""
+
+
 def _runoff(machine, trials, run_dir, rounds):
     """The run-off on ``machine`` (a fake port), adding to ``trials`` and ``rounds``."""
-    state = SearchState(machine, SearchJob(None, run_dir), trials, rounds,
+    state = SearchState(machine, SearchJob(None, run_dir, SPEC), trials, rounds,
                         efficiency=getattr(machine, "efficiency", None))
     return runoff(state)
 

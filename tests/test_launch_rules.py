@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from main_command import run_main
 
 from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.job import Job
 from optimizer.search.after_loop.scaling import BackendFailed, ScalingSweep, backend_fallback
 from optimizer.search.core.state import Proposal, SearchJob, SearchState, drive, sweep_row
 from optimizer.trials.failures import failing_alike, no_usable_baseline
@@ -233,7 +234,7 @@ def test_a_backend_failure_of_two_workers_ends_the_workers_sweep():
     assert stop.why == note and stop.row is None and not stop.said  # the pipeline says it
 
     class Port:  # every 2-worker trial fails on the backend
-        def measure(self, manager, alloc, prefix, run_dir, opts, total):
+        def measure(self, manager, alloc, prefix, run_dir, job, total):
             return _failed(f"{prefix}-{len(measured)}", TORCHRUN_NCCL, "crash", alloc.replicas)
 
         def label_batch(self, trial, trial_dir, settable):
@@ -241,11 +242,11 @@ def test_a_backend_failure_of_two_workers_ends_the_workers_sweep():
             return trial
 
     measured: list[TrialSummary] = []
-    sweep = ScalingSweep(SimpleNamespace(job=SimpleNamespace(spec=None), port=None))
+    sweep = ScalingSweep(SimpleNamespace(job=SimpleNamespace(spec=Job(Path("t.py"))), port=None))
     nxt = Proposal(Allocation(0, 4, 16.0, 32, replicas=2), "workers-scaling", "why",
                    prefix="replicas")
     sweep.queue = [nxt, nxt, nxt]
-    state = SearchState(Port(), SearchJob(None, Path("run")), [one])
+    state = SearchState(Port(), SearchJob(None, Path("run"), Job(Path("t.py"))), [one])
     new = drive(state, sweep, sweep_row, (BackendFailed(),))
     assert [t.trial_id for t in new] == ["replicas-0"] and measured == new  # then it stopped
 

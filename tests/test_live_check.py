@@ -13,10 +13,14 @@ import pytest
 from envs import CloudEnvironment, EnvConfig
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import OptimizerConfig
+from optimizer.foundation.job import Job
 from optimizer.search.after_loop.live_round import live_round
 from optimizer.search.live.stage_model import build_stage_model, trial_stage_rows
 from optimizer.trials.live.plan import LivePlan
 from optimizer.trials.records import TrialSummary
+
+JOB = Job(Path("train.py"), agent_seconds=1.0)
+"""The job whose live plan is made: its agents train for a second."""
 
 
 def _trial(root: Path, name: str, cpus: int, startup: float, train: float,
@@ -75,7 +79,7 @@ def test_live_round_writes_the_plan_and_says_why_it_was_not_measured(run_dir):
     opt = SimpleNamespace(config=config, quiet=True, budget=SimpleNamespace(
         total=2, allows=lambda n=1, reserve=0: False),
         say=lambda text, always=False: said.append(text))
-    opts = SimpleNamespace(agent_seconds=1.0, probe_seconds=None)
+    opts = JOB
     out = live_round(opt, None, env_config, Allocation(0, 2, 2.0, 128), run_dir, opts)
     assert out["measured"] is None and not out["recommended"]
     plan = LivePlan.load(run_dir)
@@ -148,7 +152,7 @@ def test_a_static_request_below_a_stages_peak_still_gets_a_plan(run_dir, memory_
     env_config = base.replace(workload=CloudEnvironment(base).resolved.workload)
     opt = SimpleNamespace(config=config, quiet=True, budget=SimpleNamespace(
         total=2, allows=lambda n=1, reserve=0: False), say=lambda text, always=False: None)
-    opts = SimpleNamespace(agent_seconds=1.0, probe_seconds=None)
+    opts = JOB
     out = live_round(opt, None, env_config, Allocation(0, 2, memory_gb, 128), run_dir, opts)
     assert "plan" in out and not out["why"].startswith("no live plan"), out["why"]
 
@@ -166,7 +170,7 @@ def test_a_failure_while_planning_per_stage_leaves_the_static_recommendation(run
     opt = SimpleNamespace(config=OptimizerConfig(), quiet=True, log_path=log,
                           say=lambda text, always=False: said.append(text))
     out = live_round(opt, None, None, Allocation(0, 2, 1.0, 128), run_dir,
-                     SimpleNamespace(agent_seconds=1.0, probe_seconds=None))
+                     JOB)
     assert out == {"why": "no live plan: planning per stage failed (ValueError: a cannot be "
                    "empty)", "recommended": False, "measured": None}
     assert any("the static recommendation stands" in s for s in said)
@@ -191,7 +195,7 @@ def _planned(monkeypatch, live_check, phases):
     opt = SimpleNamespace(config=config, quiet=True, budget=SimpleNamespace(
         total=20, allows=lambda n=1, reserve=0: True),
         say=lambda text, always=False: said.append(text))
-    return opt, SimpleNamespace(agent_seconds=1.0, probe_seconds=None, phase_model=None), said
+    return opt, JOB, said
 
 
 def test_a_plan_that_moves_only_memory_is_written_not_measured(run_dir, monkeypatch):

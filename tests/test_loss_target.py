@@ -163,6 +163,8 @@ def test_the_baseline_runs_the_scripts_batch_first_and_gives_the_others_its_loss
     from optimizer.search.baseline import run_baseline
 
     class Manager:
+        launcher = "python"
+
         def recorded_trial(self, trial_dir):
             return None
 

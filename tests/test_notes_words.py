@@ -14,6 +14,7 @@ from optimizer.foundation.allocation import (
     seconds_words,
 )
 from optimizer.foundation.config import load_config
+from optimizer.foundation.result import Recommendation
 from optimizer.reports.run_report import _answer
 from optimizer.search.after_loop.recommendation import choice_words
 from optimizer.search.after_loop.runoff import standings, tie_note
@@ -133,12 +134,14 @@ def test_the_fallback_note_and_the_answer_name_no_trial():
     note = _fallback(opt, trials, "one batch size")["notes"][0]
     _readable(note)
     assert "the best measured baseline setting (1 CPU, 4 GB, batch 128: $" in note
-    rec = {"measured": {"trial": "refine-0-g0-c1-m4-b1024", "job_time_s": 20.5,
-                        "job_cost": 0.000103, "time_is": "predicted from a probe"},
-           "rounds": [{"trial": "refine-0-g0-c1-m4-b1024"}], "fit": {"max_rel_error": 0.15,
-                                                                   "n_trials": 5}}
-    answer = _answer(SimpleNamespace(preference="cost"), trials[0], rec,
-                     Allocation(0, 1, 0.5, 1024))
+    alloc = Allocation(0, 1, 0.5, 1024)
+    rec = Recommendation(
+        allocation=alloc, agent="expected-improvement", final_trial="refine-0-g0-c1-m4-b1024",
+        choice="c", measured={"trial": "refine-0-g0-c1-m4-b1024", "job_time_s": 20.5,
+                              "job_cost": 0.000103, "time_is": "predicted from a probe"},
+        rounds=[{"trial": "refine-0-g0-c1-m4-b1024"}], fit={"max_rel_error": 0.15,
+                                                            "n_trials": 5})
+    answer = _answer(rec, "cost", trials[0], alloc)
     _readable(answer)
     first, *rest = answer.splitlines()
     assert first == "Run it with 1 CPU, 0.5 GB, batch 1024."

@@ -84,7 +84,7 @@ def test_the_whole_run_is_retried_with_more_memory_never_the_same(tmp_path, monk
     whole run is killed once, then measured under the grown limit, and the job completes."""
     from optimizer import pipeline as pipeline_module
     from optimizer.foundation.config import load_config
-    from optimizer.pipeline import CloudResourceOptimizer, JobOptions
+    from optimizer.pipeline import CloudResourceOptimizer, Job
 
     script = tmp_path / "grow.py"
     script.write_text(GROWING)
@@ -96,7 +96,7 @@ def test_the_whole_run_is_retried_with_more_memory_never_the_same(tmp_path, monk
                                      "runoff_rounds": 0, "monitor_interval": 0.2,
                                      "probe_seconds": 1.0}})
     opt = CloudResourceOptimizer(cfg, quiet=True)
-    result = opt.optimize_training(script, tmp_path / "run", JobOptions(agent_seconds=2))
+    result = opt.optimize_training(script, tmp_path / "run", Job(script, agent_seconds=2))
     wholes = sorted((tmp_path / "run" / "trials").glob("whole-*"))
     summaries = [TrialSummary.load(d) for d in wholes]
     limits = sorted(s.allocation.memory_gb for s in summaries)
@@ -104,7 +104,7 @@ def test_the_whole_run_is_retried_with_more_memory_never_the_same(tmp_path, monk
     killed = next(s for s in summaries if s.allocation.memory_gb == 0.25)
     grown = next(s for s in summaries if s.allocation.memory_gb > 0.25)
     assert killed.reason == "oom" and grown.status == "completed"
-    assert result.recommendation["allocation"].memory_gb >= grown.mem_gb_peak
+    assert result.recommendation.allocation.memory_gb >= grown.mem_gb_peak
 
 
 SCRIPTS = {

@@ -3,12 +3,14 @@ it stops and says why."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import load_config
+from optimizer.foundation.job import Job
 from optimizer.search.core.state import SearchJob
 from optimizer.search.expected import Acquisition
 from optimizer.search.loop import rounds as rounds_module
@@ -63,8 +65,8 @@ def test_the_loop_stops_instead_of_a_fifth_run_of_one_setting(tmp_path, monkeypa
     monkeypatch.setattr(rounds_module, "probe_by_improvement",
                         lambda *a, **k: Acquisition(pick, np.zeros((1, 1)), [setting], (0, 0)))
     trials = [_trial(0, setting), _trial(1, Allocation(0, 2, 4.0, 64))]
-    manager = SimpleNamespace(workers_arg=None, default_batch_size=lambda: 64)
-    job = SearchJob(manager, tmp_path, SimpleNamespace(), 1000.0, trials[0])
+    spec = Job(Path("train.py"), batch_control="flag", default_batch=64, live_plan="off")
+    job = SearchJob(None, tmp_path, spec, 1000.0, trials[0])
     outcome = refine(port, job, trials, planner=port.plan)
     assert len(port.measured) == 3  # 1 baseline run + 3 = 4 runs of the setting, never 5
     stop = outcome.recommendation.rounds[-1]

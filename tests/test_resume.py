@@ -5,6 +5,9 @@ import json
 import pytest
 from main_command import run_main
 
+from optimizer.foundation.atomic_files import to_json
+from optimizer.foundation.result import RunResult
+
 TINY_ARGS = ["--train-args", "--samples 4000", "--baseline-samples", "3", "--probe-seconds",
              "0", "--agent-seconds", "0.5", "--live-plan", "off", "--refine-rounds", "1",
              "--runoff-rounds", "1", "--budget", "4"]
@@ -24,10 +27,14 @@ def test_resume_alone_then_with_another_preference(tmp_path, repo_root):
                 *TINY_ARGS, "--output", str(out), "--quiet")
     assert first.returncode == 0, first.stderr[-3000:]
     stamps = _stamps(out)
+    body = json.loads((out / "recommendation.json").read_text())
+    result = RunResult.from_json(body)  # the file is the typed result, written and read back
+    assert json.loads(to_json(result.to_json())) == body and result.preference == "cost"
 
     again = cli(repo_root, "--resume", str(out), "--quiet")
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resuming {out} with its recorded options" in again.stdout
+    assert f"{out}: its last recommendation: " in again.stdout
     assert "measured now: none" in again.stdout
     assert _stamps(out) == stamps  # nothing was run again
     assert json.loads((out / "recommendation.json").read_text())["preference"] == "cost"
@@ -65,17 +72,21 @@ def test_train_file_or_resume_is_required(repo_root):
 def test_recorded_options_fill_what_is_not_given(tmp_path, given, expected):
     from optimizer.commands.optimize import build_parser
     from optimizer.commands.resume import fill_from_run
+    from optimizer.foundation.job import Job
 
     (tmp_path / "run.json").write_text(json.dumps({
         "train_file": "examples/train_mlp.py",
         "options": {"train_file": ["examples/train_mlp.py"], "preference": "balanced",
-                    "baseline_samples": 6, "train_args": "--epochs 1"}}))
+                    "baseline_samples": 6, "train_args": "--epochs 1",
+                    "history": ["runs/last-week"], "history_job": "mlp"}}))
     argv = ["--resume", str(tmp_path)] + (["--preference", given] if given else [])
     args = build_parser("t").parse_args(argv)
     changed = fill_from_run(args)
     assert args.preference == expected and args.baseline_samples == 6
     assert args.train_args == "--epochs 1" and args.train_file == ["examples/train_mlp.py"]
     assert changed == ([] if given is None else ["preference: balanced -> time"])
+    job = Job.from_options(vars(args), args.train_file[0])  # --history comes back too
+    assert job.history == ("runs/last-week",) and job.history_job == "mlp"
 
 
 def test_changed_script_is_measured_again_and_the_old_record_kept(tmp_path, repo_root):

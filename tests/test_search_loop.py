@@ -10,8 +10,9 @@ import numpy as np
 
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import load_config
+from optimizer.foundation.job import Job
+from optimizer.foundation.result import Recommendation
 from optimizer.search.acquisition import ProbeChoice
-from optimizer.search.core.outcome import SearchRecommendation
 from optimizer.search.core.state import (
     Proposal,
     RoundView,
@@ -35,6 +36,8 @@ from optimizer.trials.records import TrialSummary
 
 PLAN = Allocation(0, 2, 4.0, 64)
 OTHER = Allocation(0, 1, 4.0, 128)
+SPEC = Job(Path("train.py"), batch_control="flag")
+"""A script whose batch size trials can set."""
 MODEL = SimpleNamespace(workload=SimpleNamespace(
     meta={}, predict_trial=lambda alloc: {"throughput": 100.0}))
 
@@ -65,8 +68,8 @@ class _Port:
 
 
 def _state(trials=(), **view) -> SearchState:
-    state = SearchState(_Port(), SearchJob(None, Path("run")), list(trials), default_batch=64,
-                        k=1)
+    state = SearchState(_Port(), SearchJob(None, Path("run"), SPEC), list(trials),
+                        default_batch=64, k=1)
     fields = {"plan": {"agent": "reinforce", "allocation": PLAN, "fit": {"max_rel_error": 0.0}},
               "env_config": MODEL, "planned": PLAN, "usable": list(trials), "poor": False}
     state.round = RoundView(1, **{**fields, **view})
@@ -173,8 +176,8 @@ def test_the_controller_credits_each_trial_and_says_why_it_stopped(tmp_path):
         return RoundPlan({"agent": "reinforce", "allocation": PLAN, "notes": ["planned"],
                           "fit": {"max_rel_error": 0.0}}, None, None)
 
-    job = SearchJob(SimpleNamespace(workers_arg=None, default_batch_size=lambda: 64), tmp_path,
-                    SimpleNamespace(), 1000.0, baseline[0], more_probes=[PLAN])
+    spec = Job(Path("train.py"), batch_control="flag", default_batch=64, live_plan="off")
+    job = SearchJob(None, tmp_path, spec, 1000.0, baseline[0], more_probes=[PLAN])
     outcome = refine(port, job, baseline, planner=planner)
     # No model: the one probe left is measured, then the loop ends without a row.
     assert [p for p, _ in port.measured] == ["refine-0"] and outcome.stop.rule == "no-probe-left"
@@ -182,26 +185,24 @@ def test_the_controller_credits_each_trial_and_says_why_it_stopped(tmp_path):
     assert [r["proposed_by"] for r in rec.rounds] == ["reinforce"]
     assert rec.rounds[0]["why"] == "the model could not be fitted: one more probe first"
     assert rec.final_trial in {t.trial_id for t in outcome.trials}
-    out = rec.to_dict()
-    assert out["notes"][0] == "planned" and out["planned_allocation"] == PLAN
-    assert "learning_rate" not in out and "live" not in out
+    assert rec.notes[0] == "planned" and rec.planned_allocation == PLAN
+    assert rec.learning_rate is None and rec.live is None
 
 
-def test_the_recommendation_dict_keeps_the_order_the_report_reads():
-    rec = SearchRecommendation(
-        plan={"agent": "reinforce", "allocation": PLAN, "notes": ["a"], "fit": None},
-        allocation=OTHER, agent="baseline-trial", final_trial="00", rounds=[],
+def test_the_recommendation_keeps_the_last_plan_beside_the_choice():
+    plan = {"agent": "reinforce", "allocation": {"gpus": 0, "cpus": 2, "memory_gb": 4.0,
+                                                 "batch_size": 64, "workers": None,
+                                                 "replicas": 1},
+            "notes": ["a"], "fit": None, "outcomes": [{"name": "reinforce", "return": 1.0}],
+            "inputs": {"preference": "cost"}}
+    rec = Recommendation.from_plan(
+        plan, allocation=OTHER, agent="baseline-trial", final_trial="00", rounds=[],
         goodput={"note": "g"}, job_length=None, memory={}, measured={}, search={}, choice="c",
         runoff=[], runoff_standings=[], learning_rate={"note": "lr"}, notes=["a", "g", "c"])
-    out = rec.to_dict()
-    assert list(out) == ["agent", "allocation", "notes", "fit", "planned_allocation",
-                         "final_trial", "rounds", "goodput", "job_length", "learning_rate",
-                         "memory", "measured", "search", "choice", "runoff",
-                         "runoff_standings"]
-    assert out["allocation"] == OTHER and out["planned_allocation"] == PLAN
-    bare = SearchRecommendation(plan={}, allocation=OTHER, agent="x", final_trial="00",
-                                rounds=[], goodput={}, job_length={"note": "j"}, memory={},
-                                measured={}, search={}, choice="c", runoff=[],
-                                runoff_standings=[], notes=["j", "c"])
-    keys = list(bare.to_dict())
-    assert keys.index("notes") == keys.index("job_length") + 1  # where its first note went
+    assert rec.allocation == OTHER and rec.planned_allocation == PLAN  # read back typed
+    assert rec.agent == "baseline-trial" and rec.notes == ["a", "g", "c"]
+    assert rec.outcome("reinforce") == {"name": "reinforce", "return": 1.0}
+    assert rec.outcome("morl") is None and rec.fit is None and rec.initial is None
+    bare = Recommendation.from_plan({}, allocation=OTHER, agent="x", final_trial="00",
+                                    choice="c")
+    assert bare.planned_allocation is None and bare.outcomes == [] and bare.predicted == {}

@@ -108,28 +108,29 @@ def test_growth_is_measured_over_the_steady_part_and_noise_is_flat():
 # ---------------------------------------------------------------- the report renders what it has
 def test_the_report_renders_a_fit_without_r2_no_trace_and_no_whole_run(tmp_path):
     from agents.metrics import RLMetricsTracker
-    from optimizer.pipeline import CloudResourceOptimizer, OptimizationResult
-    from optimizer.reports.run_report import write_outputs
+    from optimizer.foundation.result import Recommendation, RunResult
+    from optimizer.reports.figures import run_figures
+    from optimizer.reports.run_report import ReportInputs, write_outputs
 
     cfg = load_config(overrides={"resources": {"gpu_count_max": 0, "cpu_count_max": 2,
                                                "memory_max": 4.0}})
-    opt = CloudResourceOptimizer(cfg, quiet=True)
-    opt.metrics_tracker = RLMetricsTracker(tmp_path / "metrics")
     probe = _probe("00-g0-c1-m4-b64", 1, 0.3, None)
     alloc = recommended_allocation(probe, [probe], batch_settable=True)
-    rec = {"allocation": alloc, "agent": "baseline-trial", "final_trial": probe.trial_id,
-           "fit": {"r2_throughput": None, "max_rel_error": None, "n_trials": None},
-           "rounds": [{"round": 0, "action": "stop", "proposed_by": "budget", "why": "spent"}],
-           "memory": memory_entry(probe, [probe]),
-           "measured": {"trial": probe.trial_id, "job_time_s": None, "job_cost": None,
-                        "throughput": None, "time_is": None},
-           "goodput": {"note": "off", "comparison": [
-               {"role": "recommended", "batch_size": 64, "cpus": 1, "throughput": None,
-                "efficiency": None, "goodput": None, "time_to_same_progress_s": None,
-                "cost_to_same_progress": None}]},
-           "choice": "the only trial", "notes": []}
-    result = OptimizationResult(tmp_path, "cost", [probe], probe, rec)
-    paths = write_outputs(opt, result, probe, None, {}, {}, None)
+    rec = Recommendation(
+        allocation=alloc, agent="baseline-trial", final_trial=probe.trial_id,
+        choice="the only trial",
+        fit={"r2_throughput": None, "max_rel_error": None, "n_trials": None},
+        rounds=[{"round": 0, "action": "stop", "proposed_by": "budget", "why": "spent"}],
+        memory=memory_entry(probe, [probe]),
+        measured={"trial": probe.trial_id, "job_time_s": None, "job_cost": None,
+                  "throughput": None, "time_is": None},
+        goodput={"note": "off", "comparison": [
+            {"role": "recommended", "batch_size": 64, "cpus": 1, "throughput": None,
+             "efficiency": None, "goodput": None, "time_to_same_progress_s": None,
+             "cost_to_same_progress": None}]})
+    result = RunResult("cost", rec, *run_figures(probe, probe, cfg.sla))
+    paths = write_outputs(ReportInputs(tmp_path, result, [probe], probe, probe, cfg,
+                                       RLMetricsTracker(tmp_path / "metrics")))
     md = paths["report_md"].read_text()
     assert "R² throughput n/a" in md and "largest error n/a" in md
     assert "Memory: request" in md and "growth unmeasured" in md

@@ -22,19 +22,18 @@ from optimizer.cli import commands_epilog
 from optimizer.commands.resume import (
     fill_from_run,
     has_recorded_options,
-    recorded_options,
+    recorded_result,
     resume_command,
 )
 from optimizer.foundation.allocation import Allocation, describe_allocation, job_words
 from optimizer.foundation.atomic_files import atomic_write_json, read_json
 from optimizer.foundation.config import OptimizerConfig, load_config
 from optimizer.foundation.errors import CloudoptError, ConfigError
+from optimizer.foundation.job import Job
 from optimizer.foundation.preferences import parse_preference
-from optimizer.history.sources import read_history
-from optimizer.pipeline import CloudResourceOptimizer, JobOptions
+from optimizer.pipeline import CloudResourceOptimizer, OptimizationResult
 from optimizer.search.baseline import best_trial, format_trials_table, rank_trials
-from optimizer.search.prior.match import Script
-from optimizer.search.prior.seed import HISTORY_ROUNDS, HistorySeed, seed_from_history
+from optimizer.search.job_setup import prepare
 from optimizer.trials.executors import check_available
 from optimizer.trials.launchers.launch_rule import decide_launch
 from optimizer.trials.training import TrainingModuleManager
@@ -154,7 +153,9 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     return p
 
 
-def _load(args: argparse.Namespace) -> OptimizerConfig:
+def _load(args: argparse.Namespace) -> tuple[OptimizerConfig, list[Job]]:
+    """The configuration and one :class:`Job` per script, from the command line (with a resumed
+    folder's recorded options where not given again); bad values exit 2 naming them."""
     if args.resume:
         if not Path(args.resume).is_dir():
             raise CloudoptError(f"--resume {args.resume}: no such run folder")
@@ -166,24 +167,14 @@ def _load(args: argparse.Namespace) -> OptimizerConfig:
                                                 else " with its recorded options"))
     if not args.train_file:
         raise CloudoptError("--train-file FILE is required (or --resume DIR of a run folder)")
-    args.preference = "balanced" if args.preference is None else args.preference
-    args.train_args = args.train_args or ""
-    overrides = {
-        "sla": {"time_max": args.time_max, "cost_max": args.cost_max,
-                "throughput_min": args.throughput_min},
-        "resources": {"batch_size_max": args.batch_size_max, "memory_max": args.memory_max},
-        "run": {"baseline_samples": args.baseline_samples, "refine_rounds": args.refine_rounds,
-                "runoff_rounds": args.runoff_rounds, "runoff_size": args.runoff_size,
-                "probe_seconds": args.probe_seconds if args.probe_seconds else None,
-                "executor": args.executor, "ray_address": args.ray_address,
-                "budget": _budget(args.budget)},
-    }
-    config = load_config(args.config, overrides)
+    options = {**vars(args), "budget": _budget(args.budget), "preference": parse_preference(
+        "balanced" if args.preference is None else args.preference)}
+    jobs = [Job.from_options(options, f) for f in args.train_file]
+    config = load_config(args.config, jobs[0].overrides())
     if args.resume:
         _same_machine(Path(args.resume), config)
     check_available(config.run.executor)
-    args.preference = parse_preference(args.preference)
-    config.multi_objective.vector(args.preference)  # unknown names fail here (exit 2)
+    config.multi_objective.vector(jobs[0].preference)  # unknown names fail here (exit 2)
     for flag, value, low, strict in (("--probe-seconds", args.probe_seconds, 0, False),
                                      ("--agent-seconds", args.agent_seconds, 0, True),
                                      ("--baseline-samples", args.baseline_samples, 1, False),
@@ -193,7 +184,7 @@ def _load(args: argparse.Namespace) -> OptimizerConfig:
                                      ("--total-samples", args.total_samples, 0, True)):
         if value is not None and (value < low or (strict and value == low)):
             raise ConfigError(f"{flag} must be {'>' if strict else '>='} {low} (got {value:g})")
-    return config
+    return config, jobs
 
 
 def _same_machine(folder: Path, config: OptimizerConfig) -> None:
@@ -243,56 +234,19 @@ def choose_launcher(asked: str | None, source: str) -> str:
     return decide_launch(asked, source).launcher
 
 
-def workers_max(args: argparse.Namespace, manager: TrainingModuleManager, config: Any) -> int:
-    """The most data-parallel workers a trial runs: ``--workers-max``, else the GPUs (on a GPU
-    machine) or 2; 1 for a script not launched by torchrun."""
-    if manager.launcher != "torchrun":
-        return 1
-    given = getattr(args, "workers_max", None)
-    if given is not None:
-        if given < 1:
-            raise CloudoptError(f"--workers-max {given}: give 1 or more workers")
-        return int(given)
-    return max(int(config.resources.gpu_count_max or 0), 2)
-
-
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "run"
 
 
-def _sla_given(args: argparse.Namespace) -> frozenset[str]:
-    given = {"time_max": args.time_max, "cost_max": args.cost_max,
-             "throughput_min": args.throughput_min}
-    return frozenset(k for k, v in given.items() if v is not None)
-
-
-def optimize_file(optimizer: CloudResourceOptimizer, manager: TrainingModuleManager,
-                  run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """The whole pipeline for one script; prints the baseline table and a summary."""
+def optimize_file(optimizer: CloudResourceOptimizer, job: Job, manager: TrainingModuleManager,
+                  run_dir: Path) -> OptimizationResult:
+    """The whole pipeline for one prepared script (:func:`optimizer.search.job_setup.prepare`);
+    prints the baseline table and a summary."""
     config = optimizer.config
-    launch = decide_launch(getattr(args, "launcher", "auto"), manager.module.source)
     run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(run_dir / "run.json", {
-        "train_file": str(manager.module_path), "train_args": manager.train_args,
-        "batch_size_arg": manager.batch_size_arg, "batch_size_env": manager.batch_size_env,
-        "workers_arg": manager.workers_arg, "preference": args.preference,
-        "probe_seconds": args.probe_seconds, "total_samples": args.total_samples,
-        "dataset_path": args.dataset_path, "offline_logs": args.offline_logs,
-        "phase_model": args.phase_model, "options": recorded_options(args),
-    })
-    options = JobOptions(
-        train_args=manager.train_args, batch_size_arg=manager.batch_size_arg,
-        batch_size_env=manager.batch_size_env, workers_arg=manager.workers_arg,
-        lr_arg=args.lr_arg, epochs_arg=args.epochs_arg, steps_arg=args.steps_arg,
-        probe_seconds=args.probe_seconds, total_samples=args.total_samples,
-        dataset_path=args.dataset_path, offline_logs=args.offline_logs,
-        phase_model=args.phase_model, sla_given=_sla_given(args),
-        agent_seconds=args.agent_seconds, image=args.image, live_plan=args.live_plan,
-        launcher=manager.launcher, launch_note=launch.note,
-        workers_max=workers_max(args, manager, config) if launch.workers else 1,
-        history=history_seed(args, manager, config, run_dir))
-    result = optimizer.optimize_training(manager.module_path, run_dir, options)
-    ranked = rank_trials(result.baseline, config, args.preference)
+    atomic_write_json(run_dir / "run.json", job.record())
+    result = optimizer.run_job(job, manager, run_dir)
+    ranked = rank_trials(result.baseline, config, job.preference)
     print(format_trials_table(ranked))
     best = best_trial(ranked)
     if best is not None:  # a sentence: the setting in words, its trial id stays in the table
@@ -300,30 +254,11 @@ def optimize_file(optimizer: CloudResourceOptimizer, manager: TrainingModuleMana
                            None if pd.isna(best["batch_size"]) else int(best["batch_size"]))
         rate = ("throughput unmeasured" if pd.isna(best["throughput"])
                 else f"{best['throughput']:.1f} samples/s")
-        print(f"best baseline setting for {args.preference!r}: "
+        print(f"best baseline setting for {job.preference!r}: "
               f"{describe_allocation(alloc, gpus=bool(ranked['gpus'].max()))}: "
               f"{job_words(best['job_cost'], best['job_time_s'])}, {rate}")
     print(summary_table(result))
-    return {"run_dir": str(run_dir), "result": result}
-
-
-def history_seed(args: argparse.Namespace, manager: TrainingModuleManager,
-                 config: OptimizerConfig, run_dir: Path) -> HistorySeed:
-    """``--history``: each spec read (:func:`optimizer.history.sources.read_history`) and its
-    runs of this script made prior measurements (:func:`seed_from_history`), said unless
-    quiet; the closed loop then makes :data:`HISTORY_ROUNDS` rounds unless
-    ``--refine-rounds`` says otherwise."""
-    specs = list(getattr(args, "history", None) or [])
-    script = Script(Path(manager.module_path), tuple(manager.train_args), config.resources,
-                    manager.script_digest(), getattr(args, "history_job", None))
-    seed = seed_from_history([(s, read_history(s)) for s in specs], script,
-                             manager.default_batch_size(), run_dir, bool(manager.workers_arg),
-                             config.run.baseline_samples)
-    if seed.on and getattr(args, "refine_rounds", None) is None:
-        config.run.refine_rounds = HISTORY_ROUNDS
-    if seed.on and not getattr(args, "quiet", False):
-        print("\n".join(seed.notes()), flush=True)
-    return seed
+    return result
 
 
 def _to_progress(measured: dict[str, Any], job: dict[str, Any] | None = None) -> str:
@@ -346,14 +281,13 @@ def _to_progress(measured: dict[str, Any], job: dict[str, Any] | None = None) ->
             f"{job.get('judged_by') or 'judged by its efficiency'})")
 
 
-def summary_table(result: Any) -> str:
+def summary_table(result: OptimizationResult) -> str:
     """Baseline (reference trial) against the optimized run, and where the report is."""
     from optimizer.trials.records import job_cost, job_time
 
     rec = result.recommendation
     rows = [("baseline", result.baseline[0]), ("optimized", result.optimized)]
-    alloc = rec["allocation"]
-    alloc = Allocation(**alloc) if isinstance(alloc, dict) else alloc
+    alloc = rec.allocation
     gpus = any(t.allocation.gpus for _, t in rows if t is not None) or bool(alloc.gpus)
     said = {name: describe_allocation(t.allocation, gpus=gpus) for name, t in rows
             if t is not None}
@@ -372,17 +306,17 @@ def summary_table(result: Any) -> str:
             f"{'-' if jc is None else format(jc, '.6f'):>12} "
             f"{'-' if t.throughput is None else format(t.throughput, '.1f'):>10}  "
             f"{'measured' if t.status == 'completed' else 'time/cost predicted from a probe'}")
-    m = rec.get("measured")
+    m = rec.measured
     if m:
         lines.append(
             f"{'recommend':<10} {said['recommend']:<{wide}} {m['job_time_s']:>10.1f} "
             f"{m['job_cost']:>12.6f} {m['throughput'] or 0:>10.1f}  trial {m['trial']} at "
-            "the right-sized memory request" + _to_progress(m, rec.get("job_length")))
-    lines.append(f"recommended by: {rec['agent']}")
+            "the right-sized memory request" + _to_progress(m, rec.job_length))
+    lines.append(f"recommended by: {rec.agent}")
     for run_name, status in result.sla_status.items():
         lines.append(f"SLA {run_name}: " + ", ".join(
             f"{k} {'met' if ok else 'VIOLATED'}" for k, ok in status.items()))
-    for note in rec.get("notes", []):
+    for note in rec.notes:
         lines.append(f"note: {note}")
     for w in result.comparison.get("monitor", {}).get("warnings", []):
         lines.append(f"warning: {w}")
@@ -391,19 +325,15 @@ def summary_table(result: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = _load(args)
-    managers = [TrainingModuleManager(f, args.train_args, args.batch_size_arg,
-                                      args.batch_size_env, getattr(args, "workers_arg", None))
-                for f in args.train_file]
-    for m in managers:  # every script is checked before any trial runs
-        m.load_module()
-        m.launcher = choose_launcher(getattr(args, "launcher", "auto"), m.module.source)
-    for m in managers:
+    config, jobs = _load(args)
+    prepared = [prepare(job, config) for job in jobs]  # every script checked before any trial
+    for job, manager in prepared:
         optimizer = CloudResourceOptimizer(copy.deepcopy(config), quiet=args.quiet)
-        optimizer.set_user_preference(args.preference)
-        run_dir = _run_dir(args, config, m.module_path, len(managers))
+        run_dir = _run_dir(args, config, job.train_file, len(prepared))
+        if args.resume:
+            _said_before(run_dir)
         try:
-            optimize_file(optimizer, m, run_dir, args)
+            optimize_file(optimizer, job, manager, run_dir)
         except KeyboardInterrupt:
             if (run_dir / "run.json").exists():
                 target = Path(args.resume or args.output or run_dir)
@@ -411,3 +341,14 @@ def run(args: argparse.Namespace) -> int:
             raise
     sys.stdout.flush()
     return 0
+
+
+def _said_before(run_dir: Path) -> None:
+    """What a resumed folder recommended last, read back from its result."""
+    previous, why = recorded_result(run_dir)
+    if previous is not None:
+        rec = previous.recommendation
+        print(f"{run_dir}: its last recommendation: {describe_allocation(rec.allocation)} "
+              f"({rec.agent}, preference {previous.preference})")
+    elif why:
+        print(f"{run_dir}: its recorded result is not read back ({why}); it is written anew")

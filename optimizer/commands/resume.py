@@ -1,9 +1,11 @@
 """``--resume DIR`` alone: the main command's options come back from what the run recorded.
 
-Every run folder keeps the options it was started with in ``run.json`` (``options``). On
-``--resume DIR`` an option given again on the command line wins, the rest are the recorded ones;
-:func:`fill_from_run` says which ones changed, so the user sees what is reused and what is
-redone (a changed preference retrains the agents and keeps the measured trials).
+Every run folder keeps the options it was started with in ``run.json`` (``options``, written
+from its :class:`~optimizer.foundation.job.Job`). On ``--resume DIR`` an option given again on
+the command line wins, the rest are the recorded ones; :func:`fill_from_run` says which ones
+changed, so the user sees what is reused and what is redone (a changed preference retrains the
+agents and keeps the measured trials). The result the folder recorded is read back
+(:func:`recorded_result`) so the user sees what the resumed run may change.
 """
 
 from __future__ import annotations
@@ -15,20 +17,11 @@ from typing import Any
 
 from optimizer.foundation.atomic_files import read_json
 from optimizer.foundation.errors import CloudoptError
+from optimizer.foundation.job import RECORDED
+from optimizer.foundation.result import RunResult
 
 RUN_FILE = "run.json"
-RECORDED = ("train_file", "preference", "config", "baseline_samples", "time_max", "cost_max",
-            "throughput_min", "train_args", "batch_size_arg", "batch_size_env", "batch_size_max", "memory_max",
-            "workers_arg", "lr_arg", "epochs_arg", "steps_arg", "launcher", "workers_max",
-            "probe_seconds", "total_samples", "dataset_path", "offline_logs", "agent_seconds",
-            "refine_rounds", "runoff_rounds", "runoff_size", "budget", "phase_model", "image", "executor", "ray_address",
-            "history", "history_job")
-"""The options a run records and a resume reads back (not ``output``, ``resume``, ``quiet``)."""
-
-
-def recorded_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The options of ``args`` to record in ``run.json``."""
-    return {k: getattr(args, k, None) for k in RECORDED}
+RESULT_FILE = "recommendation.json"
 
 
 def _run_files(folder: Path) -> list[Path]:
@@ -93,10 +86,22 @@ def _show(value: Any) -> str:
     return str(value)
 
 
+def recorded_result(run_dir: Path) -> tuple[RunResult | None, str | None]:
+    """The result a run folder recorded (``recommendation.json``), or None and why not (None
+    too where it has none yet)."""
+    path = run_dir / RESULT_FILE
+    if not path.is_file():
+        return None, None
+    try:
+        return RunResult.from_json(read_json(path), str(path)), None
+    except CloudoptError as exc:
+        return None, str(exc)
+
+
 def resume_command(run_dir: Path) -> str:
     """The command that continues an interrupted run."""
     return f"python -m optimizer --resume {shlex.quote(str(run_dir))}"
 
 
 __all__ = ["RECORDED", "fill_from_run", "has_recorded_options", "load_recorded",
-           "recorded_options", "resume_command"]
+           "recorded_result", "resume_command"]

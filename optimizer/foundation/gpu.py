@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import Any
 
 _lock = threading.Lock()
 _state: dict[str, object] = {"init": None}
@@ -77,3 +78,28 @@ def gpu_utilization(indices: list[int] | None = None) -> list[float]:
 def gpu_memory_used_gb(indices: list[int] | None = None) -> list[float]:
     """Memory in use (GB) on each GPU in ``indices``; [] without NVML."""
     return _read_each(indices, lambda nv, h: nv.nvmlDeviceGetMemoryInfo(h).used / 1024**3)
+
+
+def gpu_consistency() -> dict[str, Any]:
+    """Whether CUDA, ``CUDA_VISIBLE_DEVICES`` and NVML agree on the GPUs this job can use:
+    what each sees, ``consistent``, and one line per disagreement (``issues``)."""
+    try:
+        import torch
+
+        cuda = bool(torch.cuda.is_available())
+        torch_count = torch.cuda.device_count() if cuda else 0
+    except Exception:  # a broken CUDA install must not stop a CPU-only optimization
+        cuda, torch_count = False, 0
+    nvml = nvml_device_count()
+    visible = visible_device_indices()
+    issues = []
+    if nvml and not cuda:
+        issues.append(f"NVML sees {nvml} GPU(s) but torch.cuda is not available "
+                      "(CPU-only torch build or driver mismatch)")
+    if cuda and torch_count != len(visible):
+        issues.append(f"torch sees {torch_count} GPU(s) but CUDA_VISIBLE_DEVICES/NVML give "
+                      f"{len(visible)}")
+    return {"cuda_available": cuda, "torch_device_count": torch_count,
+            "nvml_device_count": nvml, "visible_devices": visible,
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "consistent": not issues, "issues": issues}

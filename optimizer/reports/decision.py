@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from optimizer.foundation.allocation import Allocation, describe_allocation, job_words
+from optimizer.foundation.job import Preference
+from optimizer.foundation.result import Recommendation
 from optimizer.reports.render import Report, fmt
 from optimizer.trials.records import TrialSummary, job_cost, job_time
 
@@ -32,12 +34,12 @@ def _change(new: float | None, old: float | None, less: str, more: str) -> str:
     return f"{abs(ratio):.0%} {less if ratio < 0 else more}" if abs(ratio) >= 0.005 else "same"
 
 
-def answer(result: Any, reference: TrialSummary, rec: dict[str, Any],
+def answer(rec: Recommendation, preference: Preference, reference: TrialSummary,
            alloc: Allocation, gpus: bool = False) -> str:
     """What to run, what it saves against the default allocation, and how it was verified (in
     words and dollars: the trial ids are in the tables below)."""
     lines = [f"Run it with {describe_allocation(alloc, gpus=gpus)}."]
-    m, t0, c0 = rec.get("measured") or {}, job_time(reference), job_cost(reference)
+    m, t0, c0 = rec.measured, job_time(reference), job_cost(reference)
     if m and t0 and c0 and m.get("job_cost") is not None and m.get("job_time_s") is not None:
         lines.append(
             f"Measured: {job_words(m['job_cost'], m['job_time_s'], whole=False)} per job, "
@@ -45,20 +47,19 @@ def answer(result: Any, reference: TrialSummary, rec: dict[str, Any],
             f"{_change(m['job_time_s'], t0, 'faster', 'slower')} than the default allocation "
             f"({describe_allocation(reference.allocation, gpus=gpus)}: "
             f"{job_words(c0, t0, whole=False)}).")
-    rounds = rec.get("rounds") or []
-    fit = rec.get("fit") or {}
+    rounds, fit = rec.rounds, rec.fit or {}
     how = "Verified by real runs of this setting" + (
         f" (the job's time and cost {m['time_is']})"
         if (m.get("time_is") or "measured") != "measured" else "")
     loop = sum(1 for row in rounds if row.get("trial"))
-    lines.append(f"{how}: the best measured of the run's trials for '{result.preference}', "
+    lines.append(f"{how}: the best measured of the run's trials for '{preference}', "
                  f"{loop} of them chosen by the closed loop"
                  + (f"; workload-model error up to {fmt(fit.get('max_rel_error'), '.0%')} "
                     f"over {fit.get('n_trials')} trials" if fit.get("max_rel_error") is not None
                     else "; no workload model could be fitted") + ".")
     lines.append("Deploy: k8s-job.yaml (a Job with these requests and a VerticalPodAutoscaler "
                  "bounded by the measured peaks).")
-    if getattr(alloc, "replicas", 1) > 1:
+    if alloc.replicas > 1:
         lines.append(f"Distributed: trainjob.yaml (a Kubeflow TrainJob of {alloc.replicas} "
                      "nodes, one torchrun worker each, on the torch-distributed runtime).")
     return "\n".join(lines)
@@ -77,10 +78,10 @@ def memory_words_paragraph(mem: dict[str, Any]) -> str:
             "without one, the probes' memory growth projected over the whole job.")
 
 
-def rounds_section(r: Report, rec: dict[str, Any]) -> None:
+def rounds_section(r: Report, rec: Recommendation) -> None:
     """Each closed-loop round: what was planned, predicted and measured, and the final choice."""
     r.heading("Closed loop: planned, predicted, measured")
-    fit = rec.get("fit") or {}
+    fit = rec.fit or {}
     if fit:
         r.paragraph(f"Workload fit (latest round): R² throughput "
                     f"{fmt(fit.get('r2_throughput'), '.3f')}, largest error "
@@ -88,7 +89,7 @@ def rounds_section(r: Report, rec: dict[str, Any]) -> None:
                     f"{fit.get('n_trials') if fit.get('n_trials') is not None else 'n/a'} "
                     "trials.")
     rows = []
-    for row in rec.get("rounds") or []:
+    for row in rec.rounds:
         p = row.get("planned")  # a budget stop plans nothing
         a = row.get("measured_allocation") if row.get("trial") else None
         outside = row.get("plan_outside_measured_range") or []
@@ -103,11 +104,10 @@ def rounds_section(r: Report, rec: dict[str, Any]) -> None:
                      "error": row.get("rel_error")})
     if rows:
         r.table(rows)
-    mem = rec.get("memory") or {}
-    if mem:
-        r.paragraph(memory_words_paragraph(mem))
-    if rec.get("choice"):
-        r.paragraph(f"Final choice: {rec['choice']}.")
+    if rec.memory:
+        r.paragraph(memory_words_paragraph(rec.memory))
+    if rec.choice:
+        r.paragraph(f"Final choice: {rec.choice}.")
 
 
 __all__ = ["answer", "memory_words_paragraph", "rounds_section"]

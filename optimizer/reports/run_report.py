@@ -8,18 +8,23 @@ plan's totals are the workload model's predictions.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from optimizer.foundation.allocation import Allocation, describe_allocation
 from optimizer.foundation.atomic_files import atomic_write_json, atomic_write_text
+from optimizer.foundation.config import OptimizerConfig, ResourceConfig
 from optimizer.foundation.errors import CloudoptError
+from optimizer.foundation.job import Job
 from optimizer.foundation.memory import right_size_memory
+from optimizer.foundation.result import Recommendation, RunResult
 from optimizer.reports.cluster import JobShape, write_cluster_outputs
 from optimizer.reports.decision import answer as _answer
 from optimizer.reports.decision import rounds_section
+from optimizer.reports.figures import trial_row
 from optimizer.reports.goodput import goodput_section, plot_efficiency
 from optimizer.reports.k8s import k8s_resources_yaml
 from optimizer.reports.live import live_section, plot_live, write_live_k8s
@@ -34,30 +39,52 @@ from optimizer.reports.render import Report, dollars, fmt, format_value
 from optimizer.reports.scaling import plot_scaling, scaling_section
 from optimizer.reports.sources import sources_section
 from optimizer.trials.launchers.torchrun import under_torchrun
-from optimizer.trials.phase_profile import phase_needs
-from optimizer.trials.records import TrialSummary, iter_trials, job_cost, job_time
+from optimizer.trials.phase_profile import PhaseProfile, phase_needs
+from optimizer.trials.records import TrialSummary, iter_trials
 from optimizer.trials.resources import ResourceManager
-from optimizer.trials.sla import calculate_sla_violations
+
+if TYPE_CHECKING:  # types only: the tracker loads torch
+    from agents.metrics import RLMetricsTracker
+    from optimizer.trials.training import TrainingModuleManager
 
 
-def _job_shape(opt: Any, result: Any, rec: dict[str, Any], alloc: Allocation,
-               env: dict[str, str], args: list[str] | None, run_dir: Path,
-               opts: Any, profile: Any = None) -> JobShape:
+@dataclass(frozen=True)
+class ReportInputs:
+    """What every output is rendered from: the typed result, the runs it is measured against,
+    the configuration, the tracker the metric CSVs come from, and the job with the manager
+    that ran its trials (None, both: a result rendered without its script)."""
+
+    run_dir: Path
+    result: RunResult
+    baseline: list[TrialSummary]
+    reference: TrialSummary
+    optimized: TrialSummary | None
+    config: OptimizerConfig
+    tracker: RLMetricsTracker
+    job: Job | None = None
+    manager: TrainingModuleManager | None = None
+    profile: PhaseProfile | None = None
+    analysis: dict[str, Any] = field(default_factory=dict)
+    gpu_check: dict[str, Any] = field(default_factory=dict)
+
+
+def _job_shape(out: ReportInputs, alloc: Allocation, env: dict[str, str],
+               args: list[str] | None) -> JobShape:
     """The recommended job as the cluster outputs write it: its command as the trials ran it,
     the VPA's bounds from the measured peaks, and by the phases where they differ: a Job's
     pods keep their first request for the whole run, so the CPU floor is what the busiest
     phase uses, not the run's mean."""
-
-    trials = [t for t in iter_trials(run_dir) if t.ok and t.mem_gb_peak > 0]
-    final = result.optimized
+    rec, job, profile = out.result.recommendation, out.job, out.profile
+    trials = [t for t in iter_trials(out.run_dir) if t.ok and t.mem_gb_peak > 0]
+    final = out.optimized
     peak = final.mem_gb_peak if final is not None and final.mem_gb_peak > 0 else alloc.memory_gb
     # the VPA's floor is what the whole job reaches (a probe's peak is a floor of that, never
     # the answer: a job that grows would be scaled down to it)
-    peak = max(peak, float((rec.get("memory") or {}).get("peak_gb") or 0.0))
+    peak = max(peak, float(rec.memory.get("peak_gb") or 0.0))
     top = max([right_size_memory(t.mem_gb_peak) for t in trials] + [alloc.memory_gb])
     used = final.cpu_cores_mean if final is not None and final.cpu_cores_mean > 0 else 0.1
     needs = phase_needs(profile, used, peak, alloc.cpus) if profile is not None else None
-    comment = (f"cloudopt recommendation ({rec['agent']}, preference {result.preference}); "
+    comment = (f"cloudopt recommendation ({rec.agent}, preference {out.result.preference}); "
                "image: set --image (the default is a placeholder)")
     if needs is not None and not needs.empty:
         used = max(used, float(needs["cpu_cores"].max()))
@@ -65,57 +92,29 @@ def _job_shape(opt: Any, result: Any, rec: dict[str, Any], alloc: Allocation,
             f"\n  phase {int(r.phase)} ({fmt(r.share, '.0%')} of the run): "
             f"{fmt(r.cpu_cores, '.2f')} cores, {fmt(r.mem_gb, '.2f')} GB"
             for r in needs.itertuples())
-    mgr = opt.training_manager
-    script = str(mgr.module_path) if mgr is not None else "train.py"
-    job_args = args if args is not None else (list(mgr.train_args) if mgr is not None else [])
-    workers = alloc.workers
-    if workers is None and mgr is not None and getattr(mgr, "workers_arg", None):
+    script = str(job.train_file) if job is not None else "train.py"
+    job_args = args if args is not None else (list(job.train_args) if job is not None else [])
+    workers, mgr = alloc.workers, out.manager
+    if workers is None and mgr is not None and job is not None and job.workers_arg:
         try:
             workers = mgr.default_workers()
         except CloudoptError:  # its config file went since the start: the flag alone decides
             workers = None
     ranks = (final.model_info or {}).get("rank_mem_gb_peak") if final is not None else None
+    config = out.config
     return JobShape(
-        alloc, env, name=Path(result.run_dir).name, script=script, args=list(job_args),
+        alloc, env, name=out.run_dir.name, script=script, args=list(job_args),
         # as the trials ran it: torchrun for several workers, one only where it is required
-        launcher="torchrun" if mgr is not None and under_torchrun(
-            mgr.launcher, alloc.replicas, mgr.launch_required) else "python",
-        loader_workers=workers, workers_flag=getattr(mgr, "workers_arg", None),
+        launcher="torchrun" if job is not None and under_torchrun(
+            job.launch.launcher, alloc.replicas, job.launch.required) else "python",
+        loader_workers=workers, workers_flag=(job.workers_arg or None) if job else None,
         rank_peaks_gb=list(ranks) if ranks else None, memory_bounds_gb=(peak, top),
-        cpu_bounds=(round(used, 1), opt.config.resources.cpu_count_max),
-        image=getattr(opts, "image", None), sla_time_s=opt.config.sla.time_max,
-        predicted_time_s=_predicted_job_s(rec), comment=comment)
-
-
-def _predicted_job_s(rec: dict[str, Any]) -> float | None:
-    """The recommended job's time (the Jobs' deadline is set from it and the SLA)."""
-    value = (rec.get("optimized") or {}).get("job_time_s")
-    return float(value) if isinstance(value, (int, float)) and value > 0 else None
-
-
-def _alloc(value: Any) -> Allocation:
-    return Allocation(**value) if isinstance(value, dict) else value
-
-
-def _row(role: str, t: TrialSummary) -> dict[str, Any]:
-    a = t.allocation
-    return {"run": role, "trial": t.trial_id, "status": t.status, "gpus": a.gpus, "cpus": a.cpus,
-            "memory_gb": a.memory_gb, "batch_size": a.batch_size,
-            "measured_wall_s": t.wall_time_s, "throughput": t.throughput,
-            "throughput_source": t.throughput_source, "job_time_s": job_time(t),
-            "job_cost": job_cost(t), "hourly_cost": t.hourly_cost,
-            "figures": "measured" if t.status == "completed" else "throughput measured, "
-            "job time/cost predicted", "cpu_util_pct": t.cpu_util_mean,
-            "mem_gb_peak": t.mem_gb_peak,
-            "ran_beside": ", ".join(t.concurrent_with) or "nothing (alone)"}
-
-
-def _sla(t: TrialSummary, sla: Any) -> dict[str, bool]:
-    frame = pd.DataFrame([{"predicted_total_time_s": job_time(t),
-                           "predicted_total_cost": job_cost(t), "throughput": t.throughput,
-                           "mem_gb_peak": t.mem_gb_peak, "gpus": t.allocation.gpus,
-                           "gpu_util_mean": t.gpu_util_mean, "cpu_util_mean": t.cpu_util_mean}])
-    return {k: bool(v) for k, v in calculate_sla_violations(frame, sla).items()}
+        cpu_bounds=(round(used, 1), config.resources.cpu_count_max),
+        image=job.image if job is not None else None, sla_time_s=config.sla.time_max,
+        # The deadline is set from the SLA alone: the recommendation's own time never reached
+        # it (the old dict lookup named a key the recommendation lacks), and this refactor
+        # changes no output; giving it rec.measured's time is a decision of its own.
+        predicted_time_s=None, comment=comment)
 
 
 # ---------------------------------------------------------------------------------- plots
@@ -130,71 +129,64 @@ def _read_rl(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, pd.Da
     return read("decisions.csv"), read("pareto_sweep.csv"), curves
 
 
-def write_outputs(opt: Any, result: Any, reference: TrialSummary, profile: Any,
-                  analysis: dict[str, Any], gpu_check: dict[str, Any], opts: Any) -> dict[str, Path]:
-    """Write every output of one optimization into ``result.run_dir``; return their paths."""
-    run_dir: Path = result.run_dir
+def write_outputs(out: ReportInputs) -> dict[str, Path]:
+    """Write every output of one optimization into ``out.run_dir``; return their paths."""
+    run_dir, result = out.run_dir, out.result
     plots = run_dir / "plots"
     plots.mkdir(parents=True, exist_ok=True)
-    rec, optimized, sla = result.recommendation, result.optimized, opt.config.sla
+    rec, optimized, tracker = result.recommendation, out.optimized, out.tracker
     decisions, sweep, curves = _read_rl(run_dir)
-    tracker = opt.metrics_tracker
     _track_decisions(tracker, decisions, rec)
     if not sweep.empty:
-        _track_pareto(tracker, sweep, opt.config.resources)
-    for t in result.baseline:
-        tracker.add_performance_metrics(**_row("baseline", t))
+        _track_pareto(tracker, sweep, out.config.resources)
+    for t in out.baseline:
+        tracker.add_performance_metrics(**trial_row("baseline", t))
     if optimized is not None:
-        tracker.add_performance_metrics(**_row("optimized", optimized))
-    sla_rows = {"baseline": _sla(reference, sla)}
-    if optimized is not None and optimized.ok:
-        sla_rows["optimized"] = _sla(optimized, sla)
-    for source, status in sla_rows.items():
+        tracker.add_performance_metrics(**trial_row("optimized", optimized))
+    for source, status in result.sla_status.items():
         tracker.add_sla_status(source, status)
-    result.sla_status = sla_rows
     csvs = tracker.save_all_metrics()
     paths: dict[str, Path] = {f"metrics/{k}": v for k, v in csvs.items()}
-    paths["optimization_metrics"] = opt.save_optimization_metrics(result)
 
-    alloc = _alloc(rec["allocation"])
-    env = ResourceManager.apply_configuration(alloc, env={}, resource_config=opt.config.resources)
+    alloc = rec.allocation
+    env = ResourceManager.apply_configuration(alloc, env={},
+                                              resource_config=out.config.resources)
     env = {k: v for k, v in env.items() if not k.startswith("COST_PER")}
-    mgr, args, spec = opt.training_manager, None, getattr(opt, "job_spec", None)
-    control = spec.batch_control if spec is not None else (
-        mgr.batch_control() if mgr is not None else None)
-    if mgr is not None and (control != "env" or mgr.batch_size_env):
+    job, mgr, args = out.job, out.manager, None
+    if mgr is not None and job is not None and (job.batch_control != "env"
+                                                or job.batch_size_env):
         env.pop("OPTIMIZER_BATCH_SIZE", None)  # the script ignores it: no false promise
         env.update(mgr.batch_environment(alloc.batch_size))
-    if mgr is not None:
-        flagged = (mgr.run_args(alloc) + list((rec.get("learning_rate") or {}).get("args", []))
-                   + list((rec.get("job_length") or {}).get("args", [])))
-        args = flagged if flagged != list(mgr.train_args) else None
+    if mgr is not None and job is not None:
+        flagged = (mgr.run_args(alloc) + list((rec.learning_rate or {}).get("args", []))
+                   + list((rec.job_length or {}).get("args", [])))
+        args = flagged if flagged != list(job.train_args) else None
     atomic_write_text(run_dir / "k8s-resources.yaml", k8s_resources_yaml(
-        alloc, env, name=Path(result.run_dir).name, args=args,
-        comment=f"cloudopt recommendation ({rec['agent']}, preference {result.preference})"))
+        alloc, env, name=run_dir.name, args=args,
+        comment=f"cloudopt recommendation ({rec.agent}, preference {result.preference})"))
     paths["k8s"] = run_dir / "k8s-resources.yaml"
-    shape = _job_shape(opt, result, rec, alloc, env, args, run_dir, opts, profile)
+    shape = _job_shape(out, alloc, env, args)
     # k8s-job.yaml; a data-parallel pick: trainjob.yaml and ray_train_job.py beside it
     paths.update(write_cluster_outputs(run_dir, shape))
-    paths.update(write_live_k8s(run_dir, rec.get("live"), env, name=shape.name,
+    paths.update(write_live_k8s(run_dir, rec.live, env, name=shape.name,
                                 command=["python", Path(shape.script).name, *shape.args],
                                 image=shape.image, sla_time_s=shape.sla_time_s,
                                 predicted_time_s=shape.predicted_time_s,
                                 shm=shape.uses_loader_workers))
-    paths["recommendation"] = _write_recommendation(run_dir, result, reference, rec, sla_rows)
+    paths["recommendation"] = run_dir / "recommendation.json"
+    atomic_write_json(paths["recommendation"], result.to_json())
 
-    figs = _figures(plots, result, reference, profile, decisions, sweep, curves, rec, run_dir)
-    report = _build_report(opt, result, reference, rec, sla_rows, decisions, analysis,
-                           gpu_check, figs, profile)
-    md, page = report.write(run_dir)
+    figs = _figures(plots, out, decisions, sweep, curves)
+    md, page = _build_report(out, decisions, figs).write(run_dir)
     paths["report_md"], paths["report_html"] = md, page
     return paths
 
 
-def _track_decisions(tracker: Any, decisions: pd.DataFrame, rec: dict[str, Any]) -> None:
+def _track_decisions(tracker: RLMetricsTracker, decisions: pd.DataFrame,
+                     rec: Recommendation) -> None:
     """Every step of the recommended plan, as the design's adjustment records."""
     keys = ("gpus", "cpus", "memory_gb", "batch_size")
-    init = _alloc(rec.get("initial") or rec["allocation"])
+    init = rec.initial or rec.allocation
     old = tuple(getattr(init, k) for k in keys)
     for d in decisions.to_dict("records"):
         new = tuple(d[k] for k in keys)
@@ -203,14 +195,15 @@ def _track_decisions(tracker: Any, decisions: pd.DataFrame, rec: dict[str, Any])
             reward_components={"cost": d["r_cost"], "time": d["r_time"],
                                "efficiency": d["r_efficiency"], "sla": d["r_sla"]},
             sla_status={"all_met": d["r_sla"] >= 0, "oom": bool(d["oom"])},
-            description=d["description"], policy=rec["agent"],
+            description=d["description"], policy=rec.agent,
             uncertainty=None if pd.isna(d.get("uncertainty")) else d["uncertainty"],
             extra={"phase": d["phase"], "effect": d.get("effect"),
                    "confidence": d.get("confidence")})
         old = new
 
 
-def _track_pareto(tracker: Any, sweep: pd.DataFrame, resources: Any) -> None:
+def _track_pareto(tracker: RLMetricsTracker, sweep: pd.DataFrame,
+                  resources: ResourceConfig) -> None:
     """The DP optimum per cost/time weight as (cost, time, resource) outcomes, with their
     front and hypervolume against 10% beyond the worst cost and time and a full machine."""
     share = [sweep["cpus"] / max(resources.cpu_count_max, 1),
@@ -223,78 +216,28 @@ def _track_pareto(tracker: Any, sweep: pd.DataFrame, resources: Any) -> None:
     tracker.add_pareto_front(outcomes, reference, label="dp-sweep")
 
 
-def _write_recommendation(run_dir: Path, result: Any, reference: TrialSummary,
-                          rec: dict[str, Any], sla_rows: dict[str, dict[str, bool]]) -> Path:
-    opt_t = result.optimized
-    optimum = next((o for o in rec.get("outcomes", []) if o["name"] == rec["agent"]), None)
-    body = {
-        "preference": result.preference,
-        "agent": rec["agent"],
-        "share_of_optimum": optimum["share_of_optimum"] if optimum else None,
-        "baseline": {**_row("baseline", reference), "sla": sla_rows.get("baseline")},
-        "optimized": None if opt_t is None else {**_row("optimized", opt_t),
-                                                 "sla": sla_rows.get("optimized")},
-        "predicted_vs_measured": {
-            "throughput": {"predicted": rec.get("predicted", {}).get("throughput"),
-                           "measured": None if opt_t is None else opt_t.throughput},
-            "job_time_s": {"predicted": rec.get("predicted", {}).get("time_s"),
-                           "measured": None if opt_t is None else job_time(opt_t),
-                           "measured_is": None if opt_t is None else
-                           ("measured" if opt_t.status == "completed" else
-                            "predicted from measured throughput")},
-            "job_cost": {"predicted": rec.get("predicted", {}).get("cost"),
-                         "measured": None if opt_t is None else job_cost(opt_t)},
-        },
-        "allocation": rec["allocation"],
-        "initial": rec.get("initial"),
-        "planned_adjustments": rec.get("planned_adjustments", []),
-        "policies": rec.get("outcomes", []),
-        "sla_feasible": rec.get("sla_feasible"),
-        "sla_source": rec.get("sla_source"),
-        "comparison": result.comparison,
-        "workload_fit": rec.get("fit"),
-        "choice": rec.get("choice"),
-        "final_trial": rec.get("final_trial"),
-        "runoff": rec.get("runoff", []),
-        "runoff_standings": rec.get("runoff_standings", []),
-        "history": rec.get("history"),
-        "memory": rec.get("memory"), "search": rec.get("search"),
-        "goodput": rec.get("goodput"), "learning_rate": rec.get("learning_rate"),
-        "job_length": rec.get("job_length"), "measured": rec.get("measured"),
-        "live": rec.get("live"),
-        "scaling": rec.get("scaling"),
-        "planned_allocation": rec.get("planned_allocation"),
-        "rounds": rec.get("rounds", []),
-        "notes": rec.get("notes", []),
-    }
-    path = run_dir / "recommendation.json"
-    atomic_write_json(path, body)
-    return path
-
-
-def _figures(plots: Path, result: Any, reference: TrialSummary, profile: Any,
-             decisions: pd.DataFrame, sweep: pd.DataFrame, curves: dict[str, pd.DataFrame],
-             rec: dict[str, Any], run_dir: Path) -> dict[str, Path]:
+def _figures(plots: Path, out: ReportInputs, decisions: pd.DataFrame, sweep: pd.DataFrame,
+             curves: dict[str, pd.DataFrame]) -> dict[str, Path]:
+    rec, reference, optimized = out.result.recommendation, out.reference, out.optimized
+    run_dir, profile = out.run_dir, out.profile
     figs: dict[str, Path] = {}
-    if result.optimized is not None and result.optimized.ok:
+    if optimized is not None and optimized.ok:
         figs["comparison"] = plots / "baseline_vs_optimized.png"
-        plot_comparison(figs["comparison"], reference, result.optimized, rec.get("predicted", {}))
-    for name, plot, data in (("efficiency", plot_efficiency, rec.get("goodput") or {}),
-                             ("live", plot_live, rec.get("live")),
-                             ("scaling", plot_scaling, rec.get("scaling"))):
+        plot_comparison(figs["comparison"], reference, optimized, rec.predicted)
+    for name, plot, data in (("efficiency", plot_efficiency, rec.goodput or {}),
+                             ("live", plot_live, rec.live),
+                             ("scaling", plot_scaling, rec.scaling)):
         if plot(plots / f"{name}.png", data):
             figs[name] = plots / f"{name}.png"
     figs["pareto"] = plots / "pareto.png"
-    plot_pareto(figs["pareto"], sweep, result.baseline, rec.get("predicted", {}),
-                 result.optimized)
+    plot_pareto(figs["pareto"], sweep, out.baseline, rec.predicted, optimized)
     if not decisions.empty:
         figs["allocation"] = plots / "allocation.png"
         plot_allocation(figs["allocation"], decisions)
     if curves:
-        optimum = next((o["return"] for o in rec.get("outcomes", []) if o["name"] == "optimal"),
-                       None)
+        optimum = rec.outcome("optimal")
         figs["curves"] = plots / "learning_curves.png"
-        plot_curves(figs["curves"], curves, optimum)
+        plot_curves(figs["curves"], curves, optimum["return"] if optimum else None)
     # The phases belong to the reference trial's trace; a reference that never started (an
     # allocation no Ray node could hold, say) has none, and the report goes on without them.
     reference_trace = next((d / "trace.csv" for d in sorted((run_dir / "trials").glob("*"))
@@ -309,28 +252,26 @@ def _figures(plots: Path, result: Any, reference: TrialSummary, profile: Any,
     return figs
 
 
-def _build_report(opt: Any, result: Any, reference: TrialSummary, rec: dict[str, Any],
-                  sla_rows: dict[str, dict[str, bool]], decisions: pd.DataFrame,
-                  analysis: dict[str, Any], gpu_check: dict[str, Any], figs: dict[str, Path],
-                  profile: Any) -> Report:
-    mgr = opt.training_manager
-    r = Report(f"cloudopt report: {Path(str(mgr.module_path)).name if mgr else 'run'}")
-    alloc = _alloc(rec["allocation"])
+def _build_report(out: ReportInputs, decisions: pd.DataFrame, figs: dict[str, Path]) -> Report:
+    result, reference, profile = out.result, out.reference, out.profile
+    rec = result.recommendation
+    r = Report(f"cloudopt report: {out.job.train_file.name if out.job else 'run'}")
+    alloc = rec.allocation
     gpus = bool(alloc.gpus or reference.allocation.gpus)
-    r.answer(_answer(result, reference, rec, alloc, gpus))
+    r.answer(_answer(rec, result.preference, reference, alloc, gpus))
     r.paragraph(f"Preference: {result.preference}. Recommended allocation: "
-                f"{describe_allocation(alloc, gpus=gpus)} (policy: {rec['agent']}). "
-                f"Run folder: {result.run_dir}.")
-    for note in rec.get("notes", []):
+                f"{describe_allocation(alloc, gpus=gpus)} (policy: {rec.agent}). "
+                f"Run folder: {out.run_dir}.")
+    for note in rec.notes:
         r.note(note)
     for w in result.comparison.get("monitor", {}).get("warnings", []):
         r.note(f"cost/time monitor: {w}")
     r.heading("Baseline vs optimized")
     r.paragraph("Completed runs are measured whole; a probe measures throughput for the time "
                 "box and predicts the whole job's time and cost from it (column 'figures').")
-    rows = [_row("baseline (reference)", reference)]
-    if result.optimized is not None:
-        rows.append(_row("optimized", result.optimized))
+    rows = [trial_row("baseline (reference)", reference)]
+    if out.optimized is not None:
+        rows.append(trial_row("optimized", out.optimized))
     r.table(rows)
     comp = {k: v for k, v in result.comparison.items() if not isinstance(v, dict)}
     if comp:
@@ -339,27 +280,27 @@ def _build_report(opt: Any, result: Any, reference: TrialSummary, rec: dict[str,
         r.figure(figs["comparison"], "Baseline vs optimized: real runs; red mark: plan")
     sources_section(r, reference)
     rounds_section(r, rec)
-    goodput_section(r, rec.get("goodput"), figs.get("efficiency"))
-    scaling_section(r, rec.get("scaling"), figs.get("scaling"))
-    live_section(r, rec.get("live"), figs.get("live"))
+    goodput_section(r, rec.goodput, figs.get("efficiency"))
+    scaling_section(r, rec.scaling, figs.get("scaling"))
+    live_section(r, rec.live, figs.get("live"))
     r.heading("SLA")
-    sla = opt.config.sla
+    sla = out.config.sla
     r.paragraph(f"Limits: time ≤ {fmt(sla.time_max)} s, cost ≤ {dollars(sla.cost_max)}, "
                 f"throughput ≥ {fmt(sla.throughput_min)} samples/s, memory ≤ "
                 f"{fmt(sla.memory_max)} GB "
-                f"(source: {rec.get('sla_source', 'configuration')}).")
+                f"(source: {rec.sla_source or 'configuration'}).")
     r.table([{"run": k, **{m: ("met" if ok else "VIOLATED") for m, ok in v.items()}}
-             for k, v in sla_rows.items()])
+             for k, v in result.sla_status.items()])
     r.heading("Policies against the exact optimum")
-    if rec.get("outcomes"):
+    if rec.outcomes:
         r.paragraph("The plan starts from the fitted model's best static allocation (exact "
                     "enumeration, no restart cost since nothing has run yet); the agents, trained "
                     "on the model with throughput noise, plan the adjustments from there, where "
                     "each change costs a restart as long as the measured start-up. Each policy "
                     "is replayed on the noise-free model; share of optimum = return / "
                     "DP-optimal return.")
-        r.table(rec["outcomes"])
-    fit = rec.get("fit")
+        r.table(rec.outcomes)
+    fit = rec.fit
     if fit:
         r.table([{"workload fit": k, "value": v} for k, v in fit.items()
                  if not isinstance(v, (dict, list))])
@@ -375,13 +316,13 @@ def _build_report(opt: Any, result: Any, reference: TrialSummary, rec: dict[str,
     r.heading("Phases")
     if profile is not None:
         r.table(profile.stats)
-        agreement = getattr(profile, "stage_agreement", None)
+        agreement = profile.stage_agreement
         if agreement:
             r.paragraph(f"Against the stages the in-process probe marked on this trace "
                         f"({', '.join(agreement['stages'])}), the phases agree with an adjusted "
                         f"Rand index of {fmt(agreement.get('adjusted_rand'), '.2f')} over "
                         f"{agreement['samples']} samples (1: the same partition; 0: chance).")
-        opt_trial = result.optimized
+        opt_trial = out.optimized
         needs = phase_needs(profile, opt_trial.cpu_cores_mean, opt_trial.mem_gb_peak,
                             opt_trial.allocation.cpus) \
             if opt_trial is not None and opt_trial.cpu_cores_mean > 0 else None
@@ -408,10 +349,10 @@ def _build_report(opt: Any, result: Any, reference: TrialSummary, rec: dict[str,
     else:
         r.paragraph("No RL decisions (see notes).")
     r.heading("Baseline trials")
-    r.table([_row("baseline", t) for t in result.baseline])
+    r.table([trial_row("baseline", t) for t in out.baseline])
     r.heading("Environment")
-    r.table([{"check": k, "value": format_value(v)} for k, v in {**gpu_check, **{
-        f"script: {k}": v for k, v in analysis.items() if not isinstance(v, (dict, list))}}.items()])
+    r.table([{"check": k, "value": format_value(v)} for k, v in {**out.gpu_check, **{
+        f"script: {k}": v for k, v in out.analysis.items() if not isinstance(v, (dict, list))}}.items()])
     return r
 
 

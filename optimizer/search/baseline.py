@@ -233,7 +233,7 @@ def run_baseline(
     waves = [own, [k for k in range(len(requests)) if k not in own]]
     bar = tqdm(total=len(requests), desc=f"baseline trials ({executor.name})", unit="trial",
                disable=(quiet or not requests) or None, leave=False)
-    launcher = getattr(manager, "launcher", "python")
+    launcher = manager.launcher
     alike = None
     for n, wave in enumerate(waves):
         if not wave or alike:

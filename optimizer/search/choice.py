@@ -32,6 +32,7 @@ from optimizer.search.goodput.heldout import (
     trains_as_well,
     trains_worse,
 )
+from optimizer.search.goodput.job_length import JobLength
 from optimizer.search.memory_need import MemoryNeed, memory_need, same_setting
 from optimizer.trials.cost import ResourceCostCalculator
 from optimizer.trials.records import TrialSummary, job_time
@@ -123,7 +124,7 @@ class _Judges:
     worse: dict[int, Any]
     as_well: dict[int, Any]
     kind: str
-    job: Any
+    job: JobLength | None
     blind: bool
     own_only: bool
 

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.memory import memory_words
 from optimizer.trials.records import TrialSummary, job_time
 
@@ -79,11 +80,11 @@ class MemoryNeed:
                 "job_s": self.job_s, "chosen_peak_gb": chosen_peak_gb, "why": self.words()}
 
 
-def same_setting(a: Any, b: Any) -> bool:
+def same_setting(a: Allocation, b: Allocation) -> bool:
     """Same GPUs, CPUs, batch size, data-loader workers and data-parallel workers (memory is a
     limit)."""
-    return (a.gpus, a.cpus, a.batch_size, a.workers, getattr(a, "replicas", 1)) == \
-        (b.gpus, b.cpus, b.batch_size, b.workers, getattr(b, "replicas", 1))
+    return (a.gpus, a.cpus, a.batch_size, a.workers, a.replicas) == \
+        (b.gpus, b.cpus, b.batch_size, b.workers, b.replicas)
 
 
 def projection(t: TrialSummary) -> float | None:

@@ -26,6 +26,7 @@ from optimizer.search.goodput.efficiency import (
     TrialEfficiency,
     efficiency_from_trials,
 )
+from optimizer.search.goodput.job_length import JobLength
 from optimizer.search.goodput.probe_target import depth_note, trained_records, training_depth
 from optimizer.search.plan_cache import plan_inputs, reusable_plan
 from optimizer.trials.records import TrialSummary
@@ -76,10 +77,13 @@ def plan_round(port: SearchPort, usable: list[TrialSummary], reference: TrialSum
     else:
         executor = port.trial_executor()
         together = "side by side, " if executor.name != "local" else ""
-        port.say(f"round {round_k}: training agents ({together}{budget:g} s each) on the "
+        episodes = port.config.run.agent_episodes
+        episodes = episodes if round_k == 0 or not episodes else max(episodes // 2, 1)
+        port.say(f"round {round_k}: training agents ({together}"
+                 f"{f'{episodes} episodes' if episodes else f'{budget:g} s'} each) on the "
                  f"workload model fitted to {len(usable)} trials")
-        r = recommend(env_cfg, port.config, time_budget_s=budget, quiet=port.quiet,
-                      map_fn=executor.map)
+        r = recommend(env_cfg, port.config, time_budget_s=None if episodes else budget,
+                      episodes=episodes or None, quiet=port.quiet, map_fn=executor.map)
         port.say("agents trained: " + ", ".join(
             f"{o.name} {share_text(o.share_of_optimum)} of the model's optimum"
             for o in r.outcomes if o.name in AGENTS)
@@ -91,7 +95,7 @@ def plan_round(port: SearchPort, usable: list[TrialSummary], reference: TrialSum
 
 
 def measure_efficiency(usable: list[TrialSummary], reference: TrialSummary,
-                       run_dir: Path, goodput: bool = True, job: Any = None
+                       run_dir: Path, goodput: bool = True, job: JobLength | None = None
                        ) -> TrialEfficiency:
     """Statistical efficiency of the script at its trials' batch sizes, relative to its own
     (the reference trial's) batch: off, and saying so, when the batch is unknown or

@@ -71,8 +71,7 @@ def refine(port: SearchPort, job: SearchJob, trials: Sequence[TrialSummary],
     (``allocation`` is the final, measured choice; ``rounds`` says what each round planned,
     predicted and measured), the trial it comes from, every trial, the efficiency measured last
     and why the closed loop stopped."""
-    state = SearchState(port, job, list(trials),
-                        default_batch=getattr(job.manager, "default_batch_size", lambda: None)())
+    state = SearchState(port, job, list(trials), default_batch=job.spec.default_batch)
     for stage in stages(planner):
         stage.run(state)
     assert state.final is not None  # the final choice is one of the stages

@@ -19,8 +19,6 @@ from optimizer.foundation.config.loading import (
     SECTIONS,
     OptimizerConfig,
     configs_dir,
-    dump_json,
-    list_presets,
     load_config,
     read_toml,
 )
@@ -31,5 +29,5 @@ from optimizer.foundation.preferences import validate_preference
 
 __all__ = ["CONFIG_DIR", "DEFAULT_CONFIG", "REPO_ROOT", "SECTIONS", "MultiObjectiveConfig",
            "OptimizerConfig", "RLConfig", "ResourceConfig", "RunConfig", "SLAConfig",
-           "configs_dir", "dump_json", "list_presets", "load_config", "read_toml",
+           "configs_dir", "load_config", "read_toml",
            "validate_preference"]

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import json
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -162,13 +161,5 @@ def load_config(
     return _build_config(data, source_name)
 
 
-def list_presets(directory: str | os.PathLike = CONFIG_DIR) -> Iterable[Path]:
-    return sorted(Path(directory).glob("*.toml"))
-
-
-def dump_json(config: OptimizerConfig) -> str:
-    return json.dumps(config.to_dict(), indent=2, sort_keys=True)
-
-
 __all__ = ["CONFIG_DIR", "DEFAULT_CONFIG", "REPO_ROOT", "SECTIONS", "OptimizerConfig",
-           "configs_dir", "dump_json", "list_presets", "load_config", "read_toml"]
+           "configs_dir", "load_config", "read_toml"]

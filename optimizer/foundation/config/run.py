@@ -26,6 +26,9 @@ class RunConfig:
     seed: int = 0
     agent_seconds: float = 25.0
     """Training budget of each agent in the main job, seconds (half of it in later rounds)."""
+    agent_episodes: int = 0
+    """0: the agents train for ``agent_seconds``; N: for N episodes each whatever the time
+    (half in later rounds), so that a seeded run, a replayed one, repeats exactly."""
     refine_rounds: int = 3
     """Closed-loop rounds after the baseline: each measures one allocation (the agents' plan,
     or the one with the largest expected improvement), refits and re-plans; 0 measures the
@@ -61,7 +64,7 @@ class RunConfig:
     def __post_init__(self) -> None:
         _check(isinstance(self.baseline_samples, int) and self.baseline_samples >= 1,
                "[run].baseline_samples", "must be a positive integer", self.baseline_samples)
-        for name in ("refine_rounds", "runoff_rounds", "job_runs"):
+        for name in ("refine_rounds", "runoff_rounds", "job_runs", "agent_episodes"):
             v = getattr(self, name)
             _check(isinstance(v, int) and v >= 0, f"[run].{name}", "must be a whole number >= 0", v)
         _check(self.budget == "auto" or (isinstance(self.budget, int) and self.budget >= 0),

@@ -69,7 +69,7 @@ class JobShape:
 def per_worker_env(env: dict[str, str], alloc: Allocation) -> dict[str, str]:
     """``env`` with each data-parallel worker's threads: its share of the job's cores."""
     out = dict(env)
-    threads = str(max(int(alloc.cpus) // max(int(getattr(alloc, "replicas", 1)), 1), 1))
+    threads = str(max(int(alloc.cpus) // max(int(alloc.replicas), 1), 1))
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         if var in out:
             out[var] = threads

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from optimizer.foundation.job import Job
 from optimizer.search.core.port import SearchPort
 from optimizer.search.core.state import SearchState
 from optimizer.search.goodput.efficiency import loss_points
@@ -34,11 +35,11 @@ Z90 = 1.645
 MIN_POINTS = 4
 
 
-def script_lr(manager: Any, flag: str) -> tuple[float | None, str]:
+def script_lr(manager: TrainingModuleManager, flag: str) -> tuple[float | None, str]:
     """The learning rate the script runs with: ``flag``'s value as its arguments pass it (a
     flag, a Hydra override, a config file's key: :func:`setting_value`), else the flag's
     literal default in its source; (None, why) when neither says."""
-    found = setting_value(list(manager.train_args), getattr(manager, "module", None), flag)
+    found = setting_value(list(manager.train_args), manager.module, flag)
     if found is None:
         return None, f"no numeric default of {flag} in the script's source"
     if found.number is None or found.number <= 0:
@@ -46,15 +47,15 @@ def script_lr(manager: Any, flag: str) -> tuple[float | None, str]:
     return float(found.number), found.source
 
 
-def _with_lr(manager: Any, flag: str, lr: float) -> TrainingModuleManager:
+def _with_lr(manager: TrainingModuleManager, flag: str, lr: float) -> TrainingModuleManager:
     """A manager for the same script whose runs get ``flag lr`` (replacing a given one)."""
     twin = TrainingModuleManager(manager.module_path,
                                  with_flag(list(manager.train_args), flag, f"{lr:.6g}",
-                                           getattr(manager, "config_copies", None)),
+                                           manager.config_copies),
                                  manager.batch_size_arg, manager.batch_size_env,
                                  manager.workers_arg)
     twin.in_process_probe = manager.in_process_probe
-    twin.config_copies = getattr(manager, "config_copies", None)
+    twin.config_copies = manager.config_copies
     twin.module = manager.module
     return twin
 
@@ -89,8 +90,8 @@ def _end_losses(curves: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def tune_learning_rate(port: SearchPort, manager: Any, final: TrialSummary,
-                       ref_batch: int | None, flag: str, run_dir: Path, opts: Any,
+def tune_learning_rate(port: SearchPort, manager: TrainingModuleManager, final: TrialSummary,
+                       ref_batch: int | None, flag: str, run_dir: Path, job: Job,
                        total: float | None, batch_settable: bool) -> dict[str, Any]:
     """Measure the two rules at the recommended setting (module doc); the decision, its
     figures and a sentence for the report (``note``)."""
@@ -111,7 +112,7 @@ def tune_learning_rate(port: SearchPort, manager: Any, final: TrialSummary,
         new_lr = lr * scale(ratio)
         twin = _with_lr(manager, flag, new_lr)
         prefix = "lr-" + rule.replace(" ", "")
-        trial = port.measure(twin, final.allocation, prefix, run_dir, opts, total)
+        trial = port.measure(twin, final.allocation, prefix, run_dir, job, total)
         trial = port.label_batch(trial, run_dir / "trials" / trial.trial_id, batch_settable)
         runs[rule] = {"lr": new_lr, "trial": trial.trial_id}
         curves[rule] = _curve(trial, run_dir, int(batch))
@@ -167,13 +168,14 @@ class LearningRate:
         port, job, eff, budget = state.port, state.job, state.efficiency, state.port.budget
         final = state.final
         assert final is not None  # the final choice runs first
-        flag = getattr(job.opts, "lr_arg", None)
+        flag = job.spec.lr_arg
         if flag and budget is not None and not budget.allows(2):
             out = {"flag": flag, "note": f"the budget of {budget.total} runs left none to "
                    "measure the learning rate: it is kept"}
         elif flag:
-            out = tune_learning_rate(port, job.manager, final, getattr(eff, "ref_batch", None),
-                                     flag, job.run_dir, job.opts, job.total, job.batch_settable)
+            ref = None if eff is None else eff.ref_batch
+            out = tune_learning_rate(port, job.manager, final, ref, flag, job.run_dir, job.spec,
+                                     job.total, job.batch_settable)
             out["args"] = lr_args(flag, out)
         else:
             return

@@ -16,9 +16,10 @@ real runs has room for both; otherwise the plan is written but not measured, and
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.job import Job
 from optimizer.search.core.port import SearchPort
 from optimizer.search.core.state import SearchState
 from optimizer.search.live.live_plan import TIME_SLACK, PlanResult, build_live_plan
@@ -27,6 +28,9 @@ from optimizer.trials.live.controller import PlanDecider
 from optimizer.trials.live.plan import LivePlan
 from optimizer.trials.live.session import LiveSetup
 from optimizer.trials.records import TrialSummary
+
+if TYPE_CHECKING:  # types only
+    from optimizer.trials.training import TrainingModuleManager
 
 LIVE_RUNS = 2
 """The static allocation and the live plan, back to back."""
@@ -48,11 +52,12 @@ def _recorded(run_dir: Path) -> list[tuple[TrialSummary, Path]]:
     return out
 
 
-def live_round(port: SearchPort, manager: Any, env_config: Any, static: Allocation,
-               run_dir: Path, opts: Any, measure: bool = True) -> dict[str, Any]:
+def live_round(port: SearchPort, manager: TrainingModuleManager, env_config: Any,
+               static: Allocation, run_dir: Path, job: Job,
+               measure: bool = True) -> dict[str, Any]:
     """Plan, write and (budget and job length allowing) measure the live plan; the dict that
     goes into ``recommendation.json`` as ``live``."""
-    result = _plan(port, env_config, static, run_dir, opts)
+    result = _plan(port, env_config, static, run_dir, job)
     if isinstance(result, str):
         return {"why": result, "recommended": False, "measured": None}
     out: dict[str, Any] = {"why": result.why, "recommended": False, "measured": None}
@@ -63,29 +68,28 @@ def live_round(port: SearchPort, manager: Any, env_config: Any, static: Allocati
     out["plan_file"] = str(plan.save(run_dir))
     out["model"] = result.outcomes
     port.say(f"live plan: {result.why}; written to {out['plan_file']}", always=True)
-    why_not, say = _not_measured(port, plan, run_dir, opts, measure)
+    why_not, say = _not_measured(port, plan, run_dir, job, measure)
     if why_not:
         out["not_measured"] = why_not
         if say:
             port.say(f"live plan: {why_not}", always=True)
         return out
-    out.update(_measure_pair(port, manager, plan, static, run_dir, opts))
+    out.update(_measure_pair(port, manager, plan, static, run_dir, job))
     port.say(f"live plan: {out['verdict']}", always=True)
     return out
 
 
 def _plan(port: SearchPort, env_config: Any, static: Allocation, run_dir: Path,
-          opts: Any) -> PlanResult | str:
+          job: Job) -> PlanResult | str:
     """The agents' per-stage plan, or why there is none when planning failed (said, with the
     traceback in the run's log)."""
-    agent_s = (opts.agent_seconds or port.config.run.agent_seconds) / 2
+    agent_s = (job.agent_seconds or port.config.run.agent_seconds) / 2
     from optimizer.trials.phase_profile import load_detector
 
     try:
         return build_live_plan(_recorded(run_dir), env_config, port.config, static,
                                time_budget_s=agent_s, quiet=port.quiet,
-                               detector=lambda: load_detector(getattr(opts, "phase_model",
-                                                                      None)))
+                               detector=lambda: load_detector(job.phase_model))
     except Exception as exc:  # noqa: BLE001 - the static recommendation is made; keep it
         import traceback
 
@@ -97,7 +101,7 @@ def _plan(port: SearchPort, env_config: Any, static: Allocation, run_dir: Path,
         return why
 
 
-def _not_measured(port: SearchPort, plan: LivePlan, run_dir: Path, opts: Any,
+def _not_measured(port: SearchPort, plan: LivePlan, run_dir: Path, job: Job,
                   measure: bool) -> tuple[str | None, bool]:
     """Why the written plan is not run beside the static allocation (None: it is), and whether
     the console hears it."""
@@ -119,15 +123,15 @@ def _not_measured(port: SearchPort, plan: LivePlan, run_dir: Path, opts: Any,
                 f"run --plan {run_dir} -- …`"), False
     run = port.config.run
     longest = max((t.predicted_total_time_s or t.wall_time_s) for t, _ in _recorded(run_dir))
-    box = opts.probe_seconds if opts.probe_seconds is not None else run.probe_seconds
+    box = job.probe_seconds if job.probe_seconds is not None else run.probe_seconds
     if box and longest > 2 * max(box, 1.0) and longest > 0.5 * run.trial_timeout_s:
         return (f"the job takes about {longest:.0f} s, too long to run whole "
                 "twice here; run it with `python -m optimizer run --plan`"), False
     return None, False
 
 
-def _measure_pair(port: SearchPort, manager: Any, plan: LivePlan, static: Allocation,
-                  run_dir: Path, opts: Any) -> dict[str, Any]:
+def _measure_pair(port: SearchPort, manager: TrainingModuleManager, plan: LivePlan,
+                  static: Allocation, run_dir: Path, job: Job) -> dict[str, Any]:
     """The static allocation and the live plan run back to back, and the verdict."""
     from optimizer.trials.phase_profile import load_detector
 
@@ -137,7 +141,7 @@ def _measure_pair(port: SearchPort, manager: Any, plan: LivePlan, static: Alloca
                             static.batch_size, static.workers)
     first = plan.allocation_for(plan.schedule[0] if plan.schedule else None)
     setup = LiveSetup(PlanDecider(plan), plan.interval_s, label="live plan",
-                      detector=load_detector(getattr(opts, "phase_model", None))
+                      detector=load_detector(job.phase_model)
                       if plan.phase_source == "detector" else None, start_cpus=first.cpus)
     # Not in trials/: a live run is no measurement of one allocation, and the search's
     # choices (and a resumed run's) must not take it for one.
@@ -164,7 +168,7 @@ def _measure_pair(port: SearchPort, manager: Any, plan: LivePlan, static: Alloca
     return out
 
 
-def _run(port: SearchPort, manager: Any, alloc: Allocation, trial_dir: Path,
+def _run(port: SearchPort, manager: TrainingModuleManager, alloc: Allocation, trial_dir: Path,
          live: LiveSetup | None) -> TrialSummary:
     recorded = manager.recorded_trial(trial_dir)
     if recorded is not None:
@@ -185,12 +189,12 @@ class LiveRound:
 
     def run(self, state: SearchState) -> None:
         job = state.job
-        mode = getattr(job.opts, "live_plan", "off")
+        mode = job.spec.live_plan
         if mode == "off" or state.round is None or state.round.env_config is None:
             return
         assert state.recommended is not None  # the final choice runs first
         state.live = live_round(state.port, job.manager, state.round.env_config,
-                                state.recommended, job.run_dir, job.opts,
+                                state.recommended, job.run_dir, job.spec,
                                 measure=mode == "measure")
 
 

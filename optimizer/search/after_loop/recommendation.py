@@ -4,8 +4,8 @@ Once the stages have run (:func:`optimizer.search.stages.stages`: the closed loo
 the run-off, the final choice, the learning rate and the live round),
 :func:`recommendation` gathers the final choice, the goodput and job-length comparisons, the
 learning rate, the memory request's source, the measured figures, the search's cost, the
-choice in words, the run-off's standings, the live plan and the scaling curve into a
-:class:`~optimizer.search.core.outcome.SearchRecommendation`. It measures nothing.
+choice in words, the run-off's standings, the live plan and the scaling curve into the typed
+:class:`~optimizer.foundation.result.Recommendation`. It measures nothing.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from optimizer.foundation.allocation import Allocation, describe_allocation, job_words
+from optimizer.foundation.result import Recommendation
 from optimizer.search.after_loop.runoff import standings, tie_note
 from optimizer.search.after_loop.scaling import scaling_curve
 from optimizer.search.budget import search_cost
@@ -24,7 +25,6 @@ from optimizer.search.choice import (
     rejected_batches,
     rejected_words,
 )
-from optimizer.search.core.outcome import SearchRecommendation
 from optimizer.search.core.state import SearchState
 from optimizer.search.goodput.job_length import (
     JobLength,
@@ -34,7 +34,7 @@ from optimizer.search.goodput.job_length import (
 from optimizer.trials.records import TrialSummary, iter_trials
 
 
-def recommendation(state: SearchState) -> SearchRecommendation:
+def recommendation(state: SearchState) -> Recommendation:
     """The final choice with everything the report says of it."""
     port, job, trials, eff = state.port, state.job, state.trials, state.efficiency
     final, best_row, block, allocation = (state.final, state.final_row, state.runoff,
@@ -66,8 +66,8 @@ def recommendation(state: SearchState) -> SearchRecommendation:
     choice = choice_words(preference, allocation, best_row, measured["time_is"], from_plan,
                           block, table, trials, length_knob)
     notes += [choice, search["note"]]
-    return SearchRecommendation(
-        plan=plan, allocation=allocation, agent=from_plan or "baseline-trial",
+    return Recommendation.from_plan(
+        plan, allocation=allocation, agent=from_plan or "baseline-trial",
         final_trial=final.trial_id, rounds=state.rounds, goodput=goodput,
         job_length=job_length, memory=memory, measured=measured, search=search, choice=choice,
         runoff=block, runoff_standings=table, learning_rate=learning_rate,
@@ -80,11 +80,11 @@ def _scaling(state: SearchState, final: TrialSummary) -> dict[str, Any] | None:
     trials = state.trials
     if not any(t.ok and t.allocation.replicas > 1 for t in trials):
         return None
-    model = getattr(getattr(state.round, "env_config", None), "workload", None)
+    env_config = state.round.env_config if state.round is not None else None
+    model = env_config.workload if env_config is not None else None
     model = None if isinstance(model, str) else model  # a preset's name: nothing fitted
-    workers_max = state.job.spec.workers_max if state.job.spec is not None else 1
-    return scaling_curve(model, final.allocation, trials, workers_max, state.port.config,
-                         state.port.user_preference, state.efficiency)
+    return scaling_curve(model, final.allocation, trials, state.job.spec.launch.workers_max,
+                         state.port.config, state.port.user_preference, state.efficiency)
 
 
 def _measured_figures(final: TrialSummary, best_row: dict[str, Any]) -> dict[str, Any]:

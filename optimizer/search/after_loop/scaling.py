@@ -112,10 +112,10 @@ def backend_fallback(trials: Sequence[TrialSummary]) -> str | None:
 
 
 def _proposals(state: SearchState) -> list[Proposal]:
-    port, spec = state.port, state.job.spec
-    if spec is None or spec.launcher != "torchrun" or spec.workers_max < 2:
+    port, launch = state.port, state.job.spec.launch
+    if launch.launcher != "torchrun" or launch.workers_max < 2:
         return []
-    workers_max = spec.workers_max
+    workers_max = launch.workers_max
     single = [t for t in state.trials if t.ok and t.allocation.replicas == 1]
     table = objective_table(single, port.config, port.user_preference, state.efficiency)
     if table.empty:

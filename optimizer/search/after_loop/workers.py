@@ -64,7 +64,7 @@ class WorkersSweep:
 
 def _proposals(state: SearchState) -> list[Proposal]:
     port, manager = state.port, state.job.manager
-    if not getattr(manager, "workers_arg", None):
+    if not state.job.spec.workers_arg:
         return []
     table = objective_table([t for t in state.trials if t.ok], port.config,
                             port.user_preference, state.efficiency)

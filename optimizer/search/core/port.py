@@ -15,17 +15,14 @@ from typing import TYPE_CHECKING, Protocol
 
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import OptimizerConfig
+from optimizer.foundation.job import Job, Preference
 from optimizer.trials.records import TrialSummary
 
 if TYPE_CHECKING:  # types only: the port's users import none of these at run time
     from optimizer.search.budget import RunBudget
     from optimizer.search.goodput.job_length import JobLength
-    from optimizer.search.job_options import JobOptions
     from optimizer.trials.executors import TrialExecutor
     from optimizer.trials.training import TrainingModuleManager
-
-Preference = str | tuple[float, float, float]
-"""A named preference (``cost``, ``time``, ``balanced``, ``resource``) or three weights."""
 
 
 class SearchPort(Protocol):
@@ -59,8 +56,9 @@ class SearchPort(Protocol):
         """A stage message: printed unless quiet (or ``always``), and logged."""
 
     def measure(self, manager: TrainingModuleManager, alloc: Allocation, prefix: str,
-                run_dir: Path, opts: JobOptions, total: float | None) -> TrialSummary:
-        """Run ``alloc`` as trial ``trials/<prefix>-<key>`` (reloaded when recorded)."""
+                run_dir: Path, job: Job, total: float | None) -> TrialSummary:
+        """Run ``alloc`` as trial ``trials/<prefix>-<key>`` (reloaded when recorded), time-boxed
+        as ``job`` says."""
 
     def label_batch(self, trial: TrialSummary, trial_dir: Path,
                     settable: bool) -> TrialSummary:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.job import Job
 from optimizer.search.choice import same_setting
 from optimizer.search.core.port import SearchPort
 from optimizer.trials.records import TrialSummary
@@ -26,28 +27,31 @@ from optimizer.trials.records import TrialSummary
 if TYPE_CHECKING:  # types only
     from optimizer.search.expected import Acquisition
     from optimizer.search.goodput.efficiency import TrialEfficiency
-    from optimizer.search.job_options import JobOptions, JobSpec
     from optimizer.trials.training import TrainingModuleManager
 
 
 @dataclass(frozen=True)
 class SearchJob:
-    """What one search works on: the script (through its manager), the run folder and the
-    command line's options, the job's size, the reference trial and the phase profile; the
-    allocations to probe when no model can be fitted (``more_probes``), and the trials an
-    earlier run of the folder measured (``earlier``, in the running for the final choice)."""
+    """What one search works on: the script (through its manager), the run folder and the job
+    as the command line describes it (``spec``), the job's size, the reference trial and the
+    phase profile; the allocations to probe when no model can be fitted (``more_probes``), and
+    the trials an earlier run of the folder measured (``earlier``, in the running for the final
+    choice)."""
 
     manager: TrainingModuleManager | None
     run_dir: Path
-    opts: JobOptions | None = None
+    spec: Job
+    """The job, described once (:class:`~optimizer.foundation.job.Job`)."""
     total: float | None = None
     reference: TrialSummary | None = None
     profile: Any = None
-    batch_settable: bool = True
     more_probes: Sequence[Allocation] = ()
     earlier: Sequence[TrialSummary] = ()
-    spec: JobSpec | None = None
-    """The job described once (:class:`~optimizer.search.job_options.JobSpec`)."""
+
+    @property
+    def batch_settable(self) -> bool:
+        """Whether trials can set the batch size."""
+        return self.spec.batch_settable
 
 
 @dataclass(frozen=True)
@@ -172,7 +176,7 @@ def measure(state: SearchState, alloc: Allocation, prefix: str) -> TrialSummary:
     """Run ``alloc`` as trial ``trials/<prefix>-<key>`` through the port, labelled with the
     batch it ran with (not yet added to the state)."""
     port, job = state.port, state.job
-    trial = port.measure(job.manager, alloc, prefix, job.run_dir, job.opts, job.total)
+    trial = port.measure(job.manager, alloc, prefix, job.run_dir, job.spec, job.total)
     return port.label_batch(trial, job.run_dir / "trials" / trial.trial_id, job.batch_settable)
 
 

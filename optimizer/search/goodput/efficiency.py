@@ -24,6 +24,7 @@ from scipy.stats import t as student_t
 from scipy.stats import theilslopes
 
 from optimizer.search.goodput.common_loss import pooled_ratio, samples_ratio
+from optimizer.search.goodput.job_length import JobLength
 from optimizer.trials.probe import EVENTS_FILE, ProbeRecord, read_probe
 from optimizer.trials.records import TrialSummary, trial_files
 
@@ -99,7 +100,7 @@ class TrialEfficiency:
     untried_batches: bool = False
     """The job trains (the probe saw its steps) but nothing measured how another batch trains:
     only the script's own batch may be recommended."""
-    job: Any = None
+    job: JobLength | None = None
     """The job's length knob (:class:`optimizer.search.goodput.job_length.JobLength`): how a
     batch's time and cost are judged, by a shorter job or by its whole job."""
 

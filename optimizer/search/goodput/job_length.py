@@ -144,7 +144,7 @@ def job_length_decision(job: JobLength | None, row: dict[str, Any], efficiency: 
     the recommended job runs (``recommended_length``, in ``unit``; ``recommended_epochs`` for
     a job of epochs), the arguments that set it (``args``, empty where the script's own count
     stands) and what decided (``judged_by``); None when statistical efficiency is off."""
-    if job is None or efficiency is None or not getattr(efficiency, "on", False):
+    if job is None or efficiency is None or not efficiency.on:
         return None
     length = row.get("length")
     length = None if length is None or (isinstance(length, float) and math.isnan(length)) \

@@ -78,8 +78,9 @@ def stage_env_config(env_config: Any, model: StageModel, static: Allocation) -> 
     if static.batch_size is None:
         # "The script's own batch" (one cloudopt cannot set): the one the trials ran with,
         # which the model kept fixed (tab_transformer: no plan, total_samples NaN, without it)
-        known = (env_config.batch_sizes or [None])[0] or getattr(env_config.initial,
-                                                                  "batch_size", None)
+        initial = env_config.initial
+        known = (env_config.batch_sizes or [None])[0] or (
+            initial.batch_size if initial is not None else None)
         static = dataclasses.replace(static, batch_size=known)
     phases = stage_phases(model, params.parallel_fraction)
     shortest = min(p.fraction for p in phases)
@@ -327,7 +328,10 @@ def _agents(cfg: Any, config: OptimizerConfig, time_budget_s: float,
     """The agents trained on the stage model, and each policy's outcome on it."""
     from optimizer.search.recommend import recommend
 
-    rec = recommend(cfg, config, time_budget_s=time_budget_s, quiet=quiet)
+    n = config.run.agent_episodes
+    episodes = max(n // 2, 1) if n else None  # half, as the time budget is halved here
+    rec = recommend(cfg, config, time_budget_s=None if episodes else time_budget_s,
+                    episodes=episodes, quiet=quiet)
     return rec, {o.name: {"return": o.total_return, "share_of_optimum": o.share_of_optimum,
                           "time_s": o.total_time_s, "cost": o.total_cost,
                           "within_limits": within_limits(o.total_time_s, o.total_cost, cfg.sla)}

@@ -30,6 +30,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from optimizer.foundation.allocation import Allocation
+from optimizer.foundation.config import OptimizerConfig
+from optimizer.foundation.job import Job
 from optimizer.search.budget import runoff_reserve
 from optimizer.search.choice import same_setting
 from optimizer.search.core.port import SearchPort
@@ -65,7 +67,7 @@ def plan_with_agents(port: SearchPort, job: SearchJob, usable: list[TrialSummary
                      round_k: int) -> RoundPlan:
     """Stage 4 for one round (:func:`optimizer.search.planning.plan_round`), the agents trained
     for ``--agent-seconds`` (else ``[run].agent_seconds``)."""
-    budget = job.opts.agent_seconds or port.config.run.agent_seconds
+    budget = job.spec.agent_seconds or port.config.run.agent_seconds
     return plan_round(port, usable, job.reference, job.total, job.profile, job.run_dir, budget,
                       round_k)
 
@@ -110,13 +112,13 @@ def run_rounds(state: SearchState, planner: Planner,
 def _reserve(state: SearchState) -> int:
     """Runs the loop leaves to the stages after it (none when the budget cannot afford both)."""
     budget, job = state.port.budget, state.job
-    reserve = reserved_runs(state.port.config, job.opts, getattr(budget, "total", None),
-                            bool(getattr(job.manager, "workers_arg", None)))
+    reserve = reserved_runs(state.port.config, job.spec, None if budget is None else budget.total,
+                            bool(job.spec.workers_arg))
     if budget is not None and (budget.left() or 0) - reserve < 1:
         # Too small a budget for both: the loop's rounds come first, but for the workers of a
         # torchrun job, the dimension that matters most there (Pollux).
-        scale = reserved_runs(state.port.config, job.opts, 0) - runoff_reserve(
-            state.port.config.run, 0) - (2 if getattr(job.opts, "lr_arg", None) else 0)
+        scale = reserved_runs(state.port.config, job.spec, 0) - runoff_reserve(
+            state.port.config.run, 0) - (2 if job.spec.lr_arg else 0)
         return scale if (budget.left() or 0) - scale >= 1 else 0
     return reserve
 
@@ -165,7 +167,7 @@ def _alloc(value: Any) -> Allocation:
     return Allocation(**value) if isinstance(value, dict) else value
 
 
-def reserved_runs(cfg: Any, opts: Any, total: int | None = None,
+def reserved_runs(cfg: OptimizerConfig, job: Job, total: int | None = None,
                   workers: bool = False) -> int:
     """Runs the closed loop leaves to later stages of a search of ``total`` runs: the run-off
     (:func:`optimizer.search.budget.runoff_reserve`), one for the data-loader sweep with
@@ -173,10 +175,8 @@ def reserved_runs(cfg: Any, opts: Any, total: int | None = None,
     data-parallel settings (the same and the kept global batch at two workers) for a torchrun
     job with ``--workers-max`` 2 or more."""
     sweep = 1 if workers and total is not None and total >= 6 else 0
-    scale = 2 if getattr(opts, "launcher", None) == "torchrun" and \
-        int(getattr(opts, "workers_max", 1) or 1) >= 2 else 0
-    return runoff_reserve(cfg.run, total) + sweep + scale + \
-        (2 if getattr(opts, "lr_arg", None) else 0)
+    scale = 2 if job.launch.launcher == "torchrun" and job.launch.workers_max >= 2 else 0
+    return runoff_reserve(cfg.run, total) + sweep + scale + (2 if job.lr_arg else 0)
 
 
 def round_row(view: RoundView, choice: Allocation, why: str, trial: TrialSummary,

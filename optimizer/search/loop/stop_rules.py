@@ -119,7 +119,7 @@ class NotWorthARun:
             return None
         pick = view.acquisition.pick if view.acquisition else None
         why = not_worth_a_run(state.port.config, state.port.user_preference, state.efficiency,
-                              view.usable, pick, getattr(state.job.opts, "probe_seconds", None))
+                              view.usable, pick, state.job.spec.probe_seconds)
         if not why:
             return None
         return StopReason(self.name, why, _stop_row(view, self.name, why), said=True)

@@ -29,6 +29,7 @@ from typing import Any
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import ResourceConfig
 from optimizer.foundation.errors import HistoryError
+from optimizer.foundation.result import Recommendation, plain
 from optimizer.history.run import History, HistoryRun
 from optimizer.search.baseline import default_allocation
 from optimizer.search.memory_need import same_setting
@@ -131,19 +132,18 @@ class HistorySeed:
                             else "") + ".")
         return lines
 
-    def annotate(self, rec: dict[str, Any], final: TrialSummary | None) -> None:
+    def annotate(self, rec: Recommendation, final: TrialSummary | None) -> None:
         """Add the history's summary and notes to the recommendation; say so where the final
         choice rests on history alone (no real run of it in this search)."""
         if not self.on:
             return
-        rec["history"] = self.summary()
-        notes = rec.setdefault("notes", [])
-        notes.extend(self.notes())
+        rec.history = plain(self.summary())
+        rec.notes.extend(self.notes())
         if final is not None and final.history:
-            rec["history"]["rests_on_history"] = final.trial_id
-            notes.append(f"The recommendation rests on history: its setting was not run in "
-                         f"this search (no run was left in the budget); its figures are "
-                         f"{final.history['run_id']}'s from {final.history['source']}.")
+            rec.history["rests_on_history"] = final.trial_id
+            rec.notes.append(f"The recommendation rests on history: its setting was not run in "
+                             f"this search (no run was left in the budget); its figures are "
+                             f"{final.history['run_id']}'s from {final.history['source']}.")
 
 
 def seed_from_history(histories: Sequence[tuple[str, History]], script: Script,
