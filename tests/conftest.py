@@ -61,11 +61,13 @@ def need(module: str, install: str = "pip install -e '.[dev]'"):
 
 
 # --- Two workers (pytest-xdist), one machine ---------------------------------------------
-# `make test` runs the suite on two workers. A test file stays on one worker (its module
-# fixtures, often a whole main-job run, are made once), the Ray files share one worker (each
-# starts a local Ray cluster, and two at once would fight over its ports and the cores), and a
-# test marked ``serial`` runs alone: it compares times measured for real, which a neighbour
-# test's load would bend. Everything else shares the two cores.
+# `make test` runs the suite on two workers, a file to a worker (``--dist loadfile``: its
+# module fixtures, often a whole main-job run, are made once). A Ray file holds the Ray lock
+# from its first test to its last: each starts local Ray clusters, and a main command that
+# starts a Ray of its own connects to whichever cluster it finds. A test marked ``serial`` runs
+# alone: it compares times measured for real, which a neighbour test's load would bend.
+# (Groups by ``xdist_group`` would say the Ray part more simply, but pytest-xdist 3.8 cannot
+# group under pytest 9.2, whose node ids it no longer rewrites.)
 
 RAY_FILES = {"test_ray_executor.py", "test_ray_cluster.py", "test_ray_train.py"}
 SERIAL = {
@@ -95,12 +97,10 @@ def pytest_collection_modifyitems(config, items):
         name = item.path.name
         if name in SERIAL or f"{name}::{item.originalname}" in SERIAL:
             item.add_marker(pytest.mark.serial)
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group("ray" if name in RAY_FILES else name))
 
 
-def _lock_files(config):
-    """The two lock files every worker of this run shares (None when not under xdist)."""
+def _lock_dir(config) -> Path | None:
+    """The folder of the locks every worker of this run shares (None when not under xdist)."""
     workerinput = getattr(config, "workerinput", None)
     if workerinput is None:
         return None
@@ -108,21 +108,31 @@ def _lock_files(config):
 
     base = Path(tempfile.gettempdir()) / f"cloudopt-tests-{workerinput['testrunuid']}"
     base.mkdir(exist_ok=True)
-    return base / "gate", base / "run"
+    return base
+
+
+_ray_lock = None
+"""This worker's open Ray lock file while one of its Ray files runs."""
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """A ``serial`` test holds the run lock alone; any other holds it shared. The gate makes
-    a waiting serial test block new shared holders, so it is not starved."""
-    paths = _lock_files(item.config)
-    if paths is None:
+    a waiting serial test block new shared holders, so it is not starved. A Ray file takes the
+    Ray lock before its first test (its module fixtures start there) and gives it back after
+    its last (their teardown ends there)."""
+    global _ray_lock
+    base = _lock_dir(item.config)
+    if base is None:
         yield
         return
     import fcntl
 
+    if item.path.name in RAY_FILES and _ray_lock is None:
+        _ray_lock = open(base / "ray", "a")
+        fcntl.flock(_ray_lock, fcntl.LOCK_EX)
     exclusive = item.get_closest_marker("serial") is not None
-    with open(paths[0], "a") as gate, open(paths[1], "a") as run:
+    with open(base / "gate", "a") as gate, open(base / "run", "a") as run:
         fcntl.flock(gate, fcntl.LOCK_EX)
         fcntl.flock(run, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         fcntl.flock(gate, fcntl.LOCK_UN)
@@ -130,3 +140,6 @@ def pytest_runtest_protocol(item, nextitem):
             yield
         finally:
             fcntl.flock(run, fcntl.LOCK_UN)
+            if _ray_lock is not None and (nextitem is None or nextitem.path != item.path):
+                _ray_lock.close()  # closing the file releases the lock
+                _ray_lock = None
