@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,23 +33,21 @@ from optimizer.foundation.config import OptimizerConfig, load_config, validate_p
 from optimizer.foundation.errors import CloudoptError
 from optimizer.foundation.gpu import gpu_consistency
 from optimizer.foundation.job import Job, Preference
-from optimizer.foundation.result import Recommendation, RunResult
+from optimizer.foundation.result import Recommendation
 from optimizer.history.sources import read_history
+from optimizer.reports.figures import OptimizationResult, run_result, save_optimization_metrics
 from optimizer.search import baseline as probes
-from optimizer.search.after_loop.runoff import PREFIX as RUNOFF_PREFIX
 from optimizer.search.after_loop.scaling import backend_fallback
-from optimizer.search.baseline import memory_for, plan_baseline, run_baseline
-from optimizer.search.budget import RunBudget, auto_budget, make_budget, within_budget
+from optimizer.search.baseline import plan_baseline, run_baseline
+from optimizer.search.budget import auto_budget, make_budget, within_budget
 from optimizer.search.choice import same_setting
 from optimizer.search.core.state import SearchJob
-from optimizer.search.goodput.job_length import JobLength, job_length
-from optimizer.search.goodput.probe_target import target_for_batch
+from optimizer.search.goodput.job_length import job_length
 from optimizer.search.job_setup import history_seed, prepare
 from optimizer.search.prior.seed import HistorySeed
+from optimizer.search.trial_port import TrialPort
 from optimizer.trials import oom_retry
-from optimizer.trials.batch import label_batch
-from optimizer.trials.cost import ResourceCostCalculator, cost_time_flags, trial_figures
-from optimizer.trials.executors import TrialExecutor, TrialRequest, make_executor
+from optimizer.trials.cost import cost_time_flags
 from optimizer.trials.failures import cause_of, no_usable_baseline
 from optimizer.trials.guard import clean_stale_work
 from optimizer.trials.records import TrialSummary, job_cost, job_size, job_time, with_job_size
@@ -62,44 +58,15 @@ if TYPE_CHECKING:  # types only: the tracker and the phases load torch
     from optimizer.trials.phase_profile import PhaseProfile
 
 
-@dataclass
-class OptimizationResult:
-    """One optimization: its run folder, its typed result (``recommendation.json``), the
-    baseline trials and the recommended run, and the paths of what was written."""
-
-    run_dir: Path
-    result: RunResult
-    baseline: list[TrialSummary]
-    optimized: TrialSummary | None
-    report_paths: dict[str, Path] = field(default_factory=dict)
-
-    @property
-    def preference(self) -> Preference:
-        return self.result.preference
-
-    @property
-    def recommendation(self) -> Recommendation:
-        return self.result.recommendation
-
-    @property
-    def comparison(self) -> dict[str, Any]:
-        return self.result.comparison
-
-    @property
-    def sla_status(self) -> dict[str, dict[str, bool]]:
-        """Per run (``baseline``, ``optimized``): whether each SLA was met."""
-        return self.result.sla_status
-
-
 class CloudResourceOptimizer:
     """Optimizes the resources of training scripts (see the module docstring for the stages).
 
-    The search reaches it through :class:`optimizer.search.core.port.SearchPort` only: the
-    settings (``config``, ``user_preference``, ``budget``, ``quiet``, ``job_length``,
-    ``log_path``) and :meth:`say`, :meth:`measure`, :meth:`label_batch`,
-    :meth:`trial_executor`; what the search works out comes back from
-    :func:`optimizer.search.stages.refine`, and the report reads the typed result, not this
-    object (:class:`optimizer.reports.run_report.ReportInputs`).
+    It runs the stages; every trial, its own and the search's, is measured through its
+    :attr:`port` (:class:`optimizer.search.trial_port.TrialPort`), which the search reaches as
+    :class:`optimizer.search.core.port.SearchPort` and which holds the run's settings as the
+    pipeline learns them (budget, job length, ``main.log``). What the search works out comes
+    back from :func:`optimizer.search.stages.refine`; the outputs are written from the typed
+    result (:func:`optimizer.reports.run_report.write_run`), not from this object.
 
     Parameters
     ----------
@@ -110,28 +77,27 @@ class CloudResourceOptimizer:
     """
 
     def __init__(self, config: OptimizerConfig | None = None, *, quiet: bool = False) -> None:
-        self.config, self.quiet = config or load_config(), quiet
-        self.user_preference: Preference = "balanced"
-        self.job: Job | None = None  # the job it runs, described once; set per run, as are:
-        self.oom_chain: list[TrialSummary] = []
-        self.budget = RunBudget(None, Path("."))
-        self.job_length: JobLength | None = None  # the script's length knob
-        self.log_path: Path | None = None  # the run's main.log
+        self.port = TrialPort(config or load_config(), quiet=quiet)
         self.metrics_tracker: RLMetricsTracker | None = None
-        self.executor: TrialExecutor | None = None
 
-    def trial_executor(self) -> TrialExecutor:
-        """Where this optimizer's trials run (``[run].executor``), started on first use."""
-        if self.executor is None:
-            run = self.config.run
-            self.executor = make_executor(run.executor, run.ray_address or None, seed=run.seed)
-        return self.executor
+    @property
+    def config(self) -> OptimizerConfig:
+        """The resolved configuration, the one the search reads through the port."""
+        return self.port.config
+
+    @property
+    def quiet(self) -> bool:
+        """No progress bars or stage messages."""
+        return self.port.quiet
+
+    @property
+    def user_preference(self) -> Preference:
+        """What the recommendation is judged by (:meth:`set_user_preference`)."""
+        return self.port.user_preference
 
     def close(self) -> None:
-        """Stop what the executor started (a local Ray)."""
-        if self.executor is not None:
-            self.executor.close()
-            self.executor = None
+        """Stop what the trials' executor started (a local Ray)."""
+        self.port.close()
 
     # ------------------------------------------------------------------ settings and checks
     def set_user_preference(self, preference: str | Sequence[float]) -> None:
@@ -140,9 +106,9 @@ class CloudResourceOptimizer:
             preference = preference.split(",")
         if isinstance(preference, str):
             self.config.multi_objective.vector(preference)
-            self.user_preference = preference
+            self.port.user_preference = preference
         else:
-            self.user_preference = validate_preference(preference, "preference")
+            self.port.user_preference = validate_preference(preference, "preference")
 
     def validate_gpu_configuration(self) -> dict[str, Any]:
         """Whether CUDA, ``CUDA_VISIBLE_DEVICES`` and NVML agree on the GPUs this job can use
@@ -157,21 +123,6 @@ class CloudResourceOptimizer:
         return cost_time_flags(baseline, current, tolerance)
 
     # ------------------------------------------------------------------ the pipeline
-    def _say_replaced(self, manager: TrainingModuleManager) -> None:
-        """Recorded trials found stale (another script version or command line), once each."""
-        for line in manager.replaced:
-            self.say(line, always=True)
-        manager.replaced.clear()
-
-    def say(self, text: str, always: bool = False) -> None:
-        """A stage message: printed unless quiet (or ``always``), and appended to ``main.log``."""
-        if always or not self.quiet:
-            print(text, flush=True)
-        log = self.log_path
-        if log is not None:
-            with open(log, "a", encoding="utf-8") as fh:
-                fh.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
-
     def optimize_training(self, train_file: str | os.PathLike, run_dir: str | os.PathLike,
                           options: Job | None = None) -> OptimizationResult:
         """Run the six stages for one script into ``run_dir`` (resuming what is recorded);
@@ -196,25 +147,26 @@ class CloudResourceOptimizer:
 
     def _optimize(self, job: Job, manager: TrainingModuleManager,
                   run_dir: Path) -> OptimizationResult:
+        port = self.port
         run_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = run_dir / "main.log"
+        port.log_path = run_dir / "main.log"
         for line in clean_stale_work(run_dir / "trials") + clean_stale_work(run_dir / "live"):
-            self.say(line)
+            port.say(line)
         recorded = {d.name for d in (run_dir / "trials").glob("*") if (d / "summary.json").exists()}
         self.set_user_preference(job.preference)
         manager.in_process_probe = self.config.run.in_process_probe
         manager.config_copies = run_dir / "configs"  # a cfg.yaml:key form's per-value copies
         if job.launch.note:
-            self.say(job.launch.note)
-        self.budget = make_budget(self.config.run.budget, run_dir / "trials",
+            port.say(job.launch.note)
+        port.budget = make_budget(self.config.run.budget, run_dir / "trials",
                                   manager.script_digest())
-        self.job = job
+        port.job = job
         history = history_seed(job, manager, self.config, run_dir,  # --history (search/prior/)
                                [(spec, read_history(spec)) for spec in job.history])
         if history.on:
-            self.say("\n".join(history.notes()))
+            port.say("\n".join(history.notes()))
         script = manager.load_module()
-        self.job_length = job_length(script.tree, manager.train_args, job.epochs_arg,
+        port.job_length = job_length(script.tree, manager.train_args, job.epochs_arg,
                                      steps_flag=job.steps_arg, batch_flag=job.batch_size_arg,
                                      script=script)
         analysis = manager.analyze_module()
@@ -231,13 +183,13 @@ class CloudResourceOptimizer:
         total = job.total_samples or job_size(usable)
 
         if not total:  # learned from one whole run, never assumed
-            whole = self.measure(manager, reference.allocation, "whole", run_dir,
+            whole = port.measure(manager, reference.allocation, "whole", run_dir,
                                  dataclasses.replace(job, probe_seconds=0), None)
-            whole = self.label_batch(whole, run_dir / "trials" / whole.trial_id,
+            whole = port.label_batch(whole, run_dir / "trials" / whole.trial_id,
                                      job.batch_settable)
-            if self.oom_chain:
+            if port.oom_chain:
                 raise oom_retry.OutgrewMemory(oom_retry.outgrew_message(
-                    str(job.train_file), self.oom_chain, self.config.resources.memory_max,
+                    str(job.train_file), port.oom_chain, self.config.resources.memory_max,
                     run_dir))
             if not whole.ok:  # no job size: the trials cannot be compared as whole jobs
                 cause = cause_of(whole, None, self.config.run.trial_timeout_s)
@@ -253,9 +205,9 @@ class CloudResourceOptimizer:
         if self.config.run.budget == "auto":
             whole_cost = (total / reference.throughput * reference.hourly_cost / 3600
                           if total and reference.throughput else None)
-            auto_budget(self.budget, usable, whole_cost, self.config.run.budget_share,
+            auto_budget(port.budget, usable, whole_cost, self.config.run.budget_share,
                         floor=sum(not t.history for t in baseline) + 1)
-            self.say(self.budget.note, always=True)
+            port.say(port.budget.note, always=True)
         sla_source = self._set_sla(usable, job)
         self.config.save(run_dir / "config.json")  # as applied: the SLA the run was held to
         earlier = self._earlier_trials(manager, run_dir, usable, job.batch_settable)
@@ -265,7 +217,7 @@ class CloudResourceOptimizer:
         more = [a for a in history.fallback(self._planned_probes(analysis, job, extra=8))
                 if not any(same_setting(t.allocation, a) for t in baseline)]
         search = SearchJob(manager, run_dir, job, total, reference, profile, more, earlier)
-        outcome = refine(self, search, usable)
+        outcome = refine(port, search, usable)
         rec, optimized = outcome.recommendation, outcome.final
         rec.sla_source = sla_source
         history.annotate(rec, optimized)  # --history: what was used (search/prior/seed)
@@ -273,7 +225,7 @@ class CloudResourceOptimizer:
             names = sorted(d.name for d in (run_dir / "trials").glob("*")
                            if (d / "summary.json").exists())
             new = [n for n in names if n not in recorded]
-            self.say(f"trials reused from the run folder: {', '.join(sorted(recorded))}; "
+            port.say(f"trials reused from the run folder: {', '.join(sorted(recorded))}; "
                      f"measured now: {', '.join(new) or 'none'}", always=True)
         rec.notes += [note for note in (job.launch.note, backend_fallback(outcome.trials),
                                         phase_note) if note]
@@ -282,32 +234,32 @@ class CloudResourceOptimizer:
 
     def _baseline(self, manager: TrainingModuleManager, analysis: dict[str, Any],
                   run_dir: Path, job: Job, history: HistorySeed) -> list[TrialSummary]:
-        cfg = self.config
+        cfg, port = self.config, self.port
         allocations = history.uncovered(self._planned_probes(analysis, job))
         done = [(probes.probe_folder(run_dir, i, a) / "summary.json").exists()
                 for i, a in enumerate(allocations)]
-        allocations = within_budget(self.budget, allocations, done)
+        allocations = within_budget(port.budget, allocations, done)
         if not job.batch_settable:
             hint = manager.batch_knob_hint()
-            self.say("batch size: the script neither takes --batch-size-arg nor reads "
+            port.say("batch size: the script neither takes --batch-size-arg nor reads "
                      "OPTIMIZER_BATCH_SIZE, so it is not varied and the model keeps it fixed"
                      + (f"; its source names a batch size: {hint} would let cloudopt vary it"
                         if hint else ""), always=hint is not None)
         elif job.default_batch is None:
-            self.say("batch size: the script's default is not known from its source; trials at "
+            port.say("batch size: the script's default is not known from its source; trials at "
                      "the default take the batch_size=N it prints, if any")
         else:
             found = manager.default_batch_setting()
-            self.say(f"batch size: the script's default is {job.default_batch} (from "
+            port.say(f"batch size: the script's default is {job.default_batch} (from "
                      f"{found.source if found is not None else 'its source'})")
         probe = job.probe_box(cfg.run.probe_seconds)
-        self.say(f"{manager.module_path}: {len(allocations)} baseline trial(s), "
+        port.say(f"{manager.module_path}: {len(allocations)} baseline trial(s), "
                  f"{'probes of ' + format(probe, 'g') + ' s' if probe else 'full runs'}")
         trials = run_baseline(manager, allocations, run_dir, cfg, probe_seconds=probe,
                               total_samples=job.total_samples, quiet=self.quiet,
-                              executor=self.trial_executor(), ref_batch=job.default_batch)
-        self._say_replaced(manager)
-        return history.with_baseline([self.label_batch(  # --history: priors join (prior/)
+                              executor=port.trial_executor(), ref_batch=job.default_batch)
+        port.say_replaced(manager)
+        return history.with_baseline([port.label_batch(  # --history: priors join (prior/)
             t, run_dir / "trials" / probes.trial_folder(run_dir, t), job.batch_settable)
             for t in trials])
 
@@ -317,6 +269,7 @@ class CloudResourceOptimizer:
         closed loop's, say, under another preference). A measurement does not depend on the
         preference, so they compete for the final choice of a resumed run; the rounds plan as
         before (their recorded plans stay reusable). Stale ones are set aside."""
+        port = self.port
         known = {t.trial_id for t in have}
         out = []
         for d in sorted((run_dir / "trials").glob("*")):
@@ -324,10 +277,10 @@ class CloudResourceOptimizer:
                 continue
             t = manager.recorded_trial(d)
             if t is not None and t.ok and t.throughput:
-                out.append(self.label_batch(t, d, settable))
-        self._say_replaced(manager)
+                out.append(port.label_batch(t, d, settable))
+        port.say_replaced(manager)
         if out:
-            self.say("measured earlier in this run folder, in the running for the final "
+            port.say("measured earlier in this run folder, in the running for the final "
                      "choice: " + ", ".join(t.trial_id for t in out), always=True)
         return out
 
@@ -338,11 +291,6 @@ class CloudResourceOptimizer:
         return self.plan_trials(analysis, job.offline_logs, extra=extra,
                                 reference_batch=job.default_batch, vary_batch=job.batch_settable)
 
-    def label_batch(self, t: TrialSummary, trial_dir: Path, settable: bool) -> TrialSummary:
-        """``t`` labelled with the batch size it ran with (the script's own where unset)."""
-        own = self.job.default_batch if self.job is not None else None
-        return label_batch(t, trial_dir, own, settable)
-
     def plan_trials(self, analysis: dict[str, Any], offline_logs: str | None = None, *,
                     extra: int = 0, reference_batch: int | None = None,
                     vary_batch: bool = True) -> list[Allocation]:
@@ -352,7 +300,7 @@ class CloudResourceOptimizer:
                                     uses_gpu=bool(analysis.get("uses_gpu")),
                                     reference_batch=reference_batch, vary_batch=vary_batch,
                                     favour_time=probes.favours_time(
-                                        cfg, self.user_preference, self.budget.total))
+                                        cfg, self.user_preference, self.port.budget.total))
         if offline_logs:
             from optimizer.offline.analyzer import predict_start_allocation
 
@@ -360,7 +308,7 @@ class CloudResourceOptimizer:
                                              resources=cfg.resources)
             allocations = [start, *[a for a in allocations if a != start]]
             allocations = allocations[: cfg.run.baseline_samples + extra]
-            self.say(f"offline logs suggest starting from {start.key()}")
+            self.port.say(f"offline logs suggest starting from {start.key()}")
         return allocations
 
     def _set_sla(self, trials: list[TrialSummary], job: Job) -> str:
@@ -382,6 +330,7 @@ class CloudResourceOptimizer:
                 job: Job) -> tuple[PhaseProfile | None, str | None]:
         from optimizer.trials.phase_profile import detector_for, profile_trace, stage_agreement
 
+        port = self.port
         trace_path = probes.trial_path(run_dir, reference) / "trace.csv"
         try:
             trace = pd.read_csv(trace_path)
@@ -390,64 +339,16 @@ class CloudResourceOptimizer:
             if job.phase_model:  # a model the user named must work
                 raise
             return None, f"phases not used: {exc}"
-        self.say("phases of the baseline trace: " + ", ".join(
+        port.say("phases of the baseline trace: " + ", ".join(
             f"{p} ({f:.0%})" for p, f in profile.sequence))
         agreement = stage_agreement(pd.read_csv(trace_path), profile.labels,
                                     trace_path.with_name("stages.csv"))
         if agreement is not None:  # the probe's stage marks are this trace's ground truth
             profile.stage_agreement = agreement
-            self.say(f"phases against the stages the probe marked ({', '.join(agreement['stages'])}):"
+            port.say(f"phases against the stages the probe marked ({', '.join(agreement['stages'])}):"
                      f" adjusted Rand index {agreement['adjusted_rand']:.2f} over "
                      f"{agreement['samples']} samples")
         return profile, None
-
-    def measure(self, manager: TrainingModuleManager, alloc: Allocation, prefix: str,
-                run_dir: Path, job: Job, total: float | None) -> TrialSummary:
-        """Run ``alloc`` as trial ``trials/<prefix>-<key>`` (reloaded when recorded): to its end
-        when the time box would cut it short of little, else as a probe. It runs under the
-        baseline's memory limit (the request is sized later, from what it used); killed there,
-        again under more, up to ``[resources].memory_max`` (:attr:`oom_chain` then holds the
-        runs of a setting killed at the largest limit)."""
-        alloc = Allocation(alloc.gpus, alloc.cpus, memory_for(alloc.cpus, self.config.resources),
-                           alloc.batch_size if job.batch_settable else None,
-                           alloc.workers if manager.workers_arg else None,
-                           alloc.replicas if manager.launcher == "torchrun" else 1)
-        chain = [self._measure_once(manager, alloc, prefix, run_dir, job, total)]
-        # Killed at its limit: again only with more memory (optimizer.trials.oom_retry).
-        while oom_retry.killed_for_memory(chain[-1]):
-            more = oom_retry.next_memory(chain[-1], run_dir / "trials" / chain[-1].trial_id,
-                                         self.config.resources.memory_max)
-            if more is None:
-                break
-            self.say(f"{chain[-1].trial_id} was killed at its {alloc.memory_gb:g} GB limit "
-                     f"(peak {chain[-1].mem_gb_peak:.2f} GB): again with {more:g} GB")
-            alloc = dataclasses.replace(alloc, memory_gb=more)
-            chain.append(self._measure_once(manager, alloc, prefix, run_dir, job, total))
-        self.oom_chain = chain if oom_retry.killed_for_memory(chain[-1]) else []
-        return chain[-1]
-
-    def _measure_once(self, manager: TrainingModuleManager, alloc: Allocation, prefix: str,
-                      run_dir: Path, job: Job, total: float | None) -> TrialSummary:
-        trial_dir = run_dir / "trials" / f"{prefix}-{alloc.key()}"
-        recorded = manager.recorded_trial(trial_dir)
-        if recorded is not None:
-            return recorded
-        self._say_replaced(manager)
-        run = self.config.run
-        probe = job.probe_box(run.probe_seconds)
-        if probe and probe >= 0.5 * run.trial_timeout_s:
-            probe = None
-        self.say(f"measuring {alloc.key()} ({'probe' if probe else 'whole job'})")
-        target = (target_for_batch(alloc.batch_size, run_dir, job.default_batch,
-                                   again=prefix.startswith(RUNOFF_PREFIX))  # a 2nd curve
-                  if probe and run.goodput and alloc.batch_size is not None else None)
-        request = TrialRequest(alloc, trial_dir, probe_seconds=probe, timeout_s=run.trial_timeout_s,
-                               monitor_interval=run.monitor_interval, total_samples=total,
-                               loss_target=target)
-        # One trial at a time here: the closed loop's steps depend on each other, and a trial
-        # alone measures what the job gets alone (see optimizer.trials.executors).
-        return [s for _, s in self.trial_executor().run(manager, [request],
-                                                        self.config.resources)][0]
 
     # ------------------------------------------------------------------ outputs
     def _finish(self, job: Job, manager: TrainingModuleManager, run_dir: Path,
@@ -455,27 +356,15 @@ class CloudResourceOptimizer:
                 rec: Recommendation, profile: PhaseProfile | None, analysis: dict[str, Any],
                 gpu_check: dict[str, Any]) -> OptimizationResult:
         """The typed result (the recommendation beside the runs it is measured against), then
-        every output rendered from it."""
+        every output rendered from it (:func:`optimizer.reports.run_report.write_run`)."""
         from agents.metrics import RLMetricsTracker
-        from optimizer.reports.figures import run_figures
-        from optimizer.reports.run_report import ReportInputs, write_outputs
+        from optimizer.reports.run_report import ReportInputs, write_run
 
-        calc = ResourceCostCalculator.from_config(self.config.resources)
-        comparison = calc.compare_configurations(
-            reference, optimized, baseline_time_s=job_time(reference),
-            optimized_time_s=job_time(optimized), preference=self.user_preference,
-            preferences=self.config.multi_objective) if optimized.ok else {}
-        flags = self.monitor_cost_time_efficiency(*map(trial_figures, (reference, optimized)))
-        comparison["monitor"] = flags
-        figures = run_figures(reference, optimized, self.config.sla)
-        result = OptimizationResult(run_dir, RunResult(self.user_preference, rec, *figures,
-                                                       comparison), baseline, optimized)
+        result = run_result(self.config, self.user_preference, rec, reference, optimized)
         self.metrics_tracker = RLMetricsTracker(run_dir / "metrics")
-        result.report_paths = write_outputs(ReportInputs(
-            run_dir, result.result, baseline, reference, optimized, self.config,
-            self.metrics_tracker, job, manager, profile, analysis, gpu_check))
-        result.report_paths["optimization_metrics"] = self.save_optimization_metrics(result)
-        return result
+        return write_run(ReportInputs(run_dir, result, baseline, reference, optimized,
+                                      self.config, self.metrics_tracker, job, manager, profile,
+                                      analysis, gpu_check))
 
     def save_all_metrics(self) -> dict[str, Path]:
         """Write the tracker's CSVs (allocation history, rewards, SLA, Pareto, performance)."""
@@ -484,11 +373,9 @@ class CloudResourceOptimizer:
         return self.metrics_tracker.save_all_metrics()
 
     def save_optimization_metrics(self, result: OptimizationResult) -> Path:
-        """One CSV row per run (baseline reference, optimized) for plotting across runs."""
-        from optimizer.reports.figures import write_optimization_metrics
-
-        return write_optimization_metrics(result.run_dir, result.preference, {
-            "baseline": result.baseline[0], "optimized": result.optimized})
+        """One CSV row per run (baseline reference, optimized) for plotting across runs
+        (:func:`optimizer.reports.figures.save_optimization_metrics`)."""
+        return save_optimization_metrics(result)
 
     def generate_report(self, result: OptimizationResult) -> dict[str, Path]:
         """The report paths written by :meth:`optimize_training` (it writes them itself)."""

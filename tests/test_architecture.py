@@ -40,7 +40,8 @@ Inside ``optimizer/search``, the pipeline is a typed port
 - layers (:data:`SEARCH_LAYERS`, bottom first): what trials say, the fits and the choices among
   trials; the vocabulary every stage speaks (``optimizer.search.core``: the port, the state,
   proposals, stop rules, stages, the outcome); one round's planning; the stages (the closed
-  loop, the stages after it); their order (``optimizer.search.stages``). No module imports one
+  loop, the stages after it); their order (``optimizer.search.stages``) and the port's
+  implementation they are handed (``optimizer.search.trial_port``). No module imports one
   of a layer above its own, lazily or for types only, and every module of the search is in a
   layer.
 
@@ -511,7 +512,7 @@ SEARCH_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("vocabulary", frozenset({"core"})),
     ("planning", frozenset({"planning"})),
     ("stages", frozenset({"loop", "after_loop", "prior.confirm"})),
-    ("composition", frozenset({"stages", ""})),
+    ("composition", frozenset({"stages", "trial_port", ""})),
 )
 """The search's layers, bottom first, each a set of module prefixes inside ``optimizer.search``
 (``""``: the package itself); a module is in the layer of its longest matching prefix."""

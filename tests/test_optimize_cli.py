@@ -130,7 +130,7 @@ def test_the_time_order_applies_only_where_the_budget_affords_two_probes(tmp_pat
     opt.set_user_preference("time")
 
     def second(total):
-        opt.budget = RunBudget(total, tmp_path)
+        opt.port.budget = RunBudget(total, tmp_path)
         return opt.plan_trials({}, reference_batch=64)[1]
 
     assert (second(2).cpus, second(2).batch_size) == (2, 128)

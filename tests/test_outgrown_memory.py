@@ -82,15 +82,15 @@ def test_a_kill_a_larger_run_explains_does_not_bump_the_request():
 def test_the_whole_run_is_retried_with_more_memory_never_the_same(tmp_path, monkeypatch):
     """In process: the first limit is small (0.25 GB) and the job grows to about 0.4 GB; the
     whole run is killed once, then measured under the grown limit, and the job completes."""
-    from optimizer import pipeline as pipeline_module
     from optimizer.foundation.config import load_config
     from optimizer.pipeline import CloudResourceOptimizer, Job
+    from optimizer.search import trial_port
 
     script = tmp_path / "grow.py"
     script.write_text(GROWING)
     monkeypatch.setenv("GROW_MB", "400")
     monkeypatch.setenv("GROW_S", "2")
-    monkeypatch.setattr(pipeline_module, "memory_for", lambda cpus, resources: 0.25)
+    monkeypatch.setattr(trial_port, "memory_for", lambda cpus, resources: 0.25)
     cfg = load_config(None, {"resources": {"memory_max": 2.0, "cpu_count_max": 1},
                              "run": {"baseline_samples": 1, "refine_rounds": 0,
                                      "runoff_rounds": 0, "monitor_interval": 0.2,

@@ -206,3 +206,19 @@ def test_the_recommendation_keeps_the_last_plan_beside_the_choice():
     bare = Recommendation.from_plan({}, allocation=OTHER, agent="x", final_trial="00",
                                     choice="c")
     assert bare.planned_allocation is None and bare.outcomes == [] and bare.predicted == {}
+
+
+def test_the_main_jobs_port_answers_every_name_the_search_asks_for(tmp_path, capsys):
+    """The port the main job hands the stages (``TrialPort``) has every name ``SearchPort``
+    lists, and a quiet run's messages still reach ``main.log``."""
+    from optimizer.search.core.port import SearchPort
+    from optimizer.search.trial_port import TrialPort
+
+    asked = {n for n in vars(SearchPort) if not n.startswith("_")}
+    port = TrialPort(load_config(None), quiet=True)
+    assert {"measure", "label_batch", "say", "trial_executor", "budget"} <= asked
+    assert sorted(n for n in asked if not hasattr(port, n)) == []
+    port.log_path = tmp_path / "main.log"
+    port.say("measuring 0g-1c")
+    assert port.log_path.read_text(encoding="utf-8").endswith(" measuring 0g-1c\n")
+    assert capsys.readouterr().out == ""

@@ -24,7 +24,7 @@ from optimizer.foundation.result import Recommendation, RunResult
 from optimizer.reports.cluster import JobShape, write_cluster_outputs
 from optimizer.reports.decision import answer as _answer
 from optimizer.reports.decision import rounds_section
-from optimizer.reports.figures import trial_row
+from optimizer.reports.figures import OptimizationResult, save_optimization_metrics, trial_row
 from optimizer.reports.goodput import goodput_section, plot_efficiency
 from optimizer.reports.k8s import k8s_resources_yaml
 from optimizer.reports.live import live_section, plot_live, write_live_k8s
@@ -180,6 +180,15 @@ def write_outputs(out: ReportInputs) -> dict[str, Path]:
     md, page = _build_report(out, decisions, figs).write(run_dir)
     paths["report_md"], paths["report_html"] = md, page
     return paths
+
+
+def write_run(out: ReportInputs) -> OptimizationResult:
+    """Every output of the main job written from ``out`` (:func:`write_outputs`, then
+    ``optimization_metrics.csv``); the result it hands back, with their paths."""
+    result = OptimizationResult(out.run_dir, out.result, out.baseline, out.optimized)
+    result.report_paths = write_outputs(out)
+    result.report_paths["optimization_metrics"] = save_optimization_metrics(result)
+    return result
 
 
 def _track_decisions(tracker: RLMetricsTracker, decisions: pd.DataFrame,

@@ -12,7 +12,8 @@ measured trials with its right-sized memory (:mod:`~optimizer.search.choice`), t
 rate and the live round. Batch sizes are compared by goodput, their statistical efficiency
 measured on the script (:mod:`~optimizer.search.goodput`); :mod:`~optimizer.search.calibrate`
 measures presets. The stages speak one vocabulary, :mod:`~optimizer.search.core`, and the
-modules stand in layers that import only downwards (ARCHITECTURE.md).
+modules stand in layers that import only downwards (ARCHITECTURE.md); the main job's trials are
+measured through :mod:`~optimizer.search.trial_port`, the port the stages are handed.
 
 May import the foundation, :mod:`optimizer.trials` (it runs trials and reads their records) and
 the libraries ``envs`` and ``agents``; never :mod:`optimizer.reports`: what is chosen does not

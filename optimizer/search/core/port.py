@@ -2,7 +2,8 @@
 
 The closed loop, the workers sweep, the run-off, the learning-rate probes and the live round
 measure trials, say what they do and read the job's settings through this port alone, by its
-public names; :class:`optimizer.pipeline.CloudResourceOptimizer` implements it. What the search
+public names; :class:`optimizer.search.trial_port.TrialPort` implements it for the main job
+(:class:`optimizer.pipeline.CloudResourceOptimizer` builds one and hands it over). What the search
 works out (the statistical efficiency, the recommendation) comes back as return values and is
 never written onto the pipeline, so data crosses the port one way per call and the types say
 which.
