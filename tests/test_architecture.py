@@ -579,14 +579,9 @@ GETATTR_ROOMS = (("optimizer", "search"), ("optimizer", "reports"), ("optimizer"
                  ("optimizer", "pipeline.py"))
 """Where ``getattr(x, "name")`` would hide a field a typed object must have."""
 GETATTR_ALLOWED = {
-    ("optimizer/search/choice.py", "efficiency"):
-        "the efficiency a choice is judged by is duck-typed: a TrialEfficiency, None, or a "
-        "plain function of the batch (assured_efficiency); getattr is its None guard",
     ("optimizer/search/baseline.py", "running"):
         "an executor's run may be a generator, whose close() stops its running trials, or "
         "any other iterator, which has none",
-    ("optimizer/search/live/stage_model.py", "detector"):
-        "a phase detector of any kind: the shipped one has a delay, a stand-in may not",
     ("optimizer/reports/render.py", "value"):
         "a value to render may be a numpy scalar (third-party), whose ndim says so",
     ("optimizer/commands/phases.py", "args"):

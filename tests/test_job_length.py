@@ -5,6 +5,7 @@ progress" that a job of fixed epochs does not stop at."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import math
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import OptimizerConfig
 from optimizer.search.choice import best_measured, objective_table
+from optimizer.search.goodput.efficiency import NoiseScaleEstimate, TrialEfficiency
 from optimizer.search.goodput.job_length import (
     TRAINS_AS_WELL,
     JobLength,
@@ -62,16 +64,13 @@ def test_seconds_a_batch_is_judged_by():
     assert whole.job_seconds(42.0, 2.0, 0.9, True) == (42.0, None)  # the own batch
 
 
-class _Eff:
-    """An efficiency as the search carries it: on, the script's batch, a value per batch."""
-
-    on, ref_batch = True, 64
-
-    def __init__(self, values, job):
-        self.values, self.job = values, job
-
-    def __call__(self, batch):
-        return self.values.get(batch, 1.0)
+def _eff(values, job, on=True):
+    """An efficiency as the search carries it: the script's batch 64, a value per batch
+    (measured, no interval), the job's length knob; ``on=False``: nothing in use."""
+    return TrialEfficiency(64, NoiseScaleEstimate(why="none"),
+                           efficiency={64: 1.0, **values} if on else {},
+                           decided_by="measured progress" if on else "nothing measured",
+                           job=job)
 
 
 def _trial(name, batch, seconds):
@@ -87,18 +86,18 @@ def test_the_choice_between_fixed_epoch_jobs():
     config = OptimizerConfig()
     trials = [_trial("own", 64, 10.0), _trial("small", 32, 12.0), _trial("big", 128, 8.0)]
     values = {32: 1.4, 128: 0.7}
-    whole = objective_table(trials, config, "cost", _Eff(values, JobLength()))
+    whole = objective_table(trials, config, "cost", _eff(values, JobLength()))
     assert set(whole["batch_size"]) == {64, 32}  # 128 trains worse and cannot run longer
-    best, row = best_measured(trials, config, "cost", efficiency=_Eff(values, JobLength()))
+    best, row = best_measured(trials, config, "cost", efficiency=_eff(values, JobLength()))
     assert best.trial_id == "own"
     job = JobLength("--epochs", 4.0, source="the default of --epochs in the script's source")
-    best, row = best_measured(trials, config, "cost", efficiency=_Eff(values, job))
+    best, row = best_measured(trials, config, "cost", efficiency=_eff(values, job))
     assert best.trial_id == "small" and row["length"] == 3.0
     assert row["job_time_s"] == pytest.approx(2.5 + 9.5 * 3 / 4)
-    decision = job_length_decision(job, row, _Eff(values, job))
+    decision = job_length_decision(job, row, _eff(values, job))
     assert decision["args"] == ["--epochs", "3"] and decision["rule"] == "shorter job"
     assert "3 epochs (--epochs 3), fewer than the script's 4" in decision["note"]
-    table = objective_table(trials, config, "cost", _Eff(values, job))
+    table = objective_table(trials, config, "cost", _eff(values, job))
     big = table[table["batch_size"] == 128].iloc[0]
     assert big["length"] == 6.0  # 4 / 0.7 = 5.7: six epochs to reach the same loss
 
@@ -137,11 +136,11 @@ def test_with_nothing_measured_only_the_scripts_own_batch_is_recommended():
     trains (a quick job at 32x the batch ended at chance), so it is not recommended."""
     config = OptimizerConfig()
     trials = [_trial("own", 64, 10.0), _trial("huge", 2048, 4.0)]
-    off = _Eff({}, JobLength("--epochs", 4.0))
-    off.on, off.untried_batches = False, True
+    off = dataclasses.replace(_eff({}, JobLength("--epochs", 4.0), on=False),
+                              untried_batches=True)
     best, _ = best_measured(trials, config, "cost", efficiency=off)
     assert best.trial_id == "own"
-    off.untried_batches = False  # no torch to see into, or [run].goodput = false: samples/s
+    off = dataclasses.replace(off, untried_batches=False)  # no torch to see into, or [run].goodput = false: samples/s
     assert best_measured(trials, config, "cost", efficiency=off)[0].trial_id == "huge"
 
 

@@ -19,6 +19,7 @@ from optimizer.reports.run_report import _answer
 from optimizer.search.after_loop.recommendation import choice_words
 from optimizer.search.after_loop.runoff import standings, tie_note
 from optimizer.search.choice import best_measured
+from optimizer.search.goodput.efficiency import NoiseScaleEstimate, TrialEfficiency
 from optimizer.search.planning import _fallback
 from optimizer.trials.records import TrialSummary
 
@@ -97,7 +98,9 @@ def test_the_choice_and_its_runoff_read_as_settings_dollars_and_seconds():
 def test_a_batch_judged_by_goodput_says_its_seconds_are_to_the_own_batchs_progress():
     cfg = load_config()
     trials = [_trial("00-g0-c1-m4-b64", 1, 64, 400, 1), _trial("01-g0-c1-m4-b16", 1, 16, 300, 2)]
-    eff = {64: 1.0, 16: 2.0}.get  # batch 16 learns twice as much per sample as the script's 64
+    # batch 16 learns twice as much per sample as the script's 64
+    eff = TrialEfficiency(64, NoiseScaleEstimate(why="none"), efficiency={64: 1.0, 16: 2.0},
+                          decided_by="measured progress")
     final, row = best_measured(trials, cfg, "cost", efficiency=eff)
     assert final.allocation.batch_size == 16 and row["efficiency"] == 2.0
     text = choice_words("cost", final.allocation, row, "measured", None, [], [], trials)

@@ -10,11 +10,12 @@ the script's own batch": 16 times fewer samples, and its runs ended at 2.626 aga
 from __future__ import annotations
 
 import ast
+import dataclasses
 import math
 
 import numpy as np
 import pytest
-from test_job_length import _Eff
+from test_job_length import _eff
 
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import OptimizerConfig
@@ -137,7 +138,7 @@ def test_issue_76_the_small_batch_at_the_same_steps_is_never_recommended():
     job = JobLength(None, 300.0, source="max_iters = 300 in the script's source", unit="steps")
     assert whole_job_seconds(small, small.predicted_total_time_s, job) == pytest.approx(5.5)
     config = OptimizerConfig()
-    eff = _Eff({4: 7.76}, job)
+    eff = _eff({4: 7.76}, job)
     table = objective_table([own, small], config, "cost", eff)
     assert list(table["trial_id"]) == ["own"]
     best, _ = best_measured([own, small], config, "cost", efficiency=eff)
@@ -147,7 +148,7 @@ def test_issue_76_the_small_batch_at_the_same_steps_is_never_recommended():
     assert "length cannot be set" in why[4]
     # where the steps can be set, it runs the steps that make up the difference, and says so
     settable = JobLength("--trainer.max_iters={}", 300.0, unit="steps")
-    eff = _Eff({4: 7.76}, settable)
+    eff = _eff({4: 7.76}, settable)
     row = objective_table([own, small], config, "cost", eff).set_index("trial_id").loc["small"]
     assert row["length"] == 619.0
     assert row["job_time_s"] == pytest.approx(2.5 + 3.0 * 619 / 300)
@@ -163,7 +164,7 @@ def test_a_bigger_batch_at_the_same_steps_may_run_fewer():
     own, big = _trial("own", 64, 12.0), _trial("big", 128, 16.0)
     job = JobLength("--max_iters={}", 300.0, unit="steps")
     row = objective_table([own, big], OptimizerConfig(), "cost",
-                          _Eff({128: 0.8}, job)).set_index("trial_id").loc["big"]
+                          _eff({128: 0.8}, job)).set_index("trial_id").loc["big"]
     assert row["progress"] == pytest.approx(1.6) and row["length"] == 188.0
 
 
@@ -179,7 +180,7 @@ def test_whole_runs_are_judged_by_their_smoothed_training_loss():
     assert set(trains_worse(runs, 64)) == {4}
     # as well only beyond twice the standard error of the difference: 16's mean is too noisy
     assert set(trains_as_well(runs, 64)) == {32}
-    why = rejected_batches(runs, _Eff({4: 7.76}, JobLength(None, 300.0, unit="steps")))
+    why = rejected_batches(runs, _eff({4: 7.76}, JobLength(None, 300.0, unit="steps")))
     assert why[4] == ("its whole runs ended at a training loss over the last tenth of steps "
                       "of 2.626 against the own batch's 2.504")
     # a printed held-out loss decides over the training loss where the own batch has one
@@ -205,17 +206,13 @@ def test_with_efficiency_off_a_job_of_steps_still_counts_each_batchs_samples():
     own, small = _trial("own", 64, 12.0), _trial("small", 32, 7.0)
     job = JobLength(None, 300.0, unit="steps")
 
-    class _Off(_Eff):
-        on = False
-
-    off = _Off({}, job)
-    off.ref_batch = 64
+    off = _eff({}, job, on=False)  # the script's own batch 64
     table = objective_table([own, small], OptimizerConfig(), "cost", off)
     assert list(table["trial_id"]) == ["own"]  # 0.5 of the training, length not settable
     # the script's own batch unknown: only its own runs are kept, the others cannot be judged
     default = TrialSummary("default", "completed", Allocation(0, 1, 2.0, None), wall_time_s=12.0,
                            samples=19200.0, throughput=1600.0, hourly_cost=0.04)
-    off.ref_batch = 0
+    off = dataclasses.replace(off, ref_batch=0)
     table = objective_table([default, small], OptimizerConfig(), "cost", off)
     assert list(table["trial_id"]) == ["default"]
 

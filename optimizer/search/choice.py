@@ -13,7 +13,7 @@ probe's peak is a floor, never the answer), the way Kubernetes' VPA recommender 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +24,7 @@ from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import OptimizerConfig
 from optimizer.foundation.memory import right_size_memory
 from optimizer.search.goodput.batch_judge import Judgement, judge, whole_job_seconds
+from optimizer.search.goodput.efficiency import TrialEfficiency
 from optimizer.search.goodput.heldout import (
     HELDOUT,
     beyond_worse,
@@ -65,7 +66,7 @@ def resource_share(config: OptimizerConfig, gpus: Any, cpus: Any, memory_gb: Any
 
 def objective_table(trials: Sequence[TrialSummary], config: OptimizerConfig,
                     preference: str | Sequence[float],
-                    efficiency: Callable[[Any], float] | None = None,
+                    efficiency: TrialEfficiency | None = None,
                     evidence: Sequence[TrialSummary] | None = None) -> pd.DataFrame:
     """One row per usable trial: its whole-job time (measured, or predicted from a probe's
     throughput), the memory it would be given (:func:`memory_request`: what the whole job
@@ -129,10 +130,18 @@ class _Judges:
     own_only: bool
 
 
-def _judges(efficiency: Any, evidence: Sequence[TrialSummary],
+def _on_ref(efficiency: TrialEfficiency | None) -> tuple[bool, int | None]:
+    """Whether ``efficiency`` is in use, and the script's own batch it is relative to (None
+    without one)."""
+    if efficiency is None:
+        return False, None
+    return efficiency.on, efficiency.ref_batch
+
+
+def _judges(efficiency: TrialEfficiency | None, evidence: Sequence[TrialSummary],
             trials: Sequence[TrialSummary]) -> _Judges:
-    on, ref = getattr(efficiency, "on", False), getattr(efficiency, "ref_batch", None)
-    job = getattr(efficiency, "job", None)
+    on, ref = _on_ref(efficiency)
+    job = efficiency.job if efficiency is not None else None
     # Efficiency off, a job of steps: a batch's whole job is still its own steps' samples, so
     # batches are compared as making equal progress per sample (the own batch's known) or not
     # at all (only the script's own batch kept where it ran; nothing to judge the others by).
@@ -143,7 +152,7 @@ def _judges(efficiency: Any, evidence: Sequence[TrialSummary],
                    blind and not ref and any(t.allocation.global_batch is None for t in trials))
 
 
-def _verdict(t: TrialSummary, seconds: float, eff: float, efficiency: Any,
+def _verdict(t: TrialSummary, seconds: float, eff: float, efficiency: TrialEfficiency | None,
              judges: _Judges) -> Judgement | None:
     """How trial ``t`` (its job ``seconds``) is judged; None where its batch is set aside
     before any job length is considered."""
@@ -151,20 +160,20 @@ def _verdict(t: TrialSummary, seconds: float, eff: float, efficiency: Any,
     if _set_aside(efficiency, gb, judges.worse, judges.as_well) or \
             (judges.own_only and gb is not None):
         return None
-    if getattr(efficiency, "on", False) or judges.blind:
-        return judge(t, whole_job_seconds(t, seconds, judges.job),
-                     getattr(efficiency, "ref_batch", None) or None, eff, judges.job,
+    on, ref = _on_ref(efficiency)
+    if on or judges.blind:
+        return judge(t, whole_job_seconds(t, seconds, judges.job), ref or None, eff, judges.job,
                      judges.worse, judges.as_well, judges.kind)
     return Judgement(seconds / max(eff, 1e-9), seconds)
 
 
-def rejected_batches(trials: Sequence[TrialSummary], efficiency: Any,
+def rejected_batches(trials: Sequence[TrialSummary], efficiency: TrialEfficiency | None,
                      cheaper_than: float | None = None) -> dict[int, str]:
     """Why each measured batch that no recommendation may use was set aside (its whole runs
     ended worse, its whole job makes less training and its length cannot be set, nothing
     measured how it trains): ``{batch: why}``; with ``cheaper_than``, only batches whose
     whole job at the script's length costs less than that many dollars."""
-    on, ref = getattr(efficiency, "on", False), getattr(efficiency, "ref_batch", None)
+    on, ref = _on_ref(efficiency)
     if not on:
         return {}
     judges = _judges(efficiency, trials, trials)
@@ -184,9 +193,9 @@ def rejected_batches(trials: Sequence[TrialSummary], efficiency: Any,
     return out
 
 
-def _set_aside_words(batch: int, efficiency: Any, judges: _Judges) -> str:
+def _set_aside_words(batch: int, efficiency: TrialEfficiency | None, judges: _Judges) -> str:
     """Why :func:`_set_aside` left ``batch`` out, with the losses where whole runs decided."""
-    if getattr(efficiency, "untried_batches", False):
+    if efficiency is not None and efficiency.untried_batches:
         return "nothing measured how it trains"
     loss = HELDOUT if judges.kind == HELDOUT else "training loss over the last tenth of steps"
     if batch in judges.worse:
@@ -207,14 +216,13 @@ def rejected_words(rejected: dict[int, str]) -> str:
         f"batch {b}: {why}" for b, why in sorted(rejected.items())) + ".")
 
 
-def _set_aside(efficiency: Any, gb: int | None, worse: dict[int, Any],
+def _set_aside(efficiency: TrialEfficiency | None, gb: int | None, worse: dict[int, Any],
                as_well: dict[int, Any]) -> bool:
     """Whether a trial's global batch is left out of the choice: the job trains but nothing
     measured how this batch does (maybe worse), or its whole runs ended at a worse held-out
     loss than the script's own, or it lies beyond such a batch (:func:`beyond_worse`)."""
-    untried = getattr(efficiency, "untried_batches", False) and \
-        gb not in (None, efficiency.ref_batch)
-    ref = getattr(efficiency, "ref_batch", None)
+    ref = _on_ref(efficiency)[1]
+    untried = efficiency is not None and efficiency.untried_batches and gb not in (None, ref)
     return bool(untried or (gb is not None and int(gb) in worse)
                 or (beyond_worse(gb, worse, ref) and int(gb) not in as_well))
 
@@ -296,7 +304,7 @@ def separated(a: Any, b: Any) -> bool:
 
 def best_measured(trials: Sequence[TrialSummary], config: OptimizerConfig,
                   preference: str | Sequence[float], runoff: Sequence[str] = (),
-                  efficiency: Callable[[Any], float] | None = None
+                  efficiency: TrialEfficiency | None = None
                   ) -> tuple[TrialSummary, dict[str, Any]]:
     """The trial with the lowest measured objective and its row of :func:`objective_table`
     (ties: the earlier trial): never a setting measured worse than another. ``runoff``: the ids
@@ -350,7 +358,7 @@ def setting_peak(trial: TrialSummary, trials: Sequence[TrialSummary]) -> float:
                + [trial.mem_gb_peak])
 
 
-def assured_efficiency(efficiency: Any, batch: Any) -> tuple[float, float]:
+def assured_efficiency(efficiency: TrialEfficiency | None, batch: Any) -> tuple[float, float]:
     """``(judged, estimate)``: the statistical efficiency a batch other than the script's own
     is judged by, the low end of its 90% interval, and the point estimate.
 
@@ -363,14 +371,13 @@ def assured_efficiency(efficiency: Any, batch: Any) -> tuple[float, float]:
     if efficiency is None:
         return 1.0, 1.0
     value = float(efficiency(batch))
-    if batch is None or not getattr(efficiency, "on", False) or \
-            int(batch) == efficiency.ref_batch or not hasattr(efficiency, "measured"):
-        return value, value  # the last: a plain function of the batch has no interval
+    if batch is None or not efficiency.on or int(batch) == efficiency.ref_batch:
+        return value, value
     _, low, _ = efficiency_source(efficiency, batch)
     return (min(value, float(low)) if low is not None and low > 0 else value), value
 
 
-def efficiency_source(efficiency: Any, batch: Any) -> tuple[str, float | None, float | None]:
+def efficiency_source(efficiency: TrialEfficiency | None, batch: Any) -> tuple[str, float | None, float | None]:
     """Where the efficiency in use at ``batch`` comes from, with its 90% interval where it
     has one: ``own batch``, ``measured`` (samples to a common loss), ``noise scale`` (the
     interval of the noise scale carried through its form), ``bound`` (a probe that stopped
@@ -397,7 +404,7 @@ def efficiency_source(efficiency: Any, batch: Any) -> tuple[str, float | None, f
 
 def goodput_comparison(trials: Sequence[TrialSummary], config: OptimizerConfig,
                        preference: str | Sequence[float], final: TrialSummary,
-                       efficiency: Any) -> dict[str, Any]:
+                       efficiency: TrialEfficiency | None) -> dict[str, Any]:
     """The recommended batch against the script's own (``efficiency.ref_batch``) at the same
     GPUs, CPUs and workers where both were measured (else the script's best): samples/s,
     statistical efficiency, goodput, and the time and cost to the same training progress.
@@ -405,7 +412,7 @@ def goodput_comparison(trials: Sequence[TrialSummary], config: OptimizerConfig,
     out: dict[str, Any] = efficiency.summary() if efficiency is not None else {
         "decided_by": "nothing measured", "note": "Statistical efficiency was not measured."}
     table = objective_table(trials, config, preference, efficiency)
-    ref = getattr(efficiency, "ref_batch", None)
+    ref = _on_ref(efficiency)[1]
     if table.empty or not ref:
         return out
     a = final.allocation

@@ -26,13 +26,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from optimizer.trials.live.stages import PAUSE_S, detector_intervals, stage_intervals
 from optimizer.trials.records import TrialSummary
+
+if TYPE_CHECKING:  # types only: the detector's torch loads with the detector itself
+    from phases import PhaseDetector
 
 MIN_SHARE = 0.02
 """A stage under this share of the run (all its intervals together) is folded into its
@@ -87,7 +90,8 @@ def _epoch_seconds(iso: str) -> float | None:
 
 
 def trial_stage_rows(trial_dir: str | Path, summary: TrialSummary,
-                     pause_s: float = PAUSE_S, detector: Any = None) -> list[dict[str, Any]]:
+                     pause_s: float = PAUSE_S, detector: PhaseDetector | None = None
+                     ) -> list[dict[str, Any]]:
     """One row per stage interval of a recorded trial: ``stage, start_s, end_s, seconds,
     cores_busy, mem_peak_gb, cpus`` (times on the monitor's clock, from the launch). The
     probe's stages; with ``detector``, the detector's phases (``phase-N``) of the monitor's
@@ -102,7 +106,7 @@ def trial_stage_rows(trial_dir: str | Path, summary: TrialSummary,
         samples = None
     offset = 0.0
     if detector is not None:
-        if samples is None or len(samples) < int(getattr(detector, "delay", 3)) + 2:
+        if samples is None or len(samples) < detector.delay + 2:
             return []
         x = samples[["cpu_cores", "mem_gb"]].to_numpy(float)
         spans = detector_intervals(samples["time_s"].to_numpy(float),
