@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from optimizer.foundation.errors import CloudoptError, HistoryError
+from optimizer.foundation.errors import CloudoptError
 from optimizer.history.names import canonical_curve, canonical_param, canonical_params
 from optimizer.history.sources import read_histories, read_history
 
