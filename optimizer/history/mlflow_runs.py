@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from optimizer.foundation.errors import HistoryError
-from optimizer.history.names import canonical_curve, canonical_params
+from optimizer.history.names import canonical_curve, canonical_params, curve_outcome
 from optimizer.history.run import History, HistoryRun, UsageSeries
 
 GIB = float(2**30)
@@ -151,7 +151,7 @@ def _run(client: Any, uri: str, run: Any, experiments: dict[str, str],
             name = key if name in curves else name
             curves[name] = (np.array([m.step for m in points], dtype=float),
                             np.array([m.value for m in points], dtype=float))
-    outcome = _outcome(curves)
+    outcome = curve_outcome(curves)
     if info.end_time and info.start_time:
         outcome["wall_s"] = (info.end_time - info.start_time) / 1000.0
     experiment = experiments.get(info.experiment_id, info.experiment_id)
@@ -162,16 +162,6 @@ def _run(client: Any, uri: str, run: Any, experiments: dict[str, str],
         run_id=info.run_id, job=tags.get("job") or experiment, source=f"mlflow:{uri}",
         started_at=info.start_time / 1000.0 if info.start_time else None, params=params,
         outcome=outcome, usage=_usage(histories, machine_cores), curves=curves, tags=tags)
-
-
-def _outcome(curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, float]:
-    outcome: dict[str, float] = {}
-    if "loss" in curves:
-        outcome["final_loss"] = float(curves["loss"][1][-1])
-    if "throughput" in curves:
-        values = curves["throughput"][1]
-        outcome["throughput"] = float(values[0] if len(values) == 1 else np.median(values))
-    return outcome
 
 
 def _usage(histories: dict[str, list[Any]], machine_cores: float | None) -> UsageSeries | None:

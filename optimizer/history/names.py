@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
+
 from optimizer.history.run import PARAM_KEYS
 
 _PARAM_ALIASES: dict[str, tuple[str, ...]] = {
@@ -90,3 +92,15 @@ def canonical_params(logged: dict[str, object]) -> tuple[dict[str, float], dict[
         else:
             rest[f"param.{name}"] = str(value)
     return params, rest
+
+
+def curve_outcome(curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, float]:
+    """A run's outcome from its logged curves: the last loss, and the throughput (the one
+    value, else the median over steps: the last step carries teardown)."""
+    outcome: dict[str, float] = {}
+    if "loss" in curves:
+        outcome["final_loss"] = float(curves["loss"][1][-1])
+    if "throughput" in curves:
+        values = curves["throughput"][1]
+        outcome["throughput"] = float(values[0] if len(values) == 1 else np.median(values))
+    return outcome

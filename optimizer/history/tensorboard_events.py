@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from optimizer.foundation.errors import HistoryError
-from optimizer.history.names import canonical_curve, canonical_params
+from optimizer.history.names import canonical_curve, canonical_params, curve_outcome
 from optimizer.history.run import History, HistoryRun
 
 try:
@@ -99,12 +99,7 @@ def _run(root: Path, folder: Path, content: _Folder) -> HistoryRun:
         name = tag if name in curves else name
         steps = np.array(sorted(by_step), dtype=float)
         curves[name] = (steps, np.array([by_step[int(s)] for s in steps], dtype=float))
-    outcome: dict[str, float] = {}
-    if "loss" in curves:
-        outcome["final_loss"] = float(curves["loss"][1][-1])
-    if "throughput" in curves:
-        values = curves["throughput"][1]
-        outcome["throughput"] = float(values[0] if len(values) == 1 else np.median(values))
+    outcome = curve_outcome(curves)
     if content.last_wall > content.first_wall:
         outcome["wall_s"] = content.last_wall - content.first_wall
     params, text = canonical_params(content.hparams)
