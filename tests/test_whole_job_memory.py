@@ -144,6 +144,37 @@ def test_the_report_renders_a_fit_without_r2_no_trace_and_no_whole_run(tmp_path)
     assert "measured on the chosen allocation" in old and "slack n/a" in old
 
 
+def test_the_jobs_deadline_follows_the_time_claimed_for_its_command(tmp_path):
+    """A recommendation claiming a 2000 s job gets a deadline of 3x that (the SLA unset): a
+    hung job releases its nodes, a slow one still finishes. It was 3600 s whatever the job."""
+    import yaml
+
+    from agents.metrics import RLMetricsTracker
+    from optimizer.foundation.result import Recommendation, RunResult
+    from optimizer.reports.figures import run_figures
+    from optimizer.reports.run_report import ReportInputs, write_outputs
+
+    cfg = load_config(overrides={"resources": {"gpu_count_max": 0, "cpu_count_max": 2,
+                                               "memory_max": 4.0}})
+    probe = _probe("00-g0-c1-m4-b64", 1, 0.3, None, job_s=2000.0)
+    rec = Recommendation(
+        allocation=recommended_allocation(probe, [probe], batch_settable=True),
+        agent="baseline-trial", final_trial=probe.trial_id, choice="the only trial",
+        memory=memory_entry(probe, [probe]), predicted={"time_s": 1900.0},
+        measured={"trial": probe.trial_id, "job_time_s": 2000.0, "time_is": "predicted"})
+    assert rec.job_time_s() == 2000.0
+    result = RunResult("cost", rec, *run_figures(probe, probe, cfg.sla))
+    paths = write_outputs(ReportInputs(tmp_path, result, [probe], probe, probe, cfg,
+                                       RLMetricsTracker(tmp_path / "metrics")))
+    text = (tmp_path / "k8s-job.yaml").read_text()
+    [job] = [d for d in yaml.safe_load_all(text) if d and d["kind"] == "Job"]
+    assert job["spec"]["activeDeadlineSeconds"] == 6000
+    assert "3x the predicted job time (2000 s)" in text
+    # neither measured nor predicted: no claim, the deadline falls back as before
+    bare = Recommendation(allocation=rec.allocation, agent="x", final_trial="00", choice="c")
+    assert bare.job_time_s() is None
+
+
 # ------------------------------------------------------------------------------- end to end
 def test_a_growing_job_gets_the_memory_of_its_whole_run(tmp_path, repo_root):
     """Probes of 1 s see a fraction of the ~0.4 GB the whole job reaches; the job's size is

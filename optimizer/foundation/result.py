@@ -17,6 +17,7 @@ result read from its file equals the one written.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,6 +107,14 @@ class Recommendation:
     def outcome(self, name: str) -> JSONObject | None:
         """The outcome of the policy ``name`` (None: it did not run)."""
         return next((o for o in self.outcomes if o["name"] == name), None)
+
+    def job_time_s(self) -> float | None:
+        """The whole job's seconds claimed for the recommended command: measured where a
+        whole run or the run-off timed it, else the plan's prediction (None: neither)."""
+        for value in (self.measured.get("job_time_s"), self.predicted.get("time_s")):
+            if isinstance(value, (int, float)) and math.isfinite(value) and value > 0:
+                return float(value)
+        return None
 
 
 @dataclass

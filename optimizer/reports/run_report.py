@@ -111,10 +111,7 @@ def _job_shape(out: ReportInputs, alloc: Allocation, env: dict[str, str],
         rank_peaks_gb=list(ranks) if ranks else None, memory_bounds_gb=(peak, top),
         cpu_bounds=(round(used, 1), config.resources.cpu_count_max),
         image=job.image if job is not None else None, sla_time_s=config.sla.time_max,
-        # The deadline is set from the SLA alone: the recommendation's own time never reached
-        # it (the old dict lookup named a key the recommendation lacks), and this refactor
-        # changes no output; giving it rec.measured's time is a decision of its own.
-        predicted_time_s=None, comment=comment)
+        predicted_time_s=rec.job_time_s(), comment=comment)
 
 
 # ---------------------------------------------------------------------------------- plots
