@@ -2,14 +2,15 @@
 
 Runs ``examples/train_mlp.py``, ``train_cnn.py`` and ``train_transformer.py`` through the
 optimizer's own runner (:class:`optimizer.trials.training.TrainingModuleManager`) under a small
-factorial design per model (two model sizes x CPU threads 1/2 x two batch sizes), each to
+factorial design per model (two model sizes x CPU threads 1/2 x two batch sizes x two job
+lengths), each to
 completion with the monitor on, and writes the run records the tool writes
 (``summaries_to_frame``: one row per trial) as ``examples/logs/<model>.csv``. The trial folders
 (traces, metrics, output) stay under ``runs/example-logs/`` (not shipped).
 
 Usage::
 
-    python benchmarks/make_example_logs.py            # 24 runs, ~5-10 min on two cores
+    python benchmarks/make_example_logs.py            # 48 runs, ~6 min on two cores
     python benchmarks/make_example_logs.py --quick    # 6 runs, to check the set-up
 """
 
@@ -40,30 +41,33 @@ class Example:
     sizes: tuple[str, ...]
     """``--width``-style arguments and the samples per epoch, one per model size (larger
     models get fewer samples so that no run is long)."""
-    job: str
-    """Arguments common to every run (epochs)."""
+    jobs: tuple[str, ...]
+    """The job lengths (epochs): a history holds the same model trained for longer and
+    shorter jobs, and the time a new job takes depends on its length first."""
     batches: tuple[int, int]
 
 
 EXAMPLES = (
     Example("mlp", "examples/train_mlp.py",
-            ("--hidden 256 --samples 8000", "--hidden 1024 --samples 3000"), "--epochs 2",
+            ("--hidden 256 --samples 8000", "--hidden 1024 --samples 3000"), ("--epochs 2", "--epochs 8"),
             (64, 256)),
     Example("cnn", "examples/train_cnn.py",
-            ("--width 8 --samples 2048", "--width 16 --samples 1024"), "--epochs 2", (32, 128)),
+            ("--width 8 --samples 2048", "--width 16 --samples 1024"), ("--epochs 2", "--epochs 8"), (32, 128)),
     Example("transformer", "examples/train_transformer.py",
-            ("--width 32 --samples 512", "--width 64 --samples 256"), "--epochs 2", (16, 64)),
+            ("--width 32 --samples 512", "--width 64 --samples 256"), ("--epochs 2", "--epochs 8"), (16, 64)),
 )
 
 
-def design(quick: bool) -> list[tuple[Example, str, int, int]]:
-    """(example, size arguments, threads, batch size) of every run, in run order."""
+def design(quick: bool) -> list[tuple[Example, str, str, int, int]]:
+    """(example, size arguments, job arguments, threads, batch size) of every run, in run
+    order."""
     runs = []
     for ex in EXAMPLES:
         for size in ex.sizes[:1] if quick else ex.sizes:
-            for threads in (1, 2):
-                for batch in ex.batches[:1] if quick else ex.batches:
-                    runs.append((ex, size, threads, batch))
+            for job in ex.jobs[:1] if quick else ex.jobs:
+                for threads in (1, 2):
+                    for batch in ex.batches[:1] if quick else ex.batches:
+                        runs.append((ex, size, job, threads, batch))
     return runs
 
 
@@ -72,12 +76,12 @@ def run_all(out_dir: Path, run_dir: Path, quick: bool, timeout_s: float,
     resources = ResourceConfig()
     by_model: dict[str, list[TrialSummary]] = {}
     runs = design(quick)
-    for i, (ex, size, threads, batch) in enumerate(tqdm(runs, desc="example runs",
-                                                        disable=quiet)):
-        manager = TrainingModuleManager(REPO / ex.script, train_args=f"{size} {ex.job}")
+    for i, (ex, size, job, threads, batch) in enumerate(tqdm(runs, desc="example runs",
+                                                             disable=quiet)):
+        manager = TrainingModuleManager(REPO / ex.script, train_args=f"{size} {job}")
         alloc = Allocation(gpus=0, cpus=min(threads, resources.cpu_count_max or 1),
                            memory_gb=4.0, batch_size=batch)
-        trial_id = f"{i:03d}-{ex.name}-{size.split()[1]}-{alloc.key()}"
+        trial_id = f"{i:03d}-{ex.name}-{size.split()[1]}-e{job.split()[-1]}-{alloc.key()}"
         summary = manager.run_training(TrialRequest(alloc, run_dir / "trials" / trial_id,
                                                     timeout_s=timeout_s,
                                                     trial_id=trial_id), resources)

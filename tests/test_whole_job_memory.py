@@ -166,7 +166,7 @@ def test_the_jobs_deadline_follows_the_time_claimed_for_its_command(tmp_path):
     result = RunResult("cost", rec, *run_figures(probe, probe, cfg.sla))
     paths = write_outputs(ReportInputs(tmp_path, result, [probe], probe, probe, cfg,
                                        RLMetricsTracker(tmp_path / "metrics")))
-    text = (tmp_path / "k8s-job.yaml").read_text()
+    text = paths["k8s_job"].read_text()
     [job] = [d for d in yaml.safe_load_all(text) if d and d["kind"] == "Job"]
     assert job["spec"]["activeDeadlineSeconds"] == 6000
     assert "3x the predicted job time (2000 s)" in text
