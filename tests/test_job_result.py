@@ -92,8 +92,10 @@ def test_a_job_read_back_from_its_recorded_options_is_the_job():
     job = Job(Path("train.py"), ("--epochs", "2", "--name", "a b"), preference=(0.2, 0.7, 0.1),
               batch_size_arg="--bs", lr_arg="--lr", time_max=600.0, budget="auto",
               workers_max=2, scripts=("train.py", "other.py"), launcher="torchrun",
-              history=("runs/earlier", "mlflow:./mlruns"), history_job="trainer")
+              history=("runs/earlier", "mlflow:./mlruns"), history_job="trainer",
+              live_plan="off")
     options = json.loads(json.dumps(job.options()))  # as run.json holds them
+    assert options["live_plan"] == "off"  # a resume keeps it (it measured the plan before)
     assert list(options) == list(RECORDED) and options["train_args"] == "--epochs 2 --name 'a b'"
     assert Job.from_options(options, "train.py") == job
     assert options["history"] == ["runs/earlier", "mlflow:./mlruns"]  # --history, repeatable

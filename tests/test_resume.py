@@ -37,6 +37,7 @@ def test_resume_alone_then_with_another_preference(tmp_path, repo_root):
     assert f"{out}: its last recommendation: " in again.stdout
     assert "measured now: none" in again.stdout
     assert _stamps(out) == stamps  # nothing was run again
+    assert json.loads((out / "run.json").read_text())["options"]["live_plan"] == "off"
     assert json.loads((out / "recommendation.json").read_text())["preference"] == "cost"
 
     looped = sorted(p.parent.name for p in out.glob("trials/*/summary.json")

@@ -127,7 +127,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
                    help="the history's name for this job (default: the script's name)")
     p.add_argument("--agent-seconds", type=float, default=None, metavar="S",
                    help="training budget of each RL agent (default: [run].agent_seconds)")
-    p.add_argument("--live-plan", choices=("measure", "write", "off"), default="measure",
+    # default None, read as measure: a resumed run keeps the mode it recorded
+    p.add_argument("--live-plan", choices=("measure", "write", "off"), default=None,
                    help="for a job with stages (start-up, training, evaluation, checkpoints): "
                    "the agents' per-stage plan written to live-plan.json and run beside the "
                    "static recommendation (measure, the default), written only, or not made")

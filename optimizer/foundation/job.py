@@ -29,9 +29,9 @@ RECORDED = ("train_file", "preference", "config", "baseline_samples", "time_max"
             "launcher", "workers_max", "probe_seconds", "total_samples", "dataset_path",
             "offline_logs", "agent_seconds", "refine_rounds", "runoff_rounds", "runoff_size",
             "budget", "phase_model", "image", "executor", "ray_address", "history",
-            "history_job")
+            "history_job", "live_plan")
 """The options a run records in ``run.json`` and a resume reads back (not ``output``,
-``resume``, ``quiet`` nor ``live_plan``)."""
+``resume`` nor ``quiet``)."""
 
 @dataclass(frozen=True)
 class Launch:
