@@ -111,3 +111,18 @@ def test_nothing_is_measured_when_the_batch_is_the_scripts_own(tmp_path):
     final = TrialSummary("f", "completed", Allocation(0, 1, 2.0, 16))
     out = tune_learning_rate(None, None, final, 16, "--lr", tmp_path, None, None, True)
     assert "stays" in out["note"] and "runs" not in out
+
+
+def test_the_learning_rates_runs_are_launched_as_the_jobs_trials(tmp_path):
+    """The twin that runs another rate keeps the launcher decided once for the job (a script
+    that needs torchrun ran its learning-rate trials under plain python)."""
+    script = tmp_path / "train.py"
+    script.write_text("import argparse\np = argparse.ArgumentParser()\n"
+                      "p.add_argument('--lr', type=float, default=0.1)\np.parse_args()\n")
+    manager = TrainingModuleManager(script, ["--lr", "0.1", "--epochs", "2"], "--bs")
+    manager.launcher, manager.launch_required = "torchrun", True
+    manager.in_process_probe = False
+    twin = _with_lr(manager, "--lr", 0.05)
+    assert twin.train_args == ["--epochs", "2", "--lr", "0.05"]  # the later flag wins
+    assert (twin.launcher, twin.launch_required, twin.in_process_probe) == ("torchrun", True, False)
+    assert twin.batch_size_arg == "--bs" and manager.train_args[1] == "0.1"  # the job's untouched

@@ -132,6 +132,16 @@ class TrainingModuleManager:
         self.resource_config: ResourceConfig | None = None
         self._analysis: dict[str, Any] | None = None
 
+    def with_train_args(self, train_args: Sequence[str]) -> TrainingModuleManager:
+        """The same script, set and launched the same way, run with ``train_args``."""
+        twin = TrainingModuleManager(self.module_path, list(train_args), self.batch_size_arg,
+                                     self.batch_size_env, self.workers_arg)
+        twin.in_process_probe = self.in_process_probe
+        twin.launcher, twin.launch_required = self.launcher, self.launch_required
+        twin.config_copies, twin.module = self.config_copies, self.module
+        twin.resource_config = self.resource_config
+        return twin
+
     # -- loading and analysis ------------------------------------------------------------
     def load_module(self) -> ScriptInfo:
         """Read and compile the script without running it, and find its entry point.

@@ -49,15 +49,8 @@ def script_lr(manager: TrainingModuleManager, flag: str) -> tuple[float | None, 
 
 def _with_lr(manager: TrainingModuleManager, flag: str, lr: float) -> TrainingModuleManager:
     """A manager for the same script whose runs get ``flag lr`` (replacing a given one)."""
-    twin = TrainingModuleManager(manager.module_path,
-                                 with_flag(list(manager.train_args), flag, f"{lr:.6g}",
-                                           manager.config_copies),
-                                 manager.batch_size_arg, manager.batch_size_env,
-                                 manager.workers_arg)
-    twin.in_process_probe = manager.in_process_probe
-    twin.config_copies = manager.config_copies
-    twin.module = manager.module
-    return twin
+    return manager.with_train_args(with_flag(list(manager.train_args), flag, f"{lr:.6g}",
+                                             manager.config_copies))
 
 
 def _curve(trial: TrialSummary | None, run_dir: Path, batch: int) -> Any:
