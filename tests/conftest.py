@@ -62,12 +62,13 @@ def need(module: str, install: str = "pip install -e '.[dev]'"):
 
 # --- Two workers (pytest-xdist), one machine ---------------------------------------------
 # `make test` runs the suite on two workers, a file to a worker (``--dist loadfile``: its
-# module fixtures, often a whole main-job run, are made once). A Ray file holds the Ray lock
-# from its first test to its last: each starts local Ray clusters, and a main command that
-# starts a Ray of its own connects to whichever cluster it finds. A test marked ``serial`` runs
-# alone: it compares times measured for real, which a neighbour test's load would bend.
-# (Groups by ``xdist_group`` would say the Ray part more simply, but pytest-xdist 3.8 cannot
-# group under pytest 9.2, whose node ids it no longer rewrites.)
+# module fixtures, often a whole main-job run, are made once), the longest files first
+# (``durations.json``). The Ray files are one unit, run by one worker one after another: each
+# starts local Ray clusters, and a main command that starts a Ray of its own connects to
+# whichever cluster it finds; their lock keeps that true under other ``--dist`` modes. A test
+# marked ``serial`` runs alone: it compares times measured for real, which a neighbour test's
+# load would bend. (``xdist_group`` would say the Ray part in a mark, but pytest-xdist 3.8
+# cannot group under pytest 9.2, whose node ids it no longer rewrites.)
 
 RAY_FILES = {"test_ray_executor.py", "test_ray_cluster.py", "test_ray_train.py"}
 SERIAL = {
@@ -87,6 +88,16 @@ SERIAL = {
 that what runs alone and why can be read in one place."""
 
 
+DURATIONS = Path(__file__).with_name("durations.json")
+"""Seconds each test file took in a recorded run (``make test ARGS=--record-durations``)."""
+
+
+def pytest_addoption(parser):
+    parser.addoption("--record-durations", action="store_true",
+                     help=f"write each test file's seconds to {DURATIONS.name} (the order the "
+                          "two workers take files in: longest first)")
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "serial: measures wall time; runs with no other test beside it")
@@ -97,6 +108,63 @@ def pytest_collection_modifyitems(config, items):
         name = item.path.name
         if name in SERIAL or f"{name}::{item.originalname}" in SERIAL:
             item.add_marker(pytest.mark.serial)
+    # Longest files first: the worker that takes the last file then waits least for the other
+    # (a 30 s file taken last idled one core for 30 s). A file not yet timed goes after them.
+    seconds = _recorded_seconds()
+    unit = {name: sum(seconds.get(f, 0.0) for f in RAY_FILES) if name in RAY_FILES
+            else seconds.get(name, 0.0) for name in {i.path.name for i in items}}
+    items.sort(key=lambda i: -unit[i.path.name])  # stable: a file's own order is kept
+
+
+def _recorded_seconds() -> dict[str, float]:
+    import json
+
+    try:
+        return {str(k): float(v) for k, v in json.loads(DURATIONS.read_text()).items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` with the Ray files as one unit: one worker runs them one after
+    another (two local Ray clusters at once fail, "Found multiple active Ray instances"), and
+    the units in the order collected (longest first), not by their number of tests."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesRayTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "ray" if Path(path).name in RAY_FILES else path
+
+    config.option.loadscopereorder = False
+    return FilesRayTogether(config, log)
+
+
+_seconds: dict[str, float] = {}
+"""Each test file's seconds in this run (setup, call and teardown), for --record-durations."""
+
+
+def pytest_runtest_logreport(report):
+    # under xdist the controller is handed every worker's reports
+    name = Path(report.fspath).name
+    _seconds[name] = _seconds.get(name, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session):
+    config = session.config
+    if not config.getoption("record_durations") or hasattr(config, "workerinput"):
+        return
+    import json
+
+    from optimizer.foundation.atomic_files import atomic_write_text
+
+    # a run of some files updates theirs; files since removed are dropped
+    merged = {**_recorded_seconds(), **{k: round(v, 1) for k, v in _seconds.items()}}
+    seconds = {k: v for k, v in sorted(merged.items()) if DURATIONS.with_name(k).is_file()}
+    atomic_write_text(DURATIONS, json.dumps(seconds, indent=1) + "\n")
 
 
 def _lock_dir(config) -> Path | None:
