@@ -159,6 +159,10 @@ class TrialRun:
     """The whole job's samples where an earlier run counted them: a probe this near its end
     runs to it (:data:`NEAR_END`)."""
     """A probe of another batch than the script's runs on until this says it is done."""
+    probe_torch: bool = False
+    """The in-process probe saw the script import torch."""
+    probe_first_step_s: float | None = None
+    """When the in-process probe's first training step was read (its start-up is over)."""
     probe_steps: tuple[float, float] = (0.0, 0.0)
     """(step, cumulative samples) of the last step event: where a loss is placed."""
     probe_batch: int | None = None
@@ -247,7 +251,8 @@ def wait_trial(run: TrialRun, probe_seconds: float | None, timeout_s: float,
             tracker = next((r for r in (run.rates_csv, run.rates_probe) if r.windows),
                            run.rates_stdout)
             watch = run.loss_watch
-            if (elapsed >= probe_seconds or tracker.is_steady(k, tol)) and (
+            if (elapsed >= box_end(run, probe_seconds, timeout_s)
+                    or tracker.is_steady(k, tol)) and (
                     watch is None or watch.done
                     or elapsed >= watch.target.time_box(probe_seconds, timeout_s)):
                 run.stop_reason = "probe"
@@ -264,6 +269,38 @@ def wait_trial(run: TrialRun, probe_seconds: float | None, timeout_s: float,
     run.proc.wait()
     run.exited.wait(5.0)
     return (run.ended_at or time.monotonic()) - run.t0
+
+
+STARTUP_BOXES = 3
+"""A probe whose script is still starting when its time box ends (its first training step not
+yet measured: a ``torch.compile``, a data set loaded) runs on to this many boxes: stopped there
+it measured nothing, and the search measured the same setting again, four times (compiled's
+start-up is 17-21 s on one core against a 20 s box)."""
+
+MEASURE_AFTER_STARTUP = 0.25
+"""Such a probe then runs this share of a box past its first training step or rate window,
+whichever came first, and at least :data:`MEASURE_MIN_S`: enough windows for a rate (the steady
+check may end it sooner)."""
+
+MEASURE_MIN_S = 2.0
+"""Two of the in-process probe's rate windows (``PROBE_WINDOW_S``)."""
+
+
+def box_end(run: TrialRun, probe_seconds: float, timeout_s: float) -> float:
+    """Seconds after launch at which a probe is stopped: its time box, or later where the
+    in-process probe saw torch imported and no training step by then, or the first rate came late
+    (:data:`STARTUP_BOXES`, :data:`MEASURE_AFTER_STARTUP`); never past the hard limit."""
+    firsts = [r.windows[0][0] for r in (run.rates_csv, run.rates_probe, run.rates_stdout)
+              if r.windows]
+    if run.probe_first_step_s is not None:
+        firsts.append(run.probe_first_step_s)
+    cap = min(STARTUP_BOXES * probe_seconds, timeout_s)
+    if firsts:
+        more = max(MEASURE_AFTER_STARTUP * probe_seconds, MEASURE_MIN_S)
+        return max(probe_seconds, min(min(firsts) + more, cap))
+    # only a torch script the probe is inside is known to be starting; another may simply be
+    # one whose steps the probe cannot see (it prints nothing, sleeps, hangs)
+    return cap if run.probe_torch else probe_seconds
 
 
 NEAR_END = 0.25

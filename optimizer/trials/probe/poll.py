@@ -39,6 +39,12 @@ def poll_probe(run: Any) -> None:
         if run.loss_watch is not None and b'"e":"loss"' in line:
             _watch_loss(run, line)
             continue
+        if b'"e":"torch"' in line:
+            run.probe_torch = True
+            continue
+        if b'"e":"first_step"' in line:
+            run.probe_first_step_s = time.monotonic() - run.t0
+            continue
         if b'"e":"steps"' not in line:
             continue
         try:

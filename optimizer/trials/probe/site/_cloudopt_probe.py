@@ -104,8 +104,9 @@ def _install(torch):
     import _cloudopt_probe_grads as grads  # the same folder; standard library only
 
     s = state.STATE
+    # at once: the runner reads it as "a torch job, still starting" until its first step
     s.emit({"e": "torch", "version": str(getattr(torch, "__version__", "?")),
-            "num_threads": torch.get_num_threads()})
+            "num_threads": torch.get_num_threads()}, flush=True)
     from torch.optim.optimizer import (
         register_optimizer_step_post_hook,
         register_optimizer_step_pre_hook,
