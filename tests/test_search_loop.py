@@ -3,6 +3,7 @@ fake port, and the recommendation's dict in the order the report reads."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -136,6 +137,19 @@ def test_a_fifth_run_of_a_setting_is_never_proposed():
     state.trials.append(_trial("again", PLAN))
     stop = RepeatLimit().check(state)
     assert stop.said and "measured 4 times already" in stop.why and stop.row["round"] == 1
+
+
+def test_a_setting_measured_twice_without_a_rate_is_not_measured_a_third_time():
+    """compiled's own batch: its probes ended in start-up, the model never saw them, and the
+    plan stayed there for four runs that measured nothing."""
+    empty = dataclasses.replace(_trial("01", PLAN), status="probe", throughput=None,
+                                reason="no throughput measured before the time box ended")
+    state = _state([empty, _trial("02", OTHER)])
+    state.proposal = Proposal(PLAN, "expected-improvement", "expected to improve")
+    assert RepeatLimit().check(state) is None  # once: a longer look may measure it
+    state.trials.append(dataclasses.replace(empty, trial_id="refine-0"))
+    stop = RepeatLimit().check(state)
+    assert stop.said and "2 of them without a throughput" in stop.why
 
 
 def test_the_budget_rules_keep_the_reserve_and_the_first_round():

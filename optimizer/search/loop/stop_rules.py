@@ -2,7 +2,8 @@
 
 Before a round plans, :class:`BudgetAtRoundStart`; after its proposers, in order:
 :class:`NoProbeLeft` and :class:`PlanMeasured` (nothing was proposed), :class:`RepeatLimit`
-(the proposal's setting was measured :data:`MAX_MEASUREMENTS` times), :class:`BudgetLeft` (no
+(the proposal's setting was measured :data:`MAX_MEASUREMENTS` times, or
+:data:`MAX_EMPTY` times without a rate), :class:`BudgetLeft` (no
 run left beside the reserve of the stages after the loop) and :class:`NotWorthARun` (the
 largest expected saving over the job's runs is less than one more run costs). The first reason
 ends the loop; its row goes into the decisions (and to the console where it ``said``).
@@ -19,6 +20,10 @@ from optimizer.search.expected import not_worth_a_run, ruled_words, with_default
 MAX_MEASUREMENTS = 4
 """The closed loop never measures a setting a fifth time: when that is all it could do, it stops
 and says why (a repeat teaches the model nothing the earlier runs did not)."""
+
+MAX_EMPTY = 2
+"""Nor a third time a setting whose runs measured no throughput: the model never sees them, so
+its plan stays there, and compiled's own batch was measured four times for nothing."""
 
 
 def budget_row(k: int, budget: Any, reserve: int) -> dict[str, Any]:
@@ -86,11 +91,13 @@ class RepeatLimit:
         if proposal is None or view is None:
             return None
         mine = with_default_batch(proposal.allocation, state.default_batch)
-        times = sum(same_setting(t.allocation, mine) for t in state.trials)
-        if times < MAX_MEASUREMENTS:
+        runs = [t for t in state.trials if same_setting(t.allocation, mine)]
+        empty = sum(not (t.ok and t.throughput) for t in runs)
+        if len(runs) < MAX_MEASUREMENTS and empty < MAX_EMPTY:
             return None
         why = (f"nothing else can be proposed: {proposal.reason}, but that setting was "
-               f"measured {times} times already")
+               f"measured {len(runs)} times already"
+               + (f", {empty} of them without a throughput" if empty else ""))
         return StopReason(self.name, why, _stop_row(view, view.agent, why), said=True)
 
 
