@@ -21,7 +21,7 @@ demo: $(STAMP)
 	$(PY) -m optimizer --train-file examples/train_mlp.py --preference cost $(ARGS)
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile --durations=25 $(ARGS)
+	$(PY) -m pytest -q -n 3 --dist loadfile --durations=25 $(ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -60,14 +60,16 @@ def need(module: str, install: str = "pip install -e '.[dev]'"):
         missing(f"Python module {module}", install)
 
 
-# --- Two workers (pytest-xdist), one machine ---------------------------------------------
-# `make test` runs the suite on two workers, a file to a worker (``--dist loadfile``: its
-# module fixtures, often a whole main-job run, are made once), the longest files first
-# (``durations.json``). The Ray files are one unit, run by one worker one after another: each
-# starts local Ray clusters, and a main command that starts a Ray of its own connects to
-# whichever cluster it finds; their lock keeps that true under other ``--dist`` modes. A test
-# marked ``serial`` runs alone: it compares times measured for real, which a neighbour test's
-# load would bend. (``xdist_group`` would say the Ray part in a mark, but pytest-xdist 3.8
+# --- Workers (pytest-xdist), one machine ---------------------------------------------
+# `make test` runs the suite on three workers, a file to a worker (``--dist loadfile``: its
+# module fixtures, often a whole main-job run, are made once), the longest units first
+# (``durations.json``). Much of a test's time is a trial's script asleep or a Ray cluster
+# waiting, so a third worker fills the two cores that two left a fifth idle. The Ray files are
+# one unit, run by one worker one after another: each starts local Ray clusters, and a main
+# command that starts a Ray of its own connects to whichever cluster it finds (their lock keeps
+# that true under other ``--dist`` modes). The tests marked ``serial`` are one unit too, run
+# back to back with one neighbour worker at most: they compare times measured for real, which
+# more load would bend. (``xdist_group`` would say these units in marks, but pytest-xdist 3.8
 # cannot group under pytest 9.2, whose node ids it no longer rewrites.)
 
 RAY_FILES = {"test_ray_executor.py", "test_ray_cluster.py", "test_ray_train.py"}
@@ -79,13 +81,12 @@ SERIAL = {
     "test_live_controller.py::test_a_plan_follows_the_running_jobs_stages_and_is_billed_per_interval",
     "test_loader_workers.py::test_main_job_sweeps_the_workers_and_recommends_the_measured_best",
     "test_loss_target.py::test_a_probe_of_another_batch_trains_on_to_the_scripts_loss",
-    "test_ray_executor.py::test_the_probe_sees_inside_a_silent_script_on_a_ray_worker",
     "test_optimize_cli.py::test_small_real_run",
     "test_env_real_trials.py",  # its module fixture measures 1- and 2-CPU trials to fit on
     "test_efficiency.py::test_the_noise_scale_of_a_real_script_seen_by_the_probe",
 }
-"""Tests (``file::name``) and files that run alone: marked ``serial`` here, in one list, so
-that what runs alone and why can be read in one place."""
+"""Tests (``file::name``) and files that run with one neighbour at most: marked ``serial``
+here, in one list, so that what runs so and why can be read in one place."""
 
 
 DURATIONS = Path(__file__).with_name("durations.json")
@@ -103,17 +104,48 @@ def pytest_configure(config):
         "markers", "serial: measures wall time; runs with no other test beside it")
 
 
+ALONE = {
+    "test_env_real_trials.py",  # its fit spans 1- and 2-CPU trials
+    # its model is fitted to five whole runs: with a neighbour, unfitted in 2 of 3 runs
+    "test_in_process_probe.py::test_the_main_job_on_a_script_that_prints_nothing_fits_the_model_and_trains_the_agents",
+}
+"""Serial tests and files that run with no neighbour at all."""
+SERIAL_IN_FILE = {"test_efficiency.py"}
+"""Files whose serial test shares their module fixture: it stays in the file's unit (the
+fixture would be made twice)."""
+
+
+def _listed(nodeid: str, names: set[str]) -> bool:
+    """Whether ``names`` holds the test's file or its ``file::name``."""
+    name, _, test = nodeid.partition("::")
+    name = Path(name).name
+    return name in names or f"{name}::{test.split('[', 1)[0]}" in names
+
+
+def _serial(nodeid: str) -> bool:
+    return _listed(nodeid, SERIAL)
+
+
+def unit_of(nodeid: str) -> str:
+    """The scheduling unit of a test: ``ray``, ``serial`` or its file."""
+    path = nodeid.split("::", 1)[0]
+    if Path(path).name in RAY_FILES:
+        return "ray"
+    if _serial(nodeid) and Path(path).name not in SERIAL_IN_FILE:
+        return "serial"
+    return Path(path).name
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        name = item.path.name
-        if name in SERIAL or f"{name}::{item.originalname}" in SERIAL:
+        if _serial(item.nodeid):
             item.add_marker(pytest.mark.serial)
-    # Longest files first: the worker that takes the last file then waits least for the other
-    # (a 30 s file taken last idled one core for 30 s). A file not yet timed goes after them.
+    # Longest units first: the worker that takes the last one then waits least for the others
+    # (a 30 s file taken last idled a core for 30 s). A file not yet timed goes after them.
     seconds = _recorded_seconds()
-    unit = {name: sum(seconds.get(f, 0.0) for f in RAY_FILES) if name in RAY_FILES
-            else seconds.get(name, 0.0) for name in {i.path.name for i in items}}
-    items.sort(key=lambda i: -unit[i.path.name])  # stable: a file's own order is kept
+    # (stable: a unit keeps its order, but for the serial unit's ALONE files, last, where the
+    # other workers' lanes drain at the end of theirs)
+    items.sort(key=lambda i: (-seconds.get(unit_of(i.nodeid), 0.0), _listed(i.nodeid, ALONE)))
 
 
 def _recorded_seconds() -> dict[str, float]:
@@ -127,30 +159,28 @@ def _recorded_seconds() -> dict[str, float]:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """``--dist loadfile`` with the Ray files as one unit: one worker runs them one after
-    another (two local Ray clusters at once fail, "Found multiple active Ray instances"), and
+    """``--dist loadfile`` by :func:`unit_of` (the Ray files one unit, the serial tests one),
     the units in the order collected (longest first), not by their number of tests."""
     if config.getoption("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
 
-    class FilesRayTogether(LoadFileScheduling):
+    class Units(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            return "ray" if Path(path).name in RAY_FILES else path
+            return unit_of(nodeid)
 
     config.option.loadscopereorder = False
-    return FilesRayTogether(config, log)
+    return Units(config, log)
 
 
 _seconds: dict[str, float] = {}
-"""Each test file's seconds in this run (setup, call and teardown), for --record-durations."""
+"""Each unit's seconds in this run (setup, call and teardown), for --record-durations."""
 
 
 def pytest_runtest_logreport(report):
     # under xdist the controller is handed every worker's reports
-    name = Path(report.fspath).name
-    _seconds[name] = _seconds.get(name, 0.0) + report.duration
+    unit = unit_of(report.nodeid)
+    _seconds[unit] = _seconds.get(unit, 0.0) + report.duration
 
 
 def pytest_sessionfinish(session):
@@ -163,7 +193,8 @@ def pytest_sessionfinish(session):
 
     # a run of some files updates theirs; files since removed are dropped
     merged = {**_recorded_seconds(), **{k: round(v, 1) for k, v in _seconds.items()}}
-    seconds = {k: v for k, v in sorted(merged.items()) if DURATIONS.with_name(k).is_file()}
+    seconds = {k: v for k, v in sorted(merged.items())
+               if k in ("ray", "serial") or DURATIONS.with_name(k).is_file()}
     atomic_write_text(DURATIONS, json.dumps(seconds, indent=1) + "\n")
 
 
@@ -181,14 +212,19 @@ def _lock_dir(config) -> Path | None:
 
 _ray_lock = None
 """This worker's open Ray lock file while one of its Ray files runs."""
+_serial_locks: dict = {}
+"""The serial mutex and the other workers' lanes this worker holds while its serial tests run."""
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """A ``serial`` test holds the run lock alone; any other holds it shared. The gate makes
-    a waiting serial test block new shared holders, so it is not starved. A Ray file takes the
-    Ray lock before its first test (its module fixtures start there) and gives it back after
-    its last (their teardown ends there)."""
+    """Every test holds its worker's lane shared. A ``serial`` test takes the serial mutex (one
+    serial test at a time) and the lanes of all workers but one alone, so that at most one
+    other test runs beside it (an :data:`ALONE` one takes every lane), and keeps them while the
+    next test is serial too.
+    Each lane's gate makes a waiting serial test block the lane's new holders, so it is not
+    starved. A Ray file takes the Ray lock before its first test (its module fixtures start
+    there) and gives it back after its last (their teardown ends there)."""
     global _ray_lock
     base = _lock_dir(item.config)
     if base is None:
@@ -199,15 +235,45 @@ def pytest_runtest_protocol(item, nextitem):
     if item.path.name in RAY_FILES and _ray_lock is None:
         _ray_lock = open(base / "ray", "a")
         fcntl.flock(_ray_lock, fcntl.LOCK_EX)
-    exclusive = item.get_closest_marker("serial") is not None
-    with open(base / "gate", "a") as gate, open(base / "run", "a") as run:
+    me = int(item.config.workerinput["workerid"].removeprefix("gw"))
+    workers = int(item.config.workerinput["workercount"])
+    needed = _lanes_needed(item, me, workers)
+    if needed and not _serial_locks:
+        mutex = open(base / "serial", "a")
+        fcntl.flock(mutex, fcntl.LOCK_EX)
+        _serial_locks["mutex"] = mutex
+    for other in needed:
+        if other not in _serial_locks:
+            _serial_locks[other] = _lane(base, other, fcntl.LOCK_EX)
+    lane = _lane(base, me, fcntl.LOCK_SH)
+    try:
+        yield
+    finally:
+        lane.close()  # closing a file releases its lock
+        # keep what the next test needs (a serial batch drains its neighbour once), no more
+        keep = _lanes_needed(nextitem, me, workers) if nextitem is not None else []
+        for key in [k for k in _serial_locks if k not in keep and (k != "mutex" or not keep)]:
+            _serial_locks.pop(key).close()
+        if _ray_lock is not None and (nextitem is None or nextitem.path != item.path):
+            _ray_lock.close()
+            _ray_lock = None
+
+
+def _lanes_needed(item, me: int, workers: int) -> list[int]:
+    """The other workers' lanes ``item`` holds alone: none for a test that is not serial, all
+    but one other worker's for a serial one, every other for an :data:`ALONE` one."""
+    if item.get_closest_marker("serial") is None or workers < 2:
+        return []
+    others = [(me + k) % workers for k in range(1, workers)]
+    return others if _listed(item.nodeid, ALONE) else others[:max(workers - 2, 0)]
+
+
+def _lane(base: Path, worker: int, how: int):
+    """Worker ``worker``'s lane lock, taken ``how`` through its gate; the open file."""
+    import fcntl
+
+    lane = open(base / f"lane-{worker}", "a")
+    with open(base / f"gate-{worker}", "a") as gate:
         fcntl.flock(gate, fcntl.LOCK_EX)
-        fcntl.flock(run, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        fcntl.flock(gate, fcntl.LOCK_UN)
-        try:
-            yield
-        finally:
-            fcntl.flock(run, fcntl.LOCK_UN)
-            if _ray_lock is not None and (nextitem is None or nextitem.path != item.path):
-                _ray_lock.close()  # closing the file releases the lock
-                _ray_lock = None
+        fcntl.flock(lane, how)
+    return lane
