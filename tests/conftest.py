@@ -96,7 +96,7 @@ DURATIONS = Path(__file__).with_name("durations.json")
 def pytest_addoption(parser):
     parser.addoption("--record-durations", action="store_true",
                      help=f"write each test file's seconds to {DURATIONS.name} (the order the "
-                          "two workers take files in: longest first)")
+                          "workers take their units in: longest first)")
 
 
 def pytest_configure(config):
