@@ -78,11 +78,11 @@ def test_a_folder_without_trace_tables_says_so(tmp_path):
 
 def test_csv_history_from_the_shipped_logs():
     h = read_csv_history(REPO / "examples" / "logs")
-    assert len(h) == 24 and h.jobs() == ["cnn", "mlp", "transformer"]
-    run = next(r for r in h if r.run_id == "008-cnn-8-g0-c1-m4-b32")
+    assert len(h) == 48 and h.jobs() == ["cnn", "mlp", "transformer"]
+    run = next(r for r in h if r.run_id == "016-cnn-8-e2-g0-c1-m4-b32")
     assert run.params["batch_size"] == 32 and run.params["params"] == 6330
-    assert run.outcome["wall_s"] == pytest.approx(4.627)
-    assert run.outcome["peak_mem_gb"] == pytest.approx(0.3443)
+    assert run.outcome["wall_s"] == pytest.approx(3.775)
+    assert run.outcome["peak_mem_gb"] == pytest.approx(0.3477)
     assert run.started_at is not None and run.tags["model_key"] == "cnn[6.33k]"
 
 
