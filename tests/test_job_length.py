@@ -12,7 +12,7 @@ import pytest
 
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import OptimizerConfig
-from optimizer.search.choice import best_measured, objective_table
+from optimizer.search.choice import best_measured, objective_table, rejected_batches
 from optimizer.search.goodput.efficiency import NoiseScaleEstimate, TrialEfficiency
 from optimizer.search.goodput.job_length import (
     TRAINS_AS_WELL,
@@ -142,6 +142,29 @@ def test_with_nothing_measured_only_the_scripts_own_batch_is_recommended():
     assert best.trial_id == "own"
     off = dataclasses.replace(off, untried_batches=False)  # no torch to see into, or [run].goodput = false: samples/s
     assert best_measured(trials, config, "cost", efficiency=off)[0].trial_id == "huge"
+
+
+def test_with_nothing_measured_a_batch_whose_whole_runs_end_as_well_is_recommended():
+    """An L-BFGS closure shows no noise scale, yet its whole runs at 4x the batch ended at a
+    lower test loss for less: whole runs' final losses still judge where nothing else does."""
+    config = OptimizerConfig()
+    off = dataclasses.replace(_eff({}, JobLength("--epochs", 4.0), on=False),
+                              untried_batches=True)
+
+    def whole(name, batch, seconds, loss):
+        return dataclasses.replace(_trial(name, batch, seconds),
+                                   model_info={"heldout_loss": loss})
+
+    own, quick = whole("own", 64, 10.0, 0.50), _trial("quick", 128, 3.0)  # quick: no loss
+    assert best_measured([own, whole("big", 256, 4.0, 0.45), quick], config, "cost",
+                         efficiency=off)[0].trial_id == "big"
+    table = objective_table([own, whole("big", 256, 4.0, 0.45)], config, "cost", off)
+    big = table[table["batch_size"] == 256].iloc[0]
+    assert big["judged_by"] == "whole runs' held-out loss" and big["job_time_s"] == 4.0
+    worse = [own, whole("big", 256, 4.0, 0.56), quick]
+    assert best_measured(worse, config, "cost", efficiency=off)[0].trial_id == "own"
+    assert "0.56" in rejected_batches(worse, off)[256]
+    assert rejected_batches(worse, off)[128] == "nothing measured how it trains"
 
 
 def test_a_job_that_trains_but_showed_no_curve_keeps_its_batch(tmp_path):

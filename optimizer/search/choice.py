@@ -138,6 +138,14 @@ def _on_ref(efficiency: TrialEfficiency | None) -> tuple[bool, int | None]:
     return efficiency.on, efficiency.ref_batch
 
 
+def _by_whole_runs(efficiency: TrialEfficiency | None) -> bool:
+    """Whether whole runs' final losses judge the batches: where the efficiency is in use,
+    and where it is off only because nothing measured how the script trains
+    (``untried_batches``): a whole run's loss is then the one thing that did. L-BFGS showed
+    no noise scale, yet its whole runs at 4x its batch ended at a lower test loss for less."""
+    return efficiency is not None and (efficiency.on or efficiency.untried_batches)
+
+
 def _judges(efficiency: TrialEfficiency | None, evidence: Sequence[TrialSummary],
             trials: Sequence[TrialSummary]) -> _Judges:
     on, ref = _on_ref(efficiency)
@@ -146,9 +154,10 @@ def _judges(efficiency: TrialEfficiency | None, evidence: Sequence[TrialSummary]
     # batches are compared as making equal progress per sample (the own batch's known) or not
     # at all (only the script's own batch kept where it ran; nothing to judge the others by).
     blind = not on and job is not None and job.unit == "steps"
-    return _Judges(trains_worse(evidence, ref) if on else {},
-                   trains_as_well(evidence, ref) if on else {},
-                   loss_kind(evidence, ref) if on else HELDOUT, job, blind,
+    runs = _by_whole_runs(efficiency)
+    return _Judges(trains_worse(evidence, ref) if runs else {},
+                   trains_as_well(evidence, ref) if runs else {},
+                   loss_kind(evidence, ref) if runs else HELDOUT, job, blind,
                    blind and not ref and any(t.allocation.global_batch is None for t in trials))
 
 
@@ -161,7 +170,7 @@ def _verdict(t: TrialSummary, seconds: float, eff: float, efficiency: TrialEffic
             (judges.own_only and gb is not None):
         return None
     on, ref = _on_ref(efficiency)
-    if on or judges.blind:
+    if on or judges.blind or (gb is not None and int(gb) in judges.as_well):
         return judge(t, whole_job_seconds(t, seconds, judges.job), ref or None, eff, judges.job,
                      judges.worse, judges.as_well, judges.kind)
     return Judgement(seconds / max(eff, 1e-9), seconds)
@@ -173,9 +182,9 @@ def rejected_batches(trials: Sequence[TrialSummary], efficiency: TrialEfficiency
     ended worse, its whole job makes less training and its length cannot be set, nothing
     measured how it trains): ``{batch: why}``; with ``cheaper_than``, only batches whose
     whole job at the script's length costs less than that many dollars."""
-    on, ref = _on_ref(efficiency)
-    if not on:
+    if not _by_whole_runs(efficiency):
         return {}
+    ref = _on_ref(efficiency)[1]
     judges = _judges(efficiency, trials, trials)
     out: dict[int, str] = {}
     for t in trials:
@@ -195,12 +204,12 @@ def rejected_batches(trials: Sequence[TrialSummary], efficiency: TrialEfficiency
 
 def _set_aside_words(batch: int, efficiency: TrialEfficiency | None, judges: _Judges) -> str:
     """Why :func:`_set_aside` left ``batch`` out, with the losses where whole runs decided."""
-    if efficiency is not None and efficiency.untried_batches:
-        return "nothing measured how it trains"
     loss = HELDOUT if judges.kind == HELDOUT else "training loss over the last tenth of steps"
     if batch in judges.worse:
         v, own = judges.worse[batch]
         return f"its whole runs ended at a {loss} of {v:.4g} against the own batch's {own:.4g}"
+    if efficiency is not None and efficiency.untried_batches:
+        return "nothing measured how it trains"
     if judges.own_only:
         return "the script's own batch is unknown, so nothing says how much it trains"
     near = min(judges.worse, key=lambda w: abs(w - batch), default=None)
@@ -219,10 +228,11 @@ def rejected_words(rejected: dict[int, str]) -> str:
 def _set_aside(efficiency: TrialEfficiency | None, gb: int | None, worse: dict[int, Any],
                as_well: dict[int, Any]) -> bool:
     """Whether a trial's global batch is left out of the choice: the job trains but nothing
-    measured how this batch does (maybe worse), or its whole runs ended at a worse held-out
+    measured how this batch does (maybe worse) and no whole run of it ended as well, or its whole runs ended at a worse held-out
     loss than the script's own, or it lies beyond such a batch (:func:`beyond_worse`)."""
     ref = _on_ref(efficiency)[1]
-    untried = efficiency is not None and efficiency.untried_batches and gb not in (None, ref)
+    untried = (efficiency is not None and efficiency.untried_batches and gb not in (None, ref)
+               and int(gb) not in as_well)
     return bool(untried or (gb is not None and int(gb) in worse)
                 or (beyond_worse(gb, worse, ref) and int(gb) not in as_well))
 

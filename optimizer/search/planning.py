@@ -104,8 +104,9 @@ def measure_efficiency(usable: list[TrialSummary], reference: TrialSummary,
     eff = _measure_efficiency(usable, reference, run_dir, goodput)
     if goodput and eff.ref_batch and not eff.on and (reference.probe or {}).get("steps"):
         eff = dataclasses.replace(eff, untried_batches=True, note=(
-            f"{eff.note} So only the script's own batch size is recommended: a batch's "
-            "samples/s says nothing of how well it trains."))
+            f"{eff.note} So only the script's own batch size is recommended, or a batch "
+            "whose whole runs ended at a final loss as low: a batch's samples/s says nothing "
+            "of how well it trains."))
     return dataclasses.replace(eff, job=job) if job is not None else eff
 
 
