@@ -65,7 +65,7 @@ def test_a_probe_near_its_jobs_end_runs_to_it():
     at most a third more and gives the whole run's printed loss."""
     from types import SimpleNamespace
 
-    from optimizer.trials.runner import NEAR_END, near_end
+    from optimizer.trials.probe.stop import NEAR_END, near_end
 
     job = 300_160.0
     assert near_end(SimpleNamespace(job_samples=job, probe_last=(7.5, 0.9 * job)))
@@ -73,6 +73,25 @@ def test_a_probe_near_its_jobs_end_runs_to_it():
     assert not near_end(SimpleNamespace(job_samples=None, probe_last=(7.5, 0.9 * job)))
     assert not near_end(SimpleNamespace(job_samples=job, probe_last=None))
     assert near_end(SimpleNamespace(job_samples=job, probe_last=(1.0, (1 - NEAR_END) * job)))
+
+
+def test_a_probe_whose_start_up_took_its_box_runs_to_an_end_a_few_seconds_away():
+    """compiled: 20 s of start-up, half the samples done when the box ended and 4 s left at
+    its rate; its whole runs took 6 s more than the probes said, after the last step."""
+    from types import SimpleNamespace
+
+    from optimizer.trials.output import RateTracker
+    from optimizer.trials.probe.stop import near_end
+
+    rates = RateTracker()
+    for t in range(21, 26):
+        rates.add(float(t), 22_000.0)
+    run = SimpleNamespace(job_samples=200_000.0, probe_last=(25.7, 108_000.0), rates_probe=rates)
+    assert near_end(run, 25.7)  # 92,000 samples: 4.2 s, within a third of 25.7 s
+    assert not near_end(run, 10.0)  # 4.2 s is more than a third of 10 s
+    assert not near_end(run)  # no time given: the samples' rule alone
+    assert not near_end(SimpleNamespace(job_samples=200_000.0, probe_last=(25.7, 108_000.0),
+                                        rates_probe=RateTracker()), 25.7)  # no rate yet
 
 
 def test_a_batch_whose_whole_runs_end_as_well_gets_no_longer_job():

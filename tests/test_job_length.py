@@ -178,3 +178,15 @@ def test_a_job_that_trains_but_showed_no_curve_keeps_its_batch(tmp_path):
     blind = TrialSummary("00-own", "completed", Allocation(0, 1, 2.0, 64), wall_time_s=5.0,
                          throughput=100.0, probe={"steps": 0})
     assert not measure_efficiency([blind], blind, tmp_path, True).untried_batches
+
+
+def test_where_whole_runs_alone_judged_the_decision_says_so():
+    off = dataclasses.replace(_eff({}, JobLength("--epochs", 4.0), on=False),
+                              untried_batches=True)
+    row = {"length": None, "judged_by": "whole runs' held-out loss"}
+    out = job_length_decision(JobLength("--epochs", 4.0), row, off)
+    assert out["judged_by"] == "whole runs' held-out loss" and out["args"] == []
+    assert "judged only by the final loss their whole runs ended at" in out["note"]
+    assert "(4 epochs)" in out["note"]
+    assert job_length_decision(JobLength("--epochs", 4.0), row,
+                               dataclasses.replace(off, untried_batches=False)) is None

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from optimizer.foundation.allocation import Allocation
 from optimizer.foundation.config import ResourceConfig
 from optimizer.trials.output import RateTracker
-from optimizer.trials.runner import MEASURE_AFTER_STARTUP, STARTUP_BOXES, box_end
+from optimizer.trials.probe.stop import MEASURE_AFTER_STARTUP, STARTUP_BOXES, box_end
 from optimizer.trials.training import TrainingModuleManager, TrialRequest
 
 DATA = Path(__file__).parent / "data"

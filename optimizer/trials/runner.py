@@ -42,6 +42,7 @@ from optimizer.trials.probe import probe_environment
 from optimizer.trials.probe.loss_target import FILE as LOSS_TARGET_FILE
 from optimizer.trials.probe.loss_target import LossWatch
 from optimizer.trials.probe.poll import poll_probe
+from optimizer.trials.probe.stop import box_end, near_end
 from optimizer.trials.records import SUMMARY_FILE, TrialSummary, write_trials_csv
 from optimizer.trials.resources import ResourceManager
 from optimizer.trials.settings.config_args import with_setting
@@ -256,7 +257,7 @@ def wait_trial(run: TrialRun, probe_seconds: float | None, timeout_s: float,
                     watch is None or watch.done
                     or elapsed >= watch.target.time_box(probe_seconds, timeout_s)):
                 run.stop_reason = "probe"
-        if run.stop_reason == "probe" and near_end(run):
+        if run.stop_reason == "probe" and near_end(run, elapsed):
             run.stop_reason = None
         if run.stop_reason:
             if run.exited.is_set():  # it ended on its own between the checks: not stopped
@@ -269,51 +270,6 @@ def wait_trial(run: TrialRun, probe_seconds: float | None, timeout_s: float,
     run.proc.wait()
     run.exited.wait(5.0)
     return (run.ended_at or time.monotonic()) - run.t0
-
-
-STARTUP_BOXES = 3
-"""A probe whose script is still starting when its time box ends (its first training step not
-yet measured: a ``torch.compile``, a data set loaded) runs on to this many boxes: stopped there
-it measured nothing, and the search measured the same setting again, four times (compiled's
-start-up is 17-21 s on one core against a 20 s box)."""
-
-MEASURE_AFTER_STARTUP = 0.25
-"""Such a probe then runs this share of a box past its first training step or rate window,
-whichever came first, and at least :data:`MEASURE_MIN_S`: enough windows for a rate (the steady
-check may end it sooner)."""
-
-MEASURE_MIN_S = 2.0
-"""Two of the in-process probe's rate windows (``PROBE_WINDOW_S``)."""
-
-
-def box_end(run: TrialRun, probe_seconds: float, timeout_s: float) -> float:
-    """Seconds after launch at which a probe is stopped: its time box, or later where the
-    in-process probe saw torch imported and no training step by then, or the first rate came late
-    (:data:`STARTUP_BOXES`, :data:`MEASURE_AFTER_STARTUP`); never past the hard limit."""
-    firsts = [r.windows[0][0] for r in (run.rates_csv, run.rates_probe, run.rates_stdout)
-              if r.windows]
-    if run.probe_first_step_s is not None:
-        firsts.append(run.probe_first_step_s)
-    cap = min(STARTUP_BOXES * probe_seconds, timeout_s)
-    if firsts:
-        more = max(MEASURE_AFTER_STARTUP * probe_seconds, MEASURE_MIN_S)
-        return max(probe_seconds, min(min(firsts) + more, cap))
-    # only a torch script the probe is inside is known to be starting; another may simply be
-    # one whose steps the probe cannot see (it prints nothing, sleeps, hangs)
-    return cap if run.probe_torch else probe_seconds
-
-
-NEAR_END = 0.25
-"""A probe past ``1 - NEAR_END`` of its job's samples runs to its end: finishing costs at most
-a third of what it ran, and a whole run shows where the job ends (its printed held-out loss;
-sgd_no_loader's batch-32 probes were stopped at 90% of the job, and a batch that ends worse
-was recommended)."""
-
-
-def near_end(run: TrialRun) -> bool:
-    """Whether the probe has done most of a job whose size an earlier run counted."""
-    done = run.probe_last[1] if run.probe_last else None
-    return bool(run.job_samples and done and done >= (1 - NEAR_END) * run.job_samples)
 
 
 def stop_trial(run: TrialRun) -> None:

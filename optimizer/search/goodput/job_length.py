@@ -143,13 +143,19 @@ def job_length_decision(job: JobLength | None, row: dict[str, Any], efficiency: 
     """What ``recommendation.json`` says of the chosen row's job length: the rule, the length
     the recommended job runs (``recommended_length``, in ``unit``; ``recommended_epochs`` for
     a job of epochs), the arguments that set it (``args``, empty where the script's own count
-    stands) and what decided (``judged_by``); None when statistical efficiency is off."""
-    if job is None or efficiency is None or not efficiency.on:
+    stands) and what decided (``judged_by``); None when statistical efficiency is off, but
+    for nothing having measured how the script trains, where whole runs alone judge."""
+    if job is None or efficiency is None or not (efficiency.on or efficiency.untried_batches):
         return None
     length = row.get("length")
     length = None if length is None or (isinstance(length, float) and math.isnan(length)) \
         else float(length)
-    out = {**job.to_dict(), "note": job.describe(), "recommended_length": length,
+    note = job.describe() if efficiency.on else (
+        "Batch sizes other than the script's own are judged only by the final loss their "
+        "whole runs ended at, at the script's own length"
+        + (f" ({job.length:g} {job.unit})" if job.length else "")
+        + ": nothing else measured how the script trains.")
+    out = {**job.to_dict(), "note": note, "recommended_length": length,
            "recommended_epochs": length if job.unit == "epochs" else None, "args": [],
            "judged_by": row.get("judged_by") or ""}
     if length is not None and job.flag:
