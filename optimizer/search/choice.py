@@ -228,8 +228,9 @@ def rejected_words(rejected: dict[int, str]) -> str:
 def _set_aside(efficiency: TrialEfficiency | None, gb: int | None, worse: dict[int, Any],
                as_well: dict[int, Any]) -> bool:
     """Whether a trial's global batch is left out of the choice: the job trains but nothing
-    measured how this batch does (maybe worse) and no whole run of it ended as well, or its whole runs ended at a worse held-out
-    loss than the script's own, or it lies beyond such a batch (:func:`beyond_worse`)."""
+    measured how this batch does (maybe worse) and no whole run of it ended as well, or its
+    whole runs ended at a worse held-out loss than the script's own, or it lies beyond such a
+    batch (:func:`beyond_worse`)."""
     ref = _on_ref(efficiency)[1]
     untried = (efficiency is not None and efficiency.untried_batches and gb not in (None, ref)
                and int(gb) not in as_well)

@@ -4,11 +4,22 @@ poll (:func:`optimizer.trials.runner.wait_trial`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Protocol
 
-TrialRun = Any
-"""A :class:`optimizer.trials.runner.TrialRun` (named here without importing the runner, which
-imports this module)."""
+from optimizer.trials.output import RateTracker
+
+
+class TrialRun(Protocol):
+    """What these rules read of a :class:`optimizer.trials.runner.TrialRun` (named here without
+    importing the runner, which imports this module)."""
+
+    rates_csv: RateTracker
+    rates_probe: RateTracker
+    rates_stdout: RateTracker
+    probe_first_step_s: float | None
+    probe_torch: bool
+    probe_last: tuple[float, float] | None
+    job_samples: float | None
 
 STARTUP_BOXES = 3
 """A probe whose script is still starting when its time box ends (its first training step not
