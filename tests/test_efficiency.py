@@ -477,9 +477,17 @@ def test_the_noise_scale_of_a_real_script_seen_by_the_probe(probed):
     assert est.value == pytest.approx(truth, rel=0.3), est
     assert est.source == "windows+batches" and est.low < est.value < est.high
     eff = efficiency_from_trials(trials_of("lsq-16", "lsq-64"), run_dir, ref_batch=16)
-    assert eff.noise == est and eff.decided_by == "noise scale"
-    assert eff.efficiency[64] == pytest.approx((est.value + 16) / (est.value + 64))
-    assert "gradient noise scale" in eff.note
+    assert eff.noise == est
+    assert eff.prior[64] == pytest.approx((est.value + 16) / (est.value + 64))
+    # The two 2.5 s runs share the cores with three others: where batch 16's curve got as low
+    # as batch 64's, the measured samples to that loss decide instead (the suite's load moves
+    # which); either way the value in use is the one the note names.
+    if eff.decided_by == "noise scale":
+        assert eff.efficiency[64] == eff.prior[64] and "gradient noise scale" in eff.note
+    else:
+        assert eff.decided_by == "measured progress"
+        assert eff.efficiency[64] == pytest.approx(eff.measured[64].value)
+        assert "samples each batch size needed" in eff.note
 
 
 def test_a_constant_loss_turns_efficiency_off(probed):
