@@ -156,10 +156,10 @@ class TrialRun:
     t0_wall: float = 0.0
     """``time.time()`` at ``t0``: the probe's events are timed from its own start."""
     loss_watch: LossWatch | None = None
-    job_samples: float | None = None
-    """The whole job's samples where an earlier run counted them: a probe this near its end
-    runs to it (:data:`NEAR_END`)."""
     """A probe of another batch than the script's runs on until this says it is done."""
+    job_samples: float | None = None
+    """The whole job's samples where an earlier run counted them: a probe near its end runs to
+    it (:func:`optimizer.trials.probe.stop.near_end`)."""
     probe_torch: bool = False
     """The in-process probe saw the script import torch."""
     probe_first_step_s: float | None = None
